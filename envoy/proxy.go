@@ -1,0 +1,319 @@
+package envoy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Proxy is one Envoy that an Agent supervises, as in Istio's pkg/envoy.
+type Proxy interface {
+	// Run starts Envoy and blocks until it exits. A value on the channel
+	// stops Envoy (POST /quitquitquit, then SIGKILL after a grace period)
+	// and Run returns that value.
+	Run(<-chan error) error
+	// Drain fails Envoy's health checks and starts a graceful drain of its
+	// listeners; skipExit keeps the listeners open with no end.
+	Drain(skipExit bool) error
+	// Cleanup removes what Run left behind.
+	Cleanup()
+	// UpdateConfig replaces the bootstrap file; it restarts nothing.
+	UpdateConfig([]byte) error
+}
+
+// Envoy is the Proxy that runs a real Envoy binary.
+type Envoy struct {
+	cfg   ProxyConfig
+	log   Logger
+	admin *AdminClient
+
+	runDirOnce sync.Once
+	runDir     string
+	runDirErr  error
+	ownRunDir  bool
+
+	mu  sync.Mutex
+	cur *process // the serving epoch
+}
+
+// NewProxy returns the Proxy for cfg. Its dynamic type is *Envoy.
+func NewProxy(cfg ProxyConfig) Proxy { return NewEnvoy(cfg) }
+
+// NewEnvoy returns an Envoy for cfg.
+func NewEnvoy(cfg ProxyConfig) *Envoy {
+	return &Envoy{
+		cfg:   cfg,
+		log:   loggerOrNop(cfg.Logger),
+		admin: NewAdminClient(cfg.localHost(), int(cfg.AdminPort)),
+	}
+}
+
+// Admin returns the client for this Envoy's admin API.
+func (e *Envoy) Admin() *AdminClient { return e.admin }
+
+// Pid is the serving Envoy's process id, 0 before it started.
+func (e *Envoy) Pid() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cur == nil {
+		return 0
+	}
+	return e.cur.pid
+}
+
+// Epoch is the serving Envoy's hot-restart epoch.
+func (e *Envoy) Epoch() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cur == nil {
+		return 0
+	}
+	return e.cur.epoch
+}
+
+// Args returns the command line (without the binary) that epoch would run with.
+func (e *Envoy) Args(epoch int) []string {
+	return e.cfg.args(epoch, e.adminAddressPath(epoch))
+}
+
+func (e *Envoy) ensureRunDir() (string, error) {
+	e.runDirOnce.Do(func() {
+		if e.cfg.RunDir != "" {
+			e.runDir = e.cfg.RunDir
+			e.runDirErr = os.MkdirAll(e.runDir, 0o750)
+			return
+		}
+		e.runDir, e.runDirErr = os.MkdirTemp("", "envoy-agent-")
+		e.ownRunDir = e.runDirErr == nil
+	})
+	if e.runDirErr != nil {
+		return "", fmt.Errorf("envoy run folder: %w", e.runDirErr)
+	}
+	return e.runDir, nil
+}
+
+func (e *Envoy) adminAddressPath(epoch int) string {
+	if e.runDir == "" {
+		return ""
+	}
+	return filepath.Join(e.runDir, "admin-address-epoch-"+strconv.Itoa(epoch))
+}
+
+// Run starts epoch 0 and blocks until Envoy exits or abort says to stop it.
+func (e *Envoy) Run(abort <-chan error) error {
+	if _, err := e.ensureRunDir(); err != nil {
+		return err
+	}
+	p, err := e.startEpoch(0)
+	if err != nil {
+		return err
+	}
+	addrErr := make(chan error, 1)
+	go func() { addrErr <- e.checkAdminAddress(p) }()
+
+	for {
+		select {
+		case err := <-abort:
+			e.stop(p)
+			return err
+		case err := <-addrErr:
+			if err != nil {
+				e.stop(p)
+				return err
+			}
+			addrErr = nil
+		case <-p.done:
+			return p.exitError()
+		}
+	}
+}
+
+func (e *Envoy) startEpoch(epoch int) (*process, error) {
+	path := e.adminAddressPath(epoch)
+	_ = os.Remove(path)
+	args := e.cfg.args(epoch, path)
+	stdout, stderr := e.cfg.Stdout, e.cfg.Stderr
+	if stdout == nil {
+		stdout = os.Stdout
+	}
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	p, err := startProcess(e.cfg.BinaryPath, args, epoch, path, stdout, stderr)
+	if err != nil {
+		return nil, err
+	}
+	e.log.Infof("started envoy epoch %d, pid %d: %s %s", epoch, p.pid, e.cfg.BinaryPath, strings.Join(args, " "))
+	e.mu.Lock()
+	e.cur = p
+	e.mu.Unlock()
+	return p, nil
+}
+
+// stop ends p: POST /quitquitquit (Envoy flushes its logs and stats), SIGTERM
+// when the admin API does not take it, SIGKILL after the grace period.
+func (e *Envoy) stop(p *process) {
+	if p.exited() {
+		return
+	}
+	grace := e.cfg.QuitGrace
+	if grace <= 0 {
+		grace = DefaultQuitGrace
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, grace))
+	err := e.admin.Quit(ctx)
+	cancel()
+	if err != nil {
+		e.log.Warnf("envoy pid %d: %v; sending SIGTERM", p.pid, err)
+		p.signalGroup(syscall.SIGTERM)
+	}
+	if p.waitFor(grace) {
+		return
+	}
+	e.log.Warnf("envoy pid %d still running %s after it was told to quit; sending SIGKILL", p.pid, grace)
+	p.signalGroup(syscall.SIGKILL)
+	<-p.done
+}
+
+// AdminAddressError reports an admin listener that is not where the
+// configuration says it must be.
+type AdminAddressError struct {
+	Address   string // what Envoy bound, host:port
+	WantPort  int32
+	NotLocal  bool // bound beyond loopback without the opt-in
+	WrongPort bool
+}
+
+func (e *AdminAddressError) Error() string {
+	var parts []string
+	if e.WrongPort {
+		parts = append(parts, fmt.Sprintf("Envoy's admin listener is on %s, not on port %d: the bootstrap's admin address and the agent's admin port must agree", e.Address, e.WantPort))
+	}
+	if e.NotLocal {
+		parts = append(parts, fmt.Sprintf("Envoy's admin listener is on %s, which is reachable beyond this host; bind it to 127.0.0.1 (or opt in to a remote admin)", e.Address))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// checkAdminAddress waits for Envoy to write its admin address and checks it
+// against the configuration. It returns nil when Envoy exits first.
+func (e *Envoy) checkAdminAddress(p *process) error {
+	if p.adminAddressPath == "" {
+		return nil
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		b, err := os.ReadFile(p.adminAddressPath)
+		if err == nil && len(strings.TrimSpace(string(b))) > 0 {
+			return checkAdminAddress(strings.TrimSpace(string(b)), e.cfg.AdminPort, e.cfg.AllowRemoteAdmin)
+		}
+		select {
+		case <-p.done:
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func checkAdminAddress(addr string, wantPort int32, allowRemote bool) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("envoy wrote admin address %q: %w", addr, err)
+	}
+	ae := &AdminAddressError{Address: addr, WantPort: wantPort}
+	if port != strconv.Itoa(int(wantPort)) {
+		ae.WrongPort = true
+	}
+	ip, err := netip.ParseAddr(host)
+	if !allowRemote && (err != nil || !ip.IsLoopback()) {
+		ae.NotLocal = true
+	}
+	if ae.WrongPort || ae.NotLocal {
+		return ae
+	}
+	return nil
+}
+
+// Drain fails health checks, then starts a graceful drain of the listeners
+// (inbound only for a sidecar).
+func (e *Envoy) Drain(skipExit bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	return errors.Join(
+		e.admin.HealthcheckFail(ctx),
+		e.admin.DrainListeners(ctx, e.cfg.Sidecar, true, skipExit),
+	)
+}
+
+// Cleanup removes the bootstrap when ConfigCleanup is set and the run folder
+// the proxy made for itself.
+func (e *Envoy) Cleanup() {
+	if e.cfg.ConfigCleanup && e.cfg.ConfigPath != "" {
+		if err := os.Remove(e.cfg.ConfigPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			e.log.Warnf("remove envoy config: %v", err)
+		}
+	}
+	if e.ownRunDir {
+		_ = os.RemoveAll(e.runDir)
+	} else if e.runDir != "" {
+		matches, _ := filepath.Glob(filepath.Join(e.runDir, "admin-address-epoch-*"))
+		for _, m := range matches {
+			_ = os.Remove(m)
+		}
+	}
+}
+
+// UpdateConfig atomically replaces the bootstrap file with cfg, keeping the
+// old file's mode. Envoy reads its bootstrap only at start, so the new
+// content takes effect at the next start or hot restart.
+func (e *Envoy) UpdateConfig(cfg []byte) error {
+	mode := os.FileMode(0o640)
+	if fi, err := os.Stat(e.cfg.ConfigPath); err == nil {
+		mode = fi.Mode().Perm()
+	}
+	dir := filepath.Dir(e.cfg.ConfigPath)
+	f, err := os.CreateTemp(dir, ".envoy-config-*")
+	if err != nil {
+		return fmt.Errorf("update envoy config: %w", err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(cfg); err != nil {
+		f.Close()
+		return fmt.Errorf("update envoy config: %w", err)
+	}
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return fmt.Errorf("update envoy config: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("update envoy config: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("update envoy config: %w", err)
+	}
+	if err := os.Rename(f.Name(), e.cfg.ConfigPath); err != nil {
+		return fmt.Errorf("update envoy config: %w", err)
+	}
+	return nil
+}
+
+// LastLines returns the last lines the serving Envoy wrote to stderr.
+func (e *Envoy) LastLines() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cur == nil {
+		return nil
+	}
+	return e.cur.tail.Lines()
+}

@@ -1,0 +1,92 @@
+package service
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Problem is one thing wrong with a configuration file.
+type Problem struct {
+	File string
+	Line int    // 0 when the problem has no line (a missing key)
+	Key  string // dotted TOML key, such as "envoy.admin_port"
+	Msg  string
+}
+
+func (p Problem) String() string {
+	var b strings.Builder
+	b.WriteString(p.File)
+	if p.Line > 0 {
+		fmt.Fprintf(&b, ":%d", p.Line)
+	}
+	if p.Key != "" {
+		fmt.Fprintf(&b, ": %s", p.Key)
+	}
+	fmt.Fprintf(&b, ": %s", p.Msg)
+	return b.String()
+}
+
+// ConfigError is an invalid configuration: every problem found, each naming
+// the file, the line and the key.
+type ConfigError struct {
+	Problems []Problem
+}
+
+func (e *ConfigError) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// problems collects Problems for one file, finding each key's line.
+type problems struct {
+	file  string
+	lines keyLines
+	list  []Problem
+}
+
+func (ps *problems) add(key, format string, args ...any) {
+	ps.list = append(ps.list, Problem{File: ps.file, Line: ps.lines.line(key), Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (ps *problems) err() error {
+	if len(ps.list) == 0 {
+		return nil
+	}
+	return &ConfigError{Problems: ps.list}
+}
+
+// keyLines finds the line a key of a flat two-level TOML file is set on.
+// toml.MetaData keeps key positions to itself, so this reads the text: it
+// follows [table] headers and matches `key =` lines.
+type keyLines []string
+
+func (kl keyLines) line(dotted string) int {
+	table, key, ok := strings.Cut(dotted, ".")
+	if !ok {
+		table, key = "", dotted
+	}
+	current := ""
+	for i, raw := range kl {
+		l := strings.TrimSpace(raw)
+		if strings.HasPrefix(l, "[") {
+			if end := strings.Index(l, "]"); end > 0 {
+				current = strings.Trim(strings.TrimSpace(l[1:end]), `"'`)
+				if current == table && key == "" {
+					return i + 1
+				}
+			}
+			continue
+		}
+		if current != table {
+			continue
+		}
+		name, _, found := strings.Cut(l, "=")
+		if found && strings.Trim(strings.TrimSpace(name), `"'`) == key {
+			return i + 1
+		}
+	}
+	return 0
+}

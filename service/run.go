@@ -1,0 +1,343 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
+)
+
+// Options are what `envoy-agent run` takes from its command line.
+type Options struct {
+	ConfigPath string
+	Version    string
+	// Stderr receives the agent's log and Envoy's; nil means os.Stderr.
+	Stderr io.Writer
+}
+
+// StartError is an Envoy that did not come up: it exited, or it was not LIVE
+// within start_timeout.
+type StartError struct {
+	Reason    string
+	LastLines []string
+}
+
+func (e *StartError) Error() string {
+	if len(e.LastLines) == 0 {
+		return e.Reason
+	}
+	return e.Reason + "; Envoy's last log lines:\n  " + strings.Join(e.LastLines, "\n  ")
+}
+
+// readyPoll is how the agent polls Envoy's /ready while it starts: briskly
+// at first, then less often, never more than readyPollMax apart.
+const (
+	readyPollMin = 5 * time.Millisecond
+	readyPollMax = 50 * time.Millisecond
+)
+
+// Run is `envoy-agent run`: it starts Envoy, tells systemd when Envoy is LIVE,
+// feeds the watchdog, and on SIGTERM drains Envoy and returns nil. It
+// returns a *ConfigError for a bad configuration (before Envoy starts), a
+// *StartError when Envoy never became LIVE, or Envoy's *envoy.ExitError
+// when Envoy exited by itself.
+func Run(ctx context.Context, opts Options) error {
+	stderr := opts.Stderr
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	// Signals first: a SIGHUP or SIGTERM during start-up must not kill the
+	// agent with the default action and leave nothing drained.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	cfg, err := LoadConfig(opts.ConfigPath)
+	if err != nil {
+		return err
+	}
+	log := newLogger(stderr, cfg.Agent.LogLevel, cfg.Agent.LogFormat)
+	s := &supervisor{cfg: cfg, log: log, notify: newNotifier(log), metrics: newMetrics(), sigs: sigs}
+	return s.run(ctx, opts.Version, stderr)
+}
+
+// supervisor is one `envoy-agent run`.
+type supervisor struct {
+	cfg     *Config
+	log     *logrus.Logger
+	notify  *notifier
+	metrics *metrics
+	sigs    chan os.Signal
+
+	proxy *envoy.Envoy
+	agent *envoy.Agent
+
+	mu   sync.Mutex
+	live bool
+}
+
+func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) error {
+	cfg, log := s.cfg, s.log
+	pc := cfg.ProxyConfig()
+	pc.Logger = log
+	pc.Stderr = stderr
+	pc.Stdout = stderr
+	s.proxy = envoy.NewEnvoy(pc)
+	a := cfg.Agent
+	s.agent = envoy.NewAgent(s.proxy, a.TerminationDrainDuration.D(), a.MinDrainDuration.D(), a.Localhost,
+		int(cfg.Envoy.AdminPort), int(a.StatusPort), int(a.PrometheusPort), a.ExitOnZeroActiveConnections)
+	s.agent.SetLogger(log)
+	s.agent.OnDrainProgress(s.drainProgress)
+
+	// Bind our own ports before Envoy starts, so that a taken port fails
+	// the start with nothing to clean up.
+	serveCtx, stopServing := context.WithCancel(context.Background())
+	defer stopServing()
+	statusLn, err := net.Listen("tcp", net.JoinHostPort(a.Localhost, strconv.Itoa(int(a.StatusPort))))
+	if err != nil {
+		return fmt.Errorf("agent.status_port: %w", err)
+	}
+	var promLn net.Listener
+	if a.PrometheusPort != 0 {
+		promLn, err = net.Listen("tcp", net.JoinHostPort(a.PrometheusAddress, strconv.Itoa(int(a.PrometheusPort))))
+		if err != nil {
+			statusLn.Close()
+			return fmt.Errorf("agent.prometheus_port: %w", err)
+		}
+	}
+
+	agentCtx, stopAgent := context.WithCancel(context.Background())
+	defer stopAgent()
+	quit := func() { s.agent.DisableDraining(); stopAgent() }
+	status := &statusServer{log: log, ready: s.ready, quit: quit, drain: s.drainNow}
+	go serveHTTP(serveCtx, statusLn, status.handler(), log)
+	if promLn != nil {
+		go serveHTTP(serveCtx, promLn, s.metrics.mergedHandler(s.proxy.Admin(), log), log)
+	}
+
+	log.Infof("envoy-agent %s starting envoy %s with %s (admin %s:%d, status %s)", version, cfg.Envoy.BinaryPath,
+		cfg.Envoy.ConfigPath, a.Localhost, cfg.Envoy.AdminPort, statusLn.Addr())
+	s.notify.Status("starting Envoy")
+	started := time.Now()
+	runErr := make(chan error, 1)
+	go func() { runErr <- s.agent.Run(agentCtx) }()
+
+	// The watchdog runs from the start: systemd arms it when it forks us,
+	// not at READY. Until Envoy is LIVE the agent vouches for itself (the
+	// start timeout bounds that); after, only Envoy's admin answers count.
+	if wd := watchdogInterval(); wd > 0 {
+		log.Infof("watchdog on: pinging every %s while Envoy's admin API answers", wd/2)
+		go runWatchdog(serveCtx, wd, s.watchdogAlive, s.notify.Watchdog)
+	}
+
+	if err := s.waitLive(ctx, started, runErr, stopAgent); err != nil {
+		return err
+	}
+	done := ctx.Done()
+	for {
+		select {
+		case err := <-runErr:
+			return s.finish(err)
+		case <-done:
+			done = nil
+			s.stop("stopping: the agent's context ended", stopAgent)
+		case sig := <-s.sigs:
+			switch sig {
+			case syscall.SIGHUP:
+				log.Warnf("SIGHUP: reload is not available in this version; Envoy keeps running unchanged")
+			default:
+				if agentCtx.Err() != nil {
+					log.Infof("%s again: ending the drain now", sig)
+					s.agent.DisableDraining()
+					continue
+				}
+				s.stop(fmt.Sprintf("%s: draining Envoy", sig), stopAgent)
+			}
+		}
+	}
+}
+
+// waitLive polls Envoy's /ready until it answers 200 LIVE, then sends
+// READY=1. It returns an error when Envoy exits, is not LIVE in time, or a
+// stop comes first (nil then, once Envoy is gone).
+func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-chan error, stopAgent context.CancelFunc) error {
+	deadline := time.NewTimer(s.cfg.Agent.StartTimeout.D())
+	defer deadline.Stop()
+	poll := readyPollMin
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	state := "not started"
+	for {
+		select {
+		case err := <-runErr:
+			var ee *envoy.ExitError
+			if errors.As(err, &ee) {
+				return &StartError{Reason: fmt.Sprintf("envoy exited before it was LIVE: %v", ee.Err), LastLines: ee.LastLines}
+			}
+			if err == nil {
+				err = errors.New("envoy exited before it was LIVE")
+			}
+			return err
+		case <-deadline.C:
+			s.log.Errorf("envoy was not LIVE within start_timeout %s (state %s); stopping it", s.cfg.Agent.StartTimeout.D(), state)
+			lines := s.proxy.LastLines()
+			s.agent.DisableDraining()
+			stopAgent()
+			<-runErr
+			return &StartError{Reason: fmt.Sprintf("envoy was not LIVE within start_timeout %s (its state: %s)", s.cfg.Agent.StartTimeout.D(), state), LastLines: lines}
+		case <-ctx.Done():
+			return s.abortStart("the agent's context ended", runErr, stopAgent)
+		case sig := <-s.sigs:
+			if sig == syscall.SIGHUP {
+				s.log.Warnf("SIGHUP during start-up: ignored")
+				continue
+			}
+			return s.abortStart(sig.String(), runErr, stopAgent)
+		case <-timer.C:
+		}
+		pollCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		r, err := s.proxy.Admin().Ready(pollCtx)
+		cancel()
+		if err == nil {
+			if r.Live {
+				took := time.Since(started)
+				s.metrics.startSeconds.Set(took.Seconds())
+				s.setLive(true)
+				s.log.Infof("envoy is LIVE after %s", took.Round(time.Millisecond))
+				s.notify.Ready(s.liveStatus())
+				return nil
+			}
+			if r.State != state {
+				state = r.State
+				s.notify.Status(fmt.Sprintf("waiting for Envoy (pid %d) to be LIVE: %s", s.proxy.Pid(), state))
+			}
+		}
+		timer.Reset(poll)
+		poll = min(poll*5/4+time.Millisecond, readyPollMax)
+	}
+}
+
+// abortStart stops an Envoy that is not LIVE yet: there is nothing to drain.
+func (s *supervisor) abortStart(why string, runErr <-chan error, stopAgent context.CancelFunc) error {
+	s.log.Infof("%s before Envoy was LIVE: stopping it without a drain", why)
+	s.notify.Stopping("stopping before Envoy was LIVE")
+	s.agent.DisableDraining()
+	stopAgent()
+	if err := <-runErr; err != nil {
+		var ee *envoy.ExitError
+		if errors.As(err, &ee) {
+			return &StartError{Reason: fmt.Sprintf("envoy exited before it was LIVE: %v", ee.Err), LastLines: ee.LastLines}
+		}
+		return err
+	}
+	return nil
+}
+
+func (s *supervisor) stop(why string, stopAgent context.CancelFunc) {
+	s.log.Infof("%s", why)
+	s.setLive(false)
+	if !s.agent.Draining() {
+		s.metrics.draining.Set(1)
+	}
+	s.notify.Stopping("stopping: draining Envoy")
+	stopAgent()
+}
+
+func (s *supervisor) finish(err error) error {
+	s.setLive(false)
+	if err != nil {
+		s.notify.Status("Envoy exited: " + firstLine(err.Error()))
+		return err
+	}
+	s.notify.Status("stopped")
+	s.log.Infof("envoy-agent stopped")
+	return nil
+}
+
+func (s *supervisor) drainNow() {
+	s.metrics.draining.Set(1)
+	s.setLive(false)
+	s.agent.DrainNow()
+	s.notify.Status("draining with no end (POST /drain); the next stop exits at once")
+}
+
+// drainProgress keeps STATUS= current during a drain and extends systemd's
+// stop timeout so that it never cuts a configured drain short.
+func (s *supervisor) drainProgress(p envoy.DrainProgress) {
+	s.metrics.drainSeconds.Set(p.Elapsed.Seconds())
+	conns := "unknown"
+	if p.ActiveConnections >= 0 {
+		conns = strconv.Itoa(p.ActiveConnections)
+	}
+	if p.Done {
+		s.notify.Status(fmt.Sprintf("drained for %s (%s); stopping Envoy", p.Elapsed.Round(100*time.Millisecond), p.Reason))
+		s.notify.ExtendTimeout(envoy.DefaultQuitGrace + 5*time.Second)
+		return
+	}
+	s.notify.Status(fmt.Sprintf("draining: %s active connections, %s left", conns, p.Remaining.Round(time.Second)))
+	s.notify.ExtendTimeout(p.Remaining + envoy.DefaultQuitGrace + 5*time.Second)
+}
+
+func (s *supervisor) setLive(v bool) {
+	s.mu.Lock()
+	s.live = v
+	s.mu.Unlock()
+	if v {
+		s.metrics.live.Set(1)
+	} else {
+		s.metrics.live.Set(0)
+	}
+	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
+}
+
+func (s *supervisor) isLive() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.live
+}
+
+func (s *supervisor) liveStatus() string {
+	return fmt.Sprintf("live: Envoy pid %d, epoch %d, admin %s:%d", s.proxy.Pid(), s.proxy.Epoch(), s.cfg.Agent.Localhost, s.cfg.Envoy.AdminPort)
+}
+
+// ready is /healthz/ready: Envoy answers LIVE and no drain has begun.
+func (s *supervisor) ready(ctx context.Context) (bool, string) {
+	if s.agent.Draining() {
+		return false, "draining"
+	}
+	r, err := s.proxy.Admin().Ready(ctx)
+	if err != nil {
+		return false, "envoy admin API not answering"
+	}
+	if !r.Live {
+		return false, r.State
+	}
+	return true, r.State
+}
+
+// watchdogAlive is true before Envoy is first LIVE (the agent itself is
+// alive) and afterwards only while Envoy's admin API answers.
+func (s *supervisor) watchdogAlive(ctx context.Context) bool {
+	if !s.isLive() && !s.agent.Draining() {
+		return true
+	}
+	_, err := s.proxy.Admin().Ready(ctx)
+	return err == nil
+}
+
+func firstLine(s string) string {
+	first, _, _ := strings.Cut(s, "\n")
+	return first
+}

@@ -1,0 +1,43 @@
+package service
+
+import (
+	"context"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+)
+
+// watchdogInterval is systemd's WatchdogSec for this process, 0 when the
+// watchdog is off.
+func watchdogInterval() time.Duration {
+	d, err := daemon.SdWatchdogEnabled(false)
+	if err != nil {
+		return 0
+	}
+	return d
+}
+
+// runWatchdog pings systemd's watchdog every interval/2 while alive answers
+// within that time, so a wedged Envoy (its admin API silent) stops the pings
+// and systemd restarts the unit. It returns when ctx ends.
+func runWatchdog(ctx context.Context, interval time.Duration, alive func(context.Context) bool, ping func()) {
+	period := interval / 2
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		probeCtx, cancel := context.WithTimeout(ctx, period)
+		ok := alive(probeCtx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if ok {
+			ping()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
