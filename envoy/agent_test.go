@@ -1,0 +1,330 @@
+package envoy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+)
+
+// liveEnvoy is a real Envoy run by an Agent, for one test.
+type liveEnvoy struct {
+	proxy    *Envoy
+	agent    *Agent
+	ports    testenvoy.Ports
+	upstream *testenvoy.Upstream
+	cancel   context.CancelFunc
+	done     chan error
+	started  time.Time
+}
+
+type agentOptions struct {
+	termination, minDrain time.Duration
+	exitOnZero            bool
+	drainDuration         time.Duration
+}
+
+func startAgent(t *testing.T, o agentOptions) *liveEnvoy {
+	t.Helper()
+	up := testenvoy.NewUpstream(t)
+	ports := testenvoy.NewPorts(t)
+	ports.Upstream = up.Port
+	dir := t.TempDir()
+	bootstrap := testenvoy.WriteBootstrap(t, dir, "envoy.yaml", testenvoy.BootstrapOptions{Ports: ports})
+	if o.drainDuration == 0 {
+		o.drainDuration = 10 * time.Second
+	}
+	p := NewEnvoy(ProxyConfig{
+		BinaryPath:             testenvoy.Binary(t),
+		ConfigPath:             bootstrap,
+		AdminPort:              int32(ports.Admin),
+		DrainDuration:          durationpb.New(o.drainDuration),
+		ParentShutdownDuration: durationpb.New(o.drainDuration + 5*time.Second),
+		BaseID:                 testenvoy.BaseID(),
+		Concurrency:            1,
+		LogLevel:               "warning",
+		RunDir:                 dir,
+		Stderr:                 testWriter{t},
+		Stdout:                 testWriter{t},
+	})
+	a := NewAgent(p, o.termination, o.minDrain, "127.0.0.1", ports.Admin, ports.Status, ports.Prometheus, o.exitOnZero)
+	a.SetDrainPollInterval(50 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	le := &liveEnvoy{proxy: p, agent: a, ports: ports, upstream: up, cancel: cancel, done: make(chan error, 1)}
+	go func() { le.done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		a.DisableDraining()
+		select {
+		case <-le.done:
+		case <-time.After(15 * time.Second):
+			t.Errorf("agent did not return")
+		}
+	})
+	if !testenvoy.Eventually(20*time.Second, func() bool {
+		r, err := p.Admin().Ready(context.Background())
+		return err == nil && r.Live
+	}) {
+		t.Fatalf("envoy never became LIVE")
+	}
+	return le
+}
+
+// stop cancels the agent's context (SIGTERM) and returns Run's result and
+// how long it took.
+func (le *liveEnvoy) stop(t *testing.T, within time.Duration) (error, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	le.cancel()
+	select {
+	case err := <-le.done:
+		le.done <- err // for Cleanup
+		return err, time.Since(start)
+	case <-time.After(within):
+		t.Fatalf("agent did not return within %s of the stop", within)
+		return nil, 0
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Logf("envoy: %s", strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+type result struct {
+	testenvoy.Response
+	err error
+}
+
+func slowRequest(le *liveEnvoy, d time.Duration) chan result {
+	ch := make(chan result, 1)
+	go func() {
+		r, err := testenvoy.Get(testenvoy.URL(le.ports.Listener, "/slow?d="+d.String()), 30*time.Second)
+		ch <- result{r, err}
+	}()
+	return ch
+}
+
+func waitActive(t *testing.T, le *liveEnvoy, n int) {
+	t.Helper()
+	if !testenvoy.Eventually(5*time.Second, func() bool {
+		got, err := le.proxy.Admin().ActiveConnections(context.Background())
+		return err == nil && got == n
+	}) {
+		t.Fatalf("envoy never had %d active connections", n)
+	}
+}
+
+func TestDrainLetsInFlightRequestFinishAndEndsAtZero(t *testing.T) {
+	t.Parallel()
+	le := startAgent(t, agentOptions{termination: 20 * time.Second, minDrain: time.Second, exitOnZero: true})
+	var mu sync.Mutex
+	var progress []DrainProgress
+	le.agent.OnDrainProgress(func(p DrainProgress) { mu.Lock(); progress = append(progress, p); mu.Unlock() })
+	req := slowRequest(le, 2*time.Second)
+	waitActive(t, le, 1)
+
+	stopped := make(chan struct{})
+	var err error
+	var took time.Duration
+	go func() { err, took = le.stop(t, 30*time.Second); close(stopped) }()
+
+	// Envoy's own state shows the drain: health checks fail (/ready says
+	// DRAINING) while the listener still accepts.
+	if !testenvoy.Eventually(2*time.Second, func() bool {
+		r, err := le.proxy.Admin().Ready(context.Background())
+		return err == nil && !r.Live && r.State == "DRAINING"
+	}) {
+		t.Errorf("envoy's /ready never said DRAINING after the stop began")
+	}
+	if !le.agent.Draining() {
+		t.Errorf("Draining() is false during a drain")
+	}
+	r := <-req
+	if r.err != nil || r.Code != 200 || r.Body != "slow ok\n" {
+		t.Fatalf("in-flight request: code %d body %q err %v; want 200 \"slow ok\"", r.Code, r.Body, r.err)
+	}
+	if !r.Close {
+		t.Errorf("the in-flight request's answer did not say Connection: close; a graceful drain asks the client to close")
+	}
+	<-stopped
+	if err != nil {
+		t.Fatalf("Run returned %v, want nil", err)
+	}
+	// It waited for the request (about 2s) and ended once no connection
+	// was left, far sooner than the 20s termination drain duration.
+	if took < 1500*time.Millisecond || took > 10*time.Second {
+		t.Errorf("stop took %s; want about the 2s the request needed", took)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(progress) == 0 || !progress[len(progress)-1].Done || progress[len(progress)-1].Reason != "no active connections left" {
+		t.Fatalf("progress reports %+v; want a last Done report ending at zero connections", progress)
+	}
+	sawOne := false
+	for _, p := range progress[:len(progress)-1] {
+		if p.ActiveConnections == 1 {
+			sawOne = true
+		}
+		if p.Remaining <= 0 || p.Remaining > 20*time.Second {
+			t.Errorf("progress Remaining %s out of (0, 20s]", p.Remaining)
+		}
+	}
+	if !sawOne {
+		t.Errorf("no progress report saw the one active connection: %+v", progress)
+	}
+}
+
+func TestDrainWaitsMinDrainDurationWithNoConnections(t *testing.T) {
+	t.Parallel()
+	le := startAgent(t, agentOptions{termination: 20 * time.Second, minDrain: 1500 * time.Millisecond, exitOnZero: true})
+	err, took := le.stop(t, 30*time.Second)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if took < 1500*time.Millisecond || took > 6*time.Second {
+		t.Errorf("stop took %s; want min_drain_duration 1.5s plus a poll", took)
+	}
+}
+
+func TestDrainWaitsTerminationDrainDurationWithoutExitOnZero(t *testing.T) {
+	t.Parallel()
+	le := startAgent(t, agentOptions{termination: 2500 * time.Millisecond, minDrain: 500 * time.Millisecond})
+	err, took := le.stop(t, 30*time.Second)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if took < 2500*time.Millisecond || took > 7*time.Second {
+		t.Errorf("stop took %s; want termination_drain_duration 2.5s", took)
+	}
+}
+
+func TestDrainNeverWaitsPastTerminationDrainDuration(t *testing.T) {
+	t.Parallel()
+	le := startAgent(t, agentOptions{termination: 2 * time.Second, minDrain: 500 * time.Millisecond, exitOnZero: true})
+	req := slowRequest(le, 20*time.Second)
+	waitActive(t, le, 1)
+	err, took := le.stop(t, 30*time.Second)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if took < 2*time.Second || took > 7*time.Second {
+		t.Errorf("stop took %s with a 20s request in flight; want termination_drain_duration 2s", took)
+	}
+	if r := <-req; r.err == nil && r.Code == 200 {
+		t.Errorf("a request longer than the drain completed: %+v", r)
+	}
+}
+
+func TestGracefulDrainClosesListenersAfterEnvoyDrainTime(t *testing.T) {
+	t.Parallel()
+	// drain_duration 1s: Envoy stops the listener 1s into the drain (the
+	// proof that drain_listeners?graceful reached it); the agent keeps
+	// draining up to termination_drain_duration.
+	le := startAgent(t, agentOptions{termination: 6 * time.Second, minDrain: 6 * time.Second, drainDuration: time.Second})
+	go le.stop(t, 30*time.Second)
+	if !testenvoy.Eventually(5*time.Second, func() bool {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(le.ports.Listener), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	}) {
+		t.Fatalf("the listener still accepts 5s into a drain with Envoy's drain time 1s")
+	}
+	if _, err := le.proxy.Admin().Ready(context.Background()); err != nil {
+		t.Fatalf("envoy's admin is gone while the agent should still be draining: %v", err)
+	}
+}
+
+func TestEnvoyKilledEndsRunWithExitError(t *testing.T) {
+	t.Parallel()
+	le := startAgent(t, agentOptions{termination: 5 * time.Second, minDrain: time.Second})
+	pid := le.proxy.Pid()
+	start := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-le.done:
+		le.done <- err
+		var ee *ExitError
+		if !errors.As(err, &ee) || !ee.Killed() {
+			t.Fatalf("Run returned %v; want an *ExitError for SIGKILL", err)
+		}
+		if !strings.Contains(err.Error(), "SIGKILL") || !strings.Contains(err.Error(), "signal: killed") {
+			t.Errorf("error %q does not say Envoy was killed", err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("Run noticed the death after %s", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Run did not return after Envoy was killed")
+	}
+}
+
+func TestDisableDrainingThenStopSkipsTheDrain(t *testing.T) {
+	t.Parallel()
+	le := startAgent(t, agentOptions{termination: 20 * time.Second, minDrain: 20 * time.Second})
+	pid := le.proxy.Pid()
+	le.agent.DisableDraining()
+	err, took := le.stop(t, 30*time.Second)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if took > 3*time.Second {
+		t.Errorf("a stop without drain took %s", took)
+	}
+	if testenvoy.Alive(pid) {
+		t.Errorf("envoy pid %d still alive", pid)
+	}
+}
+
+func TestDrainNowKeepsListenersOpenAndStopIsImmediate(t *testing.T) {
+	t.Parallel()
+	le := startAgent(t, agentOptions{termination: 20 * time.Second, minDrain: 20 * time.Second, drainDuration: time.Second})
+	le.agent.DrainNow()
+	r, err := le.proxy.Admin().Ready(context.Background())
+	if err != nil || r.Live {
+		t.Fatalf("after DrainNow /ready = %+v, %v; want not live", r, err)
+	}
+	// skip_exit: past Envoy's 1s drain time the listener still serves.
+	time.Sleep(2 * time.Second)
+	if r, err := testenvoy.Get(testenvoy.URL(le.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
+		t.Fatalf("after DrainNow the listener answers %d, %v; want 200", r.Code, err)
+	}
+	err, took := le.stop(t, 30*time.Second)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if took > 3*time.Second {
+		t.Errorf("stop after DrainNow took %s; want at once", took)
+	}
+}
+
+func TestDisableDrainingCutsADrainShort(t *testing.T) {
+	t.Parallel()
+	le := startAgent(t, agentOptions{termination: 20 * time.Second, minDrain: 20 * time.Second})
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		le.agent.DisableDraining() // the second SIGTERM
+	}()
+	err, took := le.stop(t, 30*time.Second)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if took > 4*time.Second {
+		t.Errorf("a cut drain took %s", took)
+	}
+}
