@@ -79,20 +79,37 @@ func startAgent(t *testing.T, o agentOptions) *liveEnvoy {
 	return le
 }
 
-// stop cancels the agent's context (SIGTERM) and returns Run's result and
-// how long it took.
-func (le *liveEnvoy) stop(t *testing.T, within time.Duration) (error, time.Duration) {
-	t.Helper()
+type stopResult struct {
+	err  error
+	took time.Duration
+}
+
+// stopAsync cancels the agent's context (SIGTERM) and reports Run's result
+// and how long it took, or a nil result after within.
+func (le *liveEnvoy) stopAsync(within time.Duration) <-chan *stopResult {
+	ch := make(chan *stopResult, 1)
 	start := time.Now()
 	le.cancel()
-	select {
-	case err := <-le.done:
-		le.done <- err // for Cleanup
-		return err, time.Since(start)
-	case <-time.After(within):
+	go func() {
+		select {
+		case err := <-le.done:
+			le.done <- err // for Cleanup
+			ch <- &stopResult{err, time.Since(start)}
+		case <-time.After(within):
+			ch <- nil
+		}
+	}()
+	return ch
+}
+
+// stop is stopAsync, waited for.
+func (le *liveEnvoy) stop(t *testing.T, within time.Duration) (error, time.Duration) {
+	t.Helper()
+	r := <-le.stopAsync(within)
+	if r == nil {
 		t.Fatalf("agent did not return within %s of the stop", within)
-		return nil, 0
 	}
+	return r.err, r.took
 }
 
 type testWriter struct{ t *testing.T }
@@ -135,10 +152,7 @@ func TestDrainLetsInFlightRequestFinishAndEndsAtZero(t *testing.T) {
 	req := slowRequest(le, 2*time.Second)
 	waitActive(t, le, 1)
 
-	stopped := make(chan struct{})
-	var err error
-	var took time.Duration
-	go func() { err, took = le.stop(t, 30*time.Second); close(stopped) }()
+	stopped := le.stopAsync(30 * time.Second)
 
 	// Envoy's own state shows the drain: health checks fail (/ready says
 	// DRAINING) while the listener still accepts.
@@ -158,7 +172,11 @@ func TestDrainLetsInFlightRequestFinishAndEndsAtZero(t *testing.T) {
 	if !r.Close {
 		t.Errorf("the in-flight request's answer did not say Connection: close; a graceful drain asks the client to close")
 	}
-	<-stopped
+	sr := <-stopped
+	if sr == nil {
+		t.Fatal("agent did not return after the drain")
+	}
+	err, took := sr.err, sr.took
 	if err != nil {
 		t.Fatalf("Run returned %v, want nil", err)
 	}
@@ -233,7 +251,7 @@ func TestGracefulDrainClosesListenersAfterEnvoyDrainTime(t *testing.T) {
 	// proof that drain_listeners?graceful reached it); the agent keeps
 	// draining up to termination_drain_duration.
 	le := startAgent(t, agentOptions{termination: 6 * time.Second, minDrain: 6 * time.Second, drainDuration: time.Second})
-	go le.stop(t, 30*time.Second)
+	le.stopAsync(30 * time.Second)
 	if !testenvoy.Eventually(5*time.Second, func() bool {
 		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(le.ports.Listener), time.Second)
 		if err == nil {

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"fmt"
 	"net/netip"
 	"os"
 	"strconv"
@@ -71,6 +70,6 @@ func (c *Config) checkBootstrapAdmin(ps *problems) {
 	}
 	if ip, err := netip.ParseAddr(admin.Address); !c.Envoy.AllowRemoteAdmin && (err != nil || !ip.IsLoopback()) {
 		ps.add("envoy.allow_remote_admin", "the bootstrap %s binds Envoy's admin listener to %q, reachable beyond this host: %s",
-			c.Envoy.ConfigPath, admin.Address, fmt.Sprintf("use 127.0.0.1, or set allow_remote_admin = true to accept it"))
+			c.Envoy.ConfigPath, admin.Address, "use 127.0.0.1, or set allow_remote_admin = true to accept it")
 	}
 }

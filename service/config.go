@@ -7,7 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -161,17 +162,14 @@ func LoadConfig(path string) (*Config, error) {
 	ps := &problems{file: path, lines: strings.Split(string(data), "\n")}
 	md, err := toml.Decode(string(data), &cfg)
 	if err != nil {
-		var pe toml.ParseError
-		if errors.As(err, &pe) {
-			return nil, &ConfigError{Problems: []Problem{{File: path, Line: pe.Position.Line, Key: pe.LastKey, Msg: pe.Message}}}
-		}
-		return nil, &ConfigError{Problems: []Problem{{File: path, Msg: err.Error()}}}
+		return nil, &ConfigError{Problems: []Problem{decodeProblem(path, err)}}
 	}
-	undecoded := md.Undecoded()
-	sort.Slice(undecoded, func(i, j int) bool {
-		return ps.lines.line(undecoded[i].String()) < ps.lines.line(undecoded[j].String())
-	})
-	for _, k := range undecoded {
+	unknown := map[string]bool{}
+	for _, k := range md.Undecoded() {
+		unknown[k.String()] = true
+		if len(k) > 1 && unknown[k[:len(k)-1].String()] {
+			continue // inside an unknown table: the table is the problem
+		}
 		ps.add(k.String(), "unknown key%s", suggest(k))
 	}
 	cfg.resolvePaths()
@@ -180,6 +178,31 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, err
 	}
 	return &cfg, nil
+}
+
+// typeErrRE matches the errors toml gives for a value of the wrong type,
+// which are not ParseErrors.
+var typeErrRE = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): incompatible types: TOML value has type (\w+); destination has type (\w+)`)
+
+// decodeProblem turns an error of toml.Decode into a Problem with the line
+// and key where toml gives them.
+func decodeProblem(path string, err error) Problem {
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		return Problem{File: path, Line: pe.Position.Line, Key: pe.LastKey, Msg: pe.Message}
+	}
+	if m := typeErrRE.FindStringSubmatch(err.Error()); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		return Problem{File: path, Line: line, Key: m[2], Msg: fmt.Sprintf("wrong type: want %s, got %s (incompatible types)", article(m[4]), article(m[3]))}
+	}
+	return Problem{File: path, Msg: err.Error()}
+}
+
+func article(typ string) string {
+	if strings.ContainsRune("aeiou", rune(typ[0])) {
+		return "an " + typ
+	}
+	return "a " + typ
 }
 
 func readConfigFile(path string) ([]byte, error) {
@@ -351,19 +374,19 @@ func resolveBinary(p string) (string, error) {
 	if !strings.Contains(p, "/") {
 		found, err := exec.LookPath(p)
 		if err != nil {
-			return "", fmt.Errorf("Envoy binary %q not found in PATH (%s)", p, os.Getenv("PATH"))
+			return "", fmt.Errorf("envoy binary %q not found in PATH (%s)", p, os.Getenv("PATH"))
 		}
 		p = found
 	}
 	fi, err := os.Stat(p)
 	if err != nil {
-		return "", fmt.Errorf("Envoy binary %w", err)
+		return "", fmt.Errorf("envoy binary %w", err)
 	}
 	if fi.IsDir() {
-		return "", fmt.Errorf("Envoy binary %s is a directory", p)
+		return "", fmt.Errorf("envoy binary %s is a directory", p)
 	}
 	if err := unix.Access(p, unix.X_OK); err != nil {
-		return "", fmt.Errorf("Envoy binary %s is not executable: %w", p, err)
+		return "", fmt.Errorf("envoy binary %s is not executable: %w", p, err)
 	}
 	return p, nil
 }

@@ -2,6 +2,7 @@ package service
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 )
 
@@ -51,10 +52,16 @@ func (ps *problems) add(key, format string, args ...any) {
 	ps.list = append(ps.list, Problem{File: ps.file, Line: ps.lines.line(key), Key: key, Msg: fmt.Sprintf(format, args...)})
 }
 
+// err returns the problems in the order of their lines (those without a
+// line last), or nil.
 func (ps *problems) err() error {
 	if len(ps.list) == 0 {
 		return nil
 	}
+	sort.SliceStable(ps.list, func(i, j int) bool {
+		li, lj := ps.list[i].Line, ps.list[j].Line
+		return li != 0 && (lj == 0 || li < lj)
+	})
 	return &ConfigError{Problems: ps.list}
 }
 
@@ -66,8 +73,17 @@ type keyLines []string
 func (kl keyLines) line(dotted string) int {
 	table, key, ok := strings.Cut(dotted, ".")
 	if !ok {
+		// A table of that name, else a key before any table.
+		if n := kl.lookup(dotted, ""); n > 0 {
+			return n
+		}
 		table, key = "", dotted
 	}
+	return kl.lookup(table, key)
+}
+
+// lookup finds `key =` in [table], or the [table] header when key is "".
+func (kl keyLines) lookup(table, key string) int {
 	current := ""
 	for i, raw := range kl {
 		l := strings.TrimSpace(raw)
