@@ -24,7 +24,6 @@ type liveEnvoy struct {
 	upstream *testenvoy.Upstream
 	cancel   context.CancelFunc
 	done     chan error
-	started  time.Time
 }
 
 type agentOptions struct {
@@ -103,13 +102,13 @@ func (le *liveEnvoy) stopAsync(within time.Duration) <-chan *stopResult {
 }
 
 // stop is stopAsync, waited for.
-func (le *liveEnvoy) stop(t *testing.T, within time.Duration) (error, time.Duration) {
+func (le *liveEnvoy) stop(t *testing.T, within time.Duration) (time.Duration, error) {
 	t.Helper()
 	r := <-le.stopAsync(within)
 	if r == nil {
 		t.Fatalf("agent did not return within %s of the stop", within)
 	}
-	return r.err, r.took
+	return r.took, r.err
 }
 
 type testWriter struct{ t *testing.T }
@@ -207,7 +206,7 @@ func TestDrainLetsInFlightRequestFinishAndEndsAtZero(t *testing.T) {
 func TestDrainWaitsMinDrainDurationWithNoConnections(t *testing.T) {
 	t.Parallel()
 	le := startAgent(t, agentOptions{termination: 20 * time.Second, minDrain: 1500 * time.Millisecond, exitOnZero: true})
-	err, took := le.stop(t, 30*time.Second)
+	took, err := le.stop(t, 30*time.Second)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -219,7 +218,7 @@ func TestDrainWaitsMinDrainDurationWithNoConnections(t *testing.T) {
 func TestDrainWaitsTerminationDrainDurationWithoutExitOnZero(t *testing.T) {
 	t.Parallel()
 	le := startAgent(t, agentOptions{termination: 2500 * time.Millisecond, minDrain: 500 * time.Millisecond})
-	err, took := le.stop(t, 30*time.Second)
+	took, err := le.stop(t, 30*time.Second)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -233,7 +232,7 @@ func TestDrainNeverWaitsPastTerminationDrainDuration(t *testing.T) {
 	le := startAgent(t, agentOptions{termination: 2 * time.Second, minDrain: 500 * time.Millisecond, exitOnZero: true})
 	req := slowRequest(le, 20*time.Second)
 	waitActive(t, le, 1)
-	err, took := le.stop(t, 30*time.Second)
+	took, err := le.stop(t, 30*time.Second)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -297,7 +296,7 @@ func TestDisableDrainingThenStopSkipsTheDrain(t *testing.T) {
 	le := startAgent(t, agentOptions{termination: 20 * time.Second, minDrain: 20 * time.Second})
 	pid := le.proxy.Pid()
 	le.agent.DisableDraining()
-	err, took := le.stop(t, 30*time.Second)
+	took, err := le.stop(t, 30*time.Second)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -322,7 +321,7 @@ func TestDrainNowKeepsListenersOpenAndStopIsImmediate(t *testing.T) {
 	if r, err := testenvoy.Get(testenvoy.URL(le.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
 		t.Fatalf("after DrainNow the listener answers %d, %v; want 200", r.Code, err)
 	}
-	err, took := le.stop(t, 30*time.Second)
+	took, err := le.stop(t, 30*time.Second)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -338,7 +337,7 @@ func TestDisableDrainingCutsADrainShort(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 		le.agent.DisableDraining() // the second SIGTERM
 	}()
-	err, took := le.stop(t, 30*time.Second)
+	took, err := le.stop(t, 30*time.Second)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}

@@ -142,7 +142,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 		go runWatchdog(serveCtx, wd, s.watchdogAlive, s.notify.Watchdog)
 	}
 
-	if err := s.waitLive(ctx, started, runErr, stopAgent); err != nil {
+	if live, err := s.waitLive(ctx, started, runErr, stopAgent); !live {
 		return err
 	}
 	done := ctx.Done()
@@ -170,9 +170,9 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 }
 
 // waitLive polls Envoy's /ready until it answers 200 LIVE, then sends
-// READY=1. It returns an error when Envoy exits, is not LIVE in time, or a
-// stop comes first (nil then, once Envoy is gone).
-func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-chan error, stopAgent context.CancelFunc) error {
+// READY=1 and returns true. Otherwise Envoy is gone when it returns: it
+// exited or was not LIVE in time (an error), or a stop came first (nil).
+func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-chan error, stopAgent context.CancelFunc) (live bool, err error) {
 	deadline := time.NewTimer(s.cfg.Agent.StartTimeout.D())
 	defer deadline.Stop()
 	poll := readyPollMin
@@ -184,27 +184,27 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 		case err := <-runErr:
 			var ee *envoy.ExitError
 			if errors.As(err, &ee) {
-				return &StartError{Reason: fmt.Sprintf("envoy exited before it was LIVE: %v", ee.Err), LastLines: ee.LastLines}
+				return false, &StartError{Reason: fmt.Sprintf("envoy exited before it was LIVE: %v", ee.Err), LastLines: ee.LastLines}
 			}
 			if err == nil {
 				err = errors.New("envoy exited before it was LIVE")
 			}
-			return err
+			return false, err
 		case <-deadline.C:
 			s.log.Errorf("envoy was not LIVE within start_timeout %s (state %s); stopping it", s.cfg.Agent.StartTimeout.D(), state)
 			lines := s.proxy.LastLines()
 			s.agent.DisableDraining()
 			stopAgent()
 			<-runErr
-			return &StartError{Reason: fmt.Sprintf("envoy was not LIVE within start_timeout %s (its state: %s)", s.cfg.Agent.StartTimeout.D(), state), LastLines: lines}
+			return false, &StartError{Reason: fmt.Sprintf("envoy was not LIVE within start_timeout %s (its state: %s)", s.cfg.Agent.StartTimeout.D(), state), LastLines: lines}
 		case <-ctx.Done():
-			return s.abortStart("the agent's context ended", runErr, stopAgent)
+			return false, s.abortStart("the agent's context ended", runErr, stopAgent)
 		case sig := <-s.sigs:
 			if sig == syscall.SIGHUP {
 				s.log.Warnf("SIGHUP during start-up: ignored")
 				continue
 			}
-			return s.abortStart(sig.String(), runErr, stopAgent)
+			return false, s.abortStart(sig.String(), runErr, stopAgent)
 		case <-timer.C:
 		}
 		pollCtx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -217,7 +217,7 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 				s.setLive(true)
 				s.log.Infof("envoy is LIVE after %s", took.Round(time.Millisecond))
 				s.notify.Ready(s.liveStatus())
-				return nil
+				return true, nil
 			}
 			if r.State != state {
 				state = r.State

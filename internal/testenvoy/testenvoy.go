@@ -92,7 +92,8 @@ type BootstrapOptions struct {
 	ResponseHeader string
 }
 
-var bootstrapTmpl = template.Must(template.New("bootstrap").Parse(`admin:
+var bootstrapTmpl = template.Must(template.New("bootstrap").Parse(`node: { id: envoy-agent-test, cluster: envoy-agent-test }
+admin:
   address:
     socket_address: { address: {{.AdminAddress}}, port_value: {{.Admin}} }
 {{- if .InitDelay}}
@@ -263,8 +264,8 @@ func (ns *NotifySocket) Messages() []Message {
 	return append([]Message(nil), ns.msgs...)
 }
 
-// WaitFor waits up to timeout for a datagram that has the assignment kv
-// (such as "READY=1") or, when kv ends in "=", any value of that key.
+// WaitFor waits up to timeout for a datagram with a line that starts with
+// kv ("READY=1", "EXTEND_TIMEOUT_USEC=", "STATUS=draining").
 func (ns *NotifySocket) WaitFor(t testing.TB, kv string, timeout time.Duration) Message {
 	t.Helper()
 	deadline := time.After(timeout)
@@ -286,11 +287,10 @@ func (ns *NotifySocket) WaitFor(t testing.TB, kv string, timeout time.Duration) 
 	}
 }
 
-// HasAssignment reports whether a datagram has the line kv, or a line
-// starting with kv when kv ends in "=".
+// HasAssignment reports whether a datagram has a line starting with kv.
 func HasAssignment(text, kv string) bool {
 	for _, line := range strings.Split(text, "\n") {
-		if line == kv || (strings.HasSuffix(kv, "=") && strings.HasPrefix(line, kv)) {
+		if strings.HasPrefix(line, kv) {
 			return true
 		}
 	}

@@ -1,0 +1,506 @@
+package main
+
+// End-to-end tests: the envoy-agent binary, built once, runs a real Envoy
+// with a real unix datagram socket as NOTIFY_SOCKET.
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+)
+
+var agentBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "envoy-agent-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	agentBin = filepath.Join(dir, "envoy-agent")
+	build := exec.Command("go", "build", "-o", agentBin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build envoy-agent:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type procOptions struct {
+	envoy, agent  map[string]string // TOML values for [envoy] and [agent], over the defaults
+	bootstrap     testenvoy.BootstrapOptions
+	watchdogUsec  int
+	noWaitReady   bool
+	configText    string // the whole TOML file instead, when set
+	bootstrapFile string // an existing bootstrap instead, when set
+}
+
+type agentProc struct {
+	t        *testing.T
+	cmd      *exec.Cmd
+	ns       *testenvoy.NotifySocket
+	ports    testenvoy.Ports
+	upstream *testenvoy.Upstream
+	dir      string
+	config   string
+	stderr   *syncBuffer
+	started  time.Time
+	done     chan struct{}
+	exitCode int
+	envoyPid int
+}
+
+func startAgent(t *testing.T, o procOptions) *agentProc {
+	t.Helper()
+	up := testenvoy.NewUpstream(t)
+	ports := testenvoy.NewPorts(t)
+	ports.Upstream = up.Port
+	dir := t.TempDir()
+	bo := o.bootstrap
+	bo.Ports = ports
+	bootstrap := o.bootstrapFile
+	if bootstrap == "" {
+		bootstrap = testenvoy.WriteBootstrap(t, dir, "envoy.yaml", bo)
+	}
+	text := o.configText
+	if text == "" {
+		envoyKeys := map[string]string{
+			"binary_path": strconv.Quote(testenvoy.Binary(t)), "config_path": strconv.Quote(bootstrap),
+			"admin_port": strconv.Itoa(ports.Admin), "base_id": fmt.Sprint(testenvoy.BaseID()), "concurrency": "1",
+			"log_level": `"warning"`, "drain_duration": `"10s"`, "parent_shutdown_duration": `"15s"`,
+		}
+		agentKeys := map[string]string{
+			"status_port": strconv.Itoa(ports.Status), "prometheus_port": strconv.Itoa(ports.Prometheus),
+			"termination_drain_duration": `"10s"`, "min_drain_duration": `"1s"`, "run_dir": `"run"`,
+		}
+		maps.Copy(envoyKeys, o.envoy)
+		maps.Copy(agentKeys, o.agent)
+		text = "[envoy]\n" + tomlLines(envoyKeys) + "\n[agent]\n" + tomlLines(agentKeys)
+	}
+	config := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := &agentProc{t: t, ports: ports, upstream: up, dir: dir, config: config, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p.ns = testenvoy.NewNotifySocket(t)
+	p.cmd = exec.Command(agentBin, "run", "--config", config)
+	p.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+p.ns.Path)
+	if o.watchdogUsec > 0 {
+		p.cmd.Env = append(p.cmd.Env, "WATCHDOG_USEC="+strconv.Itoa(o.watchdogUsec))
+	}
+	p.cmd.Stderr = p.stderr
+	p.started = time.Now()
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.exitCode = p.cmd.ProcessState.ExitCode()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		if p.envoyPid > 0 {
+			_ = syscall.Kill(p.envoyPid, syscall.SIGCONT)
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+		if p.envoyPid > 0 && !testenvoy.Eventually(5*time.Second, func() bool { return !testenvoy.Alive(p.envoyPid) }) {
+			t.Errorf("envoy pid %d outlived the test's agent", p.envoyPid)
+		}
+		if t.Failed() {
+			t.Logf("agent stderr:\n%s", p.stderr)
+		}
+	})
+	if !o.noWaitReady {
+		p.waitReady()
+	}
+	return p
+}
+
+func tomlLines(kv map[string]string) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(kv)) {
+		fmt.Fprintf(&b, "%s = %s\n", k, kv[k])
+	}
+	return b.String()
+}
+
+var pidRE = regexp.MustCompile(`Envoy pid (\d+)`)
+
+// waitReady waits for READY=1 and learns Envoy's pid from its STATUS.
+func (p *agentProc) waitReady() testenvoy.Message {
+	p.t.Helper()
+	m := p.ns.WaitFor(p.t, "READY=1", 30*time.Second)
+	if sm := pidRE.FindStringSubmatch(m.Text); sm != nil {
+		p.envoyPid, _ = strconv.Atoi(sm[1])
+	}
+	if p.envoyPid == 0 {
+		p.t.Fatalf("READY datagram %q names no Envoy pid", m.Text)
+	}
+	return m
+}
+
+// wait waits for the agent to exit and returns its exit code and how long
+// after since it exited.
+func (p *agentProc) wait(since time.Time, within time.Duration) (int, time.Duration) {
+	p.t.Helper()
+	select {
+	case <-p.done:
+		return p.exitCode, time.Since(since)
+	case <-time.After(within):
+		p.t.Fatalf("agent still running %s later", within)
+		return 0, 0
+	}
+}
+
+func (p *agentProc) signal(sig syscall.Signal) time.Time {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatalf("signal agent: %v", err)
+	}
+	return time.Now()
+}
+
+func (p *agentProc) post(path string) int {
+	p.t.Helper()
+	resp, err := http.Post(testenvoy.URL(p.ports.Status, path), "", nil)
+	if err != nil {
+		p.t.Fatalf("POST %s: %v", path, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (p *agentProc) healthz() int {
+	r, err := testenvoy.Get(testenvoy.URL(p.ports.Status, "/healthz/ready"), 5*time.Second)
+	if err != nil {
+		return 0
+	}
+	return r.Code
+}
+
+func TestReadyOnlyAfterEnvoyIsLive(t *testing.T) {
+	t.Parallel()
+	// Envoy stays INITIALIZING for 2s: CDS from an xDS server that is not there.
+	p := startAgent(t, procOptions{bootstrap: testenvoy.BootstrapOptions{InitDelay: 2 * time.Second}, noWaitReady: true})
+	var last503, first200 time.Time
+	stop := make(chan struct{})
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r, err := testenvoy.Get(testenvoy.URL(p.ports.Admin, "/ready"), time.Second)
+			now := time.Now()
+			if err == nil && r.Code == 503 {
+				last503 = now
+			}
+			if err == nil && r.Code == 200 && first200.IsZero() {
+				first200 = now
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	ready := p.waitReady()
+	if r, err := testenvoy.Get(testenvoy.URL(p.ports.Admin, "/ready"), time.Second); err != nil || r.Code != 200 || r.Body != "LIVE\n" {
+		t.Errorf("right after READY=1 Envoy's /ready = %+v, %v; want 200 LIVE", r, err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	close(stop)
+	<-polled
+	if last503.IsZero() {
+		t.Fatalf("the test never saw Envoy INITIALIZING; the init delay did not work")
+	}
+	if !ready.At.After(last503) {
+		t.Errorf("READY=1 at %s came before Envoy's /ready last said 503 at %s", ready.At.Format(time.StampMicro), last503.Format(time.StampMicro))
+	}
+	if lag := ready.At.Sub(first200); lag > 250*time.Millisecond {
+		t.Errorf("READY=1 came %s after Envoy's /ready first said 200; want within a poll interval", lag)
+	}
+	if d := ready.At.Sub(p.started); d < 1500*time.Millisecond {
+		t.Errorf("READY=1 after %s, before the 2s initialisation could end", d)
+	}
+	// STATUS= told what Envoy was doing meanwhile.
+	var statuses []string
+	for _, m := range p.ns.Messages() {
+		for _, l := range strings.Split(m.Text, "\n") {
+			if s, ok := strings.CutPrefix(l, "STATUS="); ok {
+				statuses = append(statuses, s)
+			}
+		}
+	}
+	joined := strings.Join(statuses, " | ")
+	for _, want := range []string{"starting Envoy", "to be LIVE: PRE_INITIALIZING", "live: Envoy pid"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("STATUS lines %q lack %q", joined, want)
+		}
+	}
+	if code := p.healthz(); code != 200 {
+		t.Errorf("/healthz/ready = %d while live, want 200", code)
+	}
+}
+
+func TestWatchdogFollowsEnvoy(t *testing.T) {
+	t.Parallel()
+	p := startAgent(t, procOptions{watchdogUsec: 1_000_000})
+	time.Sleep(2 * time.Second)
+	now := time.Now()
+	n := p.ns.Count("WATCHDOG=1", now.Add(-2*time.Second), now)
+	if n < 3 || n > 6 {
+		t.Fatalf("%d WATCHDOG=1 in 2s with WatchdogSec=1s; want about 4 (every 500ms)", n)
+	}
+	if err := syscall.Kill(p.envoyPid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	frozen := time.Now()
+	time.Sleep(3 * time.Second)
+	if n := p.ns.Count("WATCHDOG=1", frozen.Add(1100*time.Millisecond), time.Now()); n != 0 {
+		t.Fatalf("%d WATCHDOG=1 while Envoy was frozen", n)
+	}
+	if code := p.healthz(); code == 200 {
+		t.Errorf("/healthz/ready = 200 while Envoy is frozen")
+	}
+	if err := syscall.Kill(p.envoyPid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	thawed := time.Now()
+	time.Sleep(2 * time.Second)
+	if n := p.ns.Count("WATCHDOG=1", thawed, time.Now()); n < 2 {
+		t.Fatalf("%d WATCHDOG=1 in 2s after Envoy was thawed; want the pings back", n)
+	}
+}
+
+func TestStopDrainsWithRequestInFlight(t *testing.T) {
+	t.Parallel()
+	p := startAgent(t, procOptions{agent: map[string]string{"exit_on_zero_active_connections": "true", "min_drain_duration": `"1s"`, "termination_drain_duration": `"15s"`}})
+	type res struct {
+		r   testenvoy.Response
+		err error
+	}
+	reqDone := make(chan res, 1)
+	go func() {
+		r, err := testenvoy.Get(testenvoy.URL(p.ports.Listener, "/slow?d=2s"), 30*time.Second)
+		reqDone <- res{r, err}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	sent := p.signal(syscall.SIGTERM)
+	p.ns.WaitFor(t, "STOPPING=1", 2*time.Second)
+	p.ns.WaitFor(t, "EXTEND_TIMEOUT_USEC=", 3*time.Second)
+	m := p.ns.WaitFor(t, "STATUS=", 3*time.Second)
+	_ = m
+	if !testenvoy.Eventually(3*time.Second, func() bool {
+		for _, m := range p.ns.Messages() {
+			if strings.Contains(m.Text, "STATUS=draining: 1 active connections") {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Errorf("no STATUS=draining with the connection count: %v", p.ns.Messages())
+	}
+	if code := p.healthz(); code != 503 {
+		t.Errorf("/healthz/ready = %d while draining, want 503", code)
+	}
+	if r, err := testenvoy.Get(testenvoy.URL(p.ports.Admin, "/ready"), time.Second); err != nil || r.Body != "DRAINING\n" {
+		t.Errorf("Envoy's /ready = %+v, %v during the drain; want DRAINING (health checks failed)", r, err)
+	}
+	r := <-reqDone
+	if r.err != nil || r.r.Code != 200 || r.r.Body != "slow ok\n" {
+		t.Fatalf("the in-flight request: %+v, %v; want 200", r.r, r.err)
+	}
+	code, took := p.wait(sent, 20*time.Second)
+	if code != 0 {
+		t.Fatalf("agent exited %d after a drain, want 0", code)
+	}
+	if took < 1500*time.Millisecond || took > 10*time.Second {
+		t.Errorf("the stop took %s; want about the 2s the request needed", took)
+	}
+	if !testenvoy.Eventually(2*time.Second, func() bool { return !testenvoy.Alive(p.envoyPid) }) {
+		t.Errorf("envoy still alive after the agent exited")
+	}
+	for _, want := range []string{"draining envoy", "drain ended", "no active connections left"} {
+		if !strings.Contains(p.stderr.String(), want) {
+			t.Errorf("the log lacks %q", want)
+		}
+	}
+}
+
+func TestSecondSigtermEndsTheDrain(t *testing.T) {
+	t.Parallel()
+	p := startAgent(t, procOptions{agent: map[string]string{"min_drain_duration": `"20s"`, "termination_drain_duration": `"20s"`}})
+	sent := p.signal(syscall.SIGTERM)
+	p.ns.WaitFor(t, "STOPPING=1", 2*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	p.signal(syscall.SIGTERM)
+	code, took := p.wait(sent, 10*time.Second)
+	if code != 0 || took > 4*time.Second {
+		t.Fatalf("exit %d after %s; want 0 soon after the second SIGTERM", code, took)
+	}
+}
+
+func TestEnvoyKilledAgentExitsNonZero(t *testing.T) {
+	t.Parallel()
+	p := startAgent(t, procOptions{})
+	killed := time.Now()
+	if err := syscall.Kill(p.envoyPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	code, took := p.wait(killed, 10*time.Second)
+	if code != 1 {
+		t.Fatalf("agent exited %d when Envoy was killed, want 1", code)
+	}
+	if took > time.Second {
+		t.Errorf("agent exited %s after Envoy died; want promptly", took)
+	}
+	if s := p.stderr.String(); !strings.Contains(s, "signal: killed") || !strings.Contains(s, "SIGKILL") {
+		t.Errorf("stderr does not say Envoy was killed:\n%s", s)
+	}
+}
+
+func TestQuitquitquitExitsWithoutDrain(t *testing.T) {
+	t.Parallel()
+	p := startAgent(t, procOptions{agent: map[string]string{"min_drain_duration": `"20s"`, "termination_drain_duration": `"20s"`}})
+	if r, err := testenvoy.Get(testenvoy.URL(p.ports.Status, "/quitquitquit"), time.Second); err != nil || r.Code != 405 {
+		t.Fatalf("GET /quitquitquit = %+v, %v; want 405", r, err)
+	}
+	sent := time.Now()
+	if code := p.post("/quitquitquit"); code != 200 {
+		t.Fatalf("POST /quitquitquit = %d", code)
+	}
+	code, took := p.wait(sent, 10*time.Second)
+	if code != 0 || took > 3*time.Second {
+		t.Fatalf("exit %d after %s; want 0 at once", code, took)
+	}
+}
+
+func TestDrainThenSigtermExitsAtOnce(t *testing.T) {
+	t.Parallel()
+	p := startAgent(t, procOptions{agent: map[string]string{"min_drain_duration": `"20s"`, "termination_drain_duration": `"20s"`}})
+	if code := p.post("/drain"); code != 200 {
+		t.Fatalf("POST /drain = %d", code)
+	}
+	if code := p.healthz(); code != 503 {
+		t.Errorf("/healthz/ready = %d after /drain, want 503", code)
+	}
+	if r, err := testenvoy.Get(testenvoy.URL(p.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
+		t.Errorf("the listener after /drain: %+v, %v; want it still serving", r, err)
+	}
+	sent := p.signal(syscall.SIGTERM)
+	code, took := p.wait(sent, 10*time.Second)
+	if code != 0 || took > 3*time.Second {
+		t.Fatalf("exit %d after %s; want 0 at once", code, took)
+	}
+}
+
+func TestSigkillOfAgentLeavesNoEnvoy(t *testing.T) {
+	t.Parallel()
+	p := startAgent(t, procOptions{})
+	p.signal(syscall.SIGKILL)
+	<-p.done
+	if !testenvoy.Eventually(3*time.Second, func() bool { return !testenvoy.Alive(p.envoyPid) }) {
+		t.Fatalf("envoy pid %d survived a SIGKILL of its agent", p.envoyPid)
+	}
+}
+
+func TestSigtermBeforeReadyStopsQuickly(t *testing.T) {
+	t.Parallel()
+	p := startAgent(t, procOptions{bootstrap: testenvoy.BootstrapOptions{InitDelay: 10 * time.Second}, noWaitReady: true})
+	p.ns.WaitFor(t, "STATUS=waiting for Envoy", 10*time.Second)
+	sent := p.signal(syscall.SIGTERM)
+	code, took := p.wait(sent, 10*time.Second)
+	if code != 0 || took > 3*time.Second {
+		t.Fatalf("exit %d after %s; want 0 at once", code, took)
+	}
+	assertNoEnvoyFor(t, p.dir)
+}
+
+func TestStartTimeout(t *testing.T) {
+	t.Parallel()
+	p := startAgent(t, procOptions{bootstrap: testenvoy.BootstrapOptions{InitDelay: 10 * time.Second}, agent: map[string]string{"start_timeout": `"1s"`}, noWaitReady: true})
+	code, took := p.wait(p.started, 15*time.Second)
+	if code != 1 || took > 8*time.Second {
+		t.Fatalf("exit %d after %s; want 1 soon after the 1s start timeout", code, took)
+	}
+	if !strings.Contains(p.stderr.String(), "was not LIVE within start_timeout 1s (its state: PRE_INITIALIZING)") {
+		t.Errorf("stderr lacks the reason:\n%s", p.stderr)
+	}
+	assertNoEnvoyFor(t, p.dir)
+}
+
+func TestMetricsMergeEnvoyAndAgent(t *testing.T) {
+	t.Parallel()
+	p := startAgent(t, procOptions{})
+	r, err := testenvoy.Get(testenvoy.URL(p.ports.Prometheus, "/stats/prometheus"), 5*time.Second)
+	if err != nil || r.Code != 200 {
+		t.Fatalf("GET /stats/prometheus: %+v %v", r.Code, err)
+	}
+	for _, want := range []string{"\nenvoy_server_live{} 1", "\nenvoy_agent_envoy_live 1", "\nenvoy_agent_start_seconds ", "\nprocess_resident_memory_bytes "} {
+		if !strings.Contains(r.Body, want) {
+			t.Errorf("metrics lack %q", strings.TrimSpace(want))
+		}
+	}
+}
+
+// assertNoEnvoyFor fails when a process runs with a command line naming
+// something in dir (the test's bootstrap).
+func assertNoEnvoyFor(t *testing.T, dir string) {
+	t.Helper()
+	if !testenvoy.Eventually(3*time.Second, func() bool { return len(processesMentioning(dir)) == 0 }) {
+		t.Fatalf("processes left running for %s: %v", dir, processesMentioning(dir))
+	}
+}
+
+func processesMentioning(s string) []string {
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte(s)) && testenvoy.Alive(pid) {
+			out = append(out, strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return out
+}
