@@ -41,8 +41,13 @@ type Envoy struct {
 	runDirErr  error
 	ownRunDir  bool
 
-	mu  sync.Mutex
-	cur *process // the serving epoch
+	mu       sync.Mutex
+	cur      *process              // the serving epoch
+	procs    map[*process]struct{} // every epoch not yet reaped
+	closed   bool                  // Run is stopping Envoy: no new epochs
+	switched chan struct{}         // a hot restart changed cur
+
+	restartMu sync.Mutex // serializes hot restarts and the final stop
 }
 
 // NewProxy returns the Proxy for cfg. Its dynamic type is *Envoy.
@@ -51,9 +56,11 @@ func NewProxy(cfg ProxyConfig) Proxy { return NewEnvoy(cfg) }
 // NewEnvoy returns an Envoy for cfg.
 func NewEnvoy(cfg ProxyConfig) *Envoy {
 	return &Envoy{
-		cfg:   cfg,
-		log:   loggerOrNop(cfg.Logger),
-		admin: NewAdminClient(cfg.localHost(), int(cfg.AdminPort)),
+		cfg:      cfg,
+		log:      loggerOrNop(cfg.Logger),
+		admin:    NewAdminClient(cfg.localHost(), int(cfg.AdminPort)),
+		procs:    map[*process]struct{}{},
+		switched: make(chan struct{}, 1),
 	}
 }
 
@@ -108,55 +115,133 @@ func (e *Envoy) adminAddressPath(epoch int) string {
 	return filepath.Join(e.runDir, "admin-address-epoch-"+strconv.Itoa(epoch))
 }
 
-// Run starts epoch 0 and blocks until Envoy exits or abort says to stop it.
+// Run starts epoch 0 and blocks until the serving Envoy exits by itself, or
+// abort says to stop it. Epochs that a hot restart replaced exit on their
+// own (Envoy tells them to) and are reaped without ending Run.
 func (e *Envoy) Run(abort <-chan error) error {
 	if _, err := e.ensureRunDir(); err != nil {
 		return err
 	}
-	p, err := e.startEpoch(0)
+	p, err := e.startEpoch(e.config(), 0)
 	if err != nil {
 		return err
 	}
+	e.setServing(p)
 	addrErr := make(chan error, 1)
 	go func() { addrErr <- e.checkAdminAddress(p) }()
 
 	for {
+		p := e.serving()
 		select {
 		case err := <-abort:
-			e.stop(p)
+			e.stopAll()
 			return err
 		case err := <-addrErr:
 			if err != nil {
-				e.stop(p)
+				e.stopAll()
 				return err
 			}
 			addrErr = nil
+		case <-e.switched:
 		case <-p.done:
-			return p.exitError()
+			if p == e.serving() {
+				e.stopAll()
+				return p.exitError()
+			}
 		}
 	}
 }
 
-func (e *Envoy) startEpoch(epoch int) (*process, error) {
+func (e *Envoy) config() ProxyConfig {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cfg
+}
+
+func (e *Envoy) serving() *process {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cur
+}
+
+func (e *Envoy) setServing(p *process) {
+	e.mu.Lock()
+	e.cur = p
+	e.mu.Unlock()
+	select {
+	case e.switched <- struct{}{}:
+	default:
+	}
+}
+
+// startEpoch starts Envoy with cfg as the given epoch and tracks it until
+// it is reaped.
+func (e *Envoy) startEpoch(cfg ProxyConfig, epoch int) (*process, error) {
+	e.mu.Lock()
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		return nil, errors.New("envoy is being stopped")
+	}
 	path := e.adminAddressPath(epoch)
 	_ = os.Remove(path)
-	args := e.cfg.args(epoch, path)
-	stdout, stderr := e.cfg.Stdout, e.cfg.Stderr
+	args := cfg.args(epoch, path)
+	stdout, stderr := cfg.Stdout, cfg.Stderr
 	if stdout == nil {
 		stdout = os.Stdout
 	}
 	if stderr == nil {
 		stderr = os.Stderr
 	}
-	p, err := startProcess(e.cfg.BinaryPath, args, epoch, path, stdout, stderr)
+	p, err := startProcess(cfg.BinaryPath, args, epoch, path, stdout, stderr)
 	if err != nil {
 		return nil, err
 	}
-	e.log.Infof("started envoy epoch %d, pid %d: %s %s", epoch, p.pid, e.cfg.BinaryPath, strings.Join(args, " "))
+	e.log.Infof("started envoy epoch %d, pid %d: %s %s", epoch, p.pid, cfg.BinaryPath, strings.Join(args, " "))
 	e.mu.Lock()
-	e.cur = p
+	e.procs[p] = struct{}{}
 	e.mu.Unlock()
+	go func() {
+		<-p.done
+		e.mu.Lock()
+		delete(e.procs, p)
+		e.mu.Unlock()
+	}()
 	return p, nil
+}
+
+// stopAll stops every epoch: the serving one through its admin API (Envoy
+// then also ends its hot-restart parent), and whatever is left by signal.
+func (e *Envoy) stopAll() {
+	e.mu.Lock()
+	e.closed = true
+	cur := e.cur
+	var others []*process
+	for p := range e.procs {
+		if p != cur {
+			others = append(others, p)
+		}
+	}
+	e.mu.Unlock()
+	if cur != nil {
+		e.stop(cur)
+	}
+	for _, p := range others {
+		if !p.waitFor(time.Second) {
+			p.signalGroup(syscall.SIGTERM)
+			if !p.waitFor(e.quitGrace()) {
+				p.signalGroup(syscall.SIGKILL)
+				<-p.done
+			}
+		}
+	}
+}
+
+func (e *Envoy) quitGrace() time.Duration {
+	if e.cfg.QuitGrace <= 0 {
+		return DefaultQuitGrace
+	}
+	return e.cfg.QuitGrace
 }
 
 // stop ends p: POST /quitquitquit (Envoy flushes its logs and stats), SIGTERM
@@ -165,10 +250,7 @@ func (e *Envoy) stop(p *process) {
 	if p.exited() {
 		return
 	}
-	grace := e.cfg.QuitGrace
-	if grace <= 0 {
-		grace = DefaultQuitGrace
-	}
+	grace := e.quitGrace()
 	ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, grace))
 	err := e.admin.Quit(ctx)
 	cancel()
@@ -258,6 +340,19 @@ func (e *Envoy) Drain(skipExit bool) error {
 // Cleanup removes the bootstrap when ConfigCleanup is set and the run folder
 // the proxy made for itself.
 func (e *Envoy) Cleanup() {
+	e.mu.Lock()
+	alive := 0
+	for p := range e.procs {
+		if !p.exited() {
+			alive++
+		}
+	}
+	e.mu.Unlock()
+	if !e.cfg.DisableHotRestart && alive == 0 && e.serving() != nil {
+		if err := removeSharedMemory(e.cfg.BaseID); err != nil {
+			e.log.Warnf("remove envoy's shared memory: %v", err)
+		}
+	}
 	if e.cfg.ConfigCleanup && e.cfg.ConfigPath != "" {
 		if err := os.Remove(e.cfg.ConfigPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 			e.log.Warnf("remove envoy config: %v", err)

@@ -1,0 +1,242 @@
+package envoy
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// HotRestartVersion asks an Envoy binary for its hot-restart compatibility
+// string (--hot-restart-version). Two Envoys can hot restart into each
+// other only when theirs are equal.
+func HotRestartVersion(ctx context.Context, binary string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, "--hot-restart-version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --hot-restart-version: %w", binary, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// HotRestartError is a hot restart whose new epoch did not become LIVE. The
+// epoch that was serving still serves; Recovery says what was done to keep
+// its admin API.
+type HotRestartError struct {
+	Epoch     int
+	Err       error
+	LastLines []string // the failed epoch's last log lines
+	Recovery  string
+}
+
+func (e *HotRestartError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "epoch %d failed: %v", e.Epoch, e.Err)
+	if len(e.LastLines) > 0 {
+		b.WriteString(" (its last log line: " + strings.TrimSpace(e.LastLines[len(e.LastLines)-1]) + ")")
+	}
+	if e.Recovery != "" {
+		b.WriteString("; " + e.Recovery)
+	}
+	return b.String()
+}
+
+func (e *HotRestartError) Unwrap() error { return e.Err }
+
+// HotRestart starts the next epoch with cfg (same base id and admin port),
+// waits until it is LIVE and owns the admin API, and makes it the serving
+// epoch; the old one drains for its drain time and is told to exit by the
+// new one at the parent shutdown time. It returns the new epoch.
+//
+// When the new epoch fails, the old one keeps serving traffic, but Envoy
+// may have closed its admin listener already (the child takes the admin
+// over early in its start) and its shared memory is left marked as
+// "initializing", which refuses every later hot restart. HotRestart undoes
+// both: it clears the mark and, if the admin API is gone, hot restarts the
+// old configuration into the same epoch number, which takes the listening
+// sockets and the admin port over with no dropped connection.
+func (e *Envoy) HotRestart(ctx context.Context, cfg ProxyConfig) (int, error) {
+	e.restartMu.Lock()
+	defer e.restartMu.Unlock()
+	cur := e.config()
+	if cur.DisableHotRestart || cfg.DisableHotRestart {
+		return 0, errors.New("hot restart is disabled")
+	}
+	if cfg.BaseID != cur.BaseID || cfg.AdminPort != cur.AdminPort {
+		return 0, errors.New("base id and admin port cannot change in a hot restart")
+	}
+	old := e.serving()
+	if old == nil || old.exited() {
+		return 0, errors.New("no serving envoy to hot restart")
+	}
+	next := old.epoch + 1
+	p, err := e.startEpoch(cfg, next)
+	if err != nil {
+		return 0, err
+	}
+	if err := e.waitEpochLive(ctx, p, cfg); err != nil {
+		lines := p.tail.Lines()
+		e.abandon(p)
+		return 0, &HotRestartError{Epoch: next, Err: err, LastLines: lines, Recovery: e.recover(ctx, old, next)}
+	}
+	e.mu.Lock()
+	e.cfg = cfg
+	e.mu.Unlock()
+	e.setServing(p)
+	e.log.Infof("envoy epoch %d (pid %d) is LIVE; epoch %d (pid %d) drains and exits", next, p.pid, old.epoch, old.pid)
+	return next, nil
+}
+
+// waitEpochLive waits until epoch p answers on the admin port as LIVE.
+func (e *Envoy) waitEpochLive(ctx context.Context, p *process, cfg ProxyConfig) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	checked := false
+	for {
+		select {
+		case <-p.done:
+			return fmt.Errorf("it exited while starting: %s", exitText(p.waitErr))
+		case <-ctx.Done():
+			return fmt.Errorf("it was not LIVE in time: %w", ctx.Err())
+		case <-tick.C:
+		}
+		if !checked {
+			b, err := os.ReadFile(p.adminAddressPath)
+			if err != nil || len(strings.TrimSpace(string(b))) == 0 {
+				continue
+			}
+			if err := checkAdminAddress(strings.TrimSpace(string(b)), cfg.AdminPort, cfg.AllowRemoteAdmin); err != nil {
+				return err
+			}
+			checked = true
+		}
+		pollCtx, cancel := context.WithTimeout(ctx, time.Second)
+		si, err := e.admin.ServerInfo(pollCtx)
+		cancel()
+		if err == nil && si.CommandLineOptions.RestartEpoch == p.epoch && si.State == "LIVE" {
+			return nil
+		}
+	}
+}
+
+func exitText(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
+}
+
+// abandon kills an epoch that never became the serving one. SIGKILL, not
+// SIGTERM: an Envoy that shuts down cleanly tells its hot-restart parent to
+// terminate too, and that parent is the one serving.
+func (e *Envoy) abandon(p *process) {
+	p.signalGroup(syscall.SIGKILL)
+	<-p.done
+}
+
+// recover restores what a failed epoch took from the serving one; it
+// returns a sentence for the operator.
+func (e *Envoy) recover(ctx context.Context, old *process, epoch int) string {
+	if old.exited() {
+		return "the serving epoch has exited too"
+	}
+	cfg := e.config()
+	cleared, err := clearInitializingFlag(cfg.BaseID)
+	if err != nil {
+		e.log.Warnf("hot restart: %v", err)
+	}
+	pollCtx, cancel := context.WithTimeout(ctx, time.Second)
+	si, adminErr := e.admin.ServerInfo(pollCtx)
+	cancel()
+	if adminErr == nil && si.CommandLineOptions.RestartEpoch == old.epoch {
+		if err != nil {
+			return fmt.Sprintf("epoch %d keeps serving, but later hot restarts may be refused: %v", old.epoch, err)
+		}
+		return fmt.Sprintf("epoch %d keeps serving with its admin API", old.epoch)
+	}
+	if !cleared && err != nil {
+		return fmt.Sprintf("epoch %d keeps serving traffic but lost its admin API, and it cannot be restored: %v", old.epoch, err)
+	}
+	e.log.Warnf("envoy epoch %d lost its admin listener to the failed epoch; restoring it by hot restarting the serving configuration as epoch %d", old.epoch, epoch)
+	p, err := e.startEpoch(cfg, epoch)
+	if err == nil {
+		if err = e.waitEpochLive(ctx, p, cfg); err == nil {
+			e.setServing(p)
+			return fmt.Sprintf("the serving configuration was restored as epoch %d (pid %d), with its admin API", epoch, p.pid)
+		}
+		e.abandon(p)
+		_, _ = clearInitializingFlag(cfg.BaseID)
+	}
+	return fmt.Sprintf("epoch %d keeps serving traffic but lost its admin API (restoring it failed: %v)", old.epoch, err)
+}
+
+// The shared memory Envoy's hot restart keeps, for HOT_RESTART_VERSION 11:
+// size and version words first, flags last.
+const (
+	shmVersion         = 11
+	shmFlagInitialzing = 1
+)
+
+// shmPath is Envoy's hot-restart shared memory for a base id (Envoy
+// multiplies the base id by 10).
+func shmPath(baseID uint32) string {
+	return "/dev/shm/envoy_shared_memory_" + strconv.FormatUint(uint64(baseID)*10, 10)
+}
+
+// clearInitializingFlag clears the "initializing" flag that an epoch which
+// died during its start leaves in the shared memory (Envoy clears it only
+// once a new epoch has taken the listeners over). It touches only a region
+// whose size and version words are those it knows. It reports whether the
+// flag was set.
+func clearInitializingFlag(baseID uint32) (bool, error) {
+	path := shmPath(baseID)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return false, fmt.Errorf("open hot-restart shared memory: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("hot-restart shared memory: %w", err)
+	}
+	size := fi.Size()
+	head := make([]byte, 16)
+	if _, err := f.ReadAt(head, 0); err != nil {
+		return false, fmt.Errorf("read hot-restart shared memory: %w", err)
+	}
+	if got := binary.LittleEndian.Uint64(head); int64(got) != size || size < 24 {
+		return false, fmt.Errorf("%s: size word %d does not match the file size %d; not touching it", path, got, size)
+	}
+	if v := binary.LittleEndian.Uint64(head[8:]); v != shmVersion {
+		return false, fmt.Errorf("%s: hot-restart version %d, not %d; not touching it", path, v, shmVersion)
+	}
+	flags := make([]byte, 8)
+	if _, err := f.ReadAt(flags, size-8); err != nil {
+		return false, fmt.Errorf("read hot-restart flags: %w", err)
+	}
+	v := binary.LittleEndian.Uint64(flags)
+	if v&shmFlagInitialzing == 0 {
+		return false, nil
+	}
+	binary.LittleEndian.PutUint64(flags, v&^shmFlagInitialzing)
+	if _, err := f.WriteAt(flags, size-8); err != nil {
+		return false, fmt.Errorf("clear hot-restart flag: %w", err)
+	}
+	return true, nil
+}
+
+// removeSharedMemory removes the hot-restart shared memory once no epoch is
+// left (Envoy leaves it behind).
+func removeSharedMemory(baseID uint32) error {
+	if err := os.Remove(shmPath(baseID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
