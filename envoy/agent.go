@@ -53,6 +53,23 @@ type Agent struct {
 
 	pollInterval time.Duration
 	onProgress   func(DrainProgress)
+	settingsMu   sync.Mutex // guards the three drain settings after NewAgent
+}
+
+// SetDrainSettings changes the drain settings NewAgent took, for the next
+// stop (a configuration reload).
+func (a *Agent) SetDrainSettings(terminationDrainDuration, minDrainDuration time.Duration, exitOnZeroActiveConnections bool) {
+	a.settingsMu.Lock()
+	defer a.settingsMu.Unlock()
+	a.terminationDrainDuration = terminationDrainDuration
+	a.minDrainDuration = minDrainDuration
+	a.exitOnZeroActiveConnections = exitOnZeroActiveConnections
+}
+
+func (a *Agent) drainSettings() (termination, minDrain time.Duration, exitOnZero bool) {
+	a.settingsMu.Lock()
+	defer a.settingsMu.Unlock()
+	return a.terminationDrainDuration, min(a.minDrainDuration, a.terminationDrainDuration), a.exitOnZeroActiveConnections
 }
 
 // NewAgent returns an Agent for proxy. terminationDrainDuration bounds a stop's
@@ -184,20 +201,24 @@ func (a *Agent) terminate() {
 	}
 	a.draining.Store(true)
 	start := time.Now()
-	a.log.Infof("draining envoy: up to %s (at least %s%s)", a.terminationDrainDuration, min(a.minDrainDuration, a.terminationDrainDuration),
-		map[bool]string{true: ", ending at zero active connections", false: ""}[a.exitOnZeroActiveConnections])
+	termination, minDrain, exitOnZero := a.drainSettings()
+	atZero := ""
+	if exitOnZero {
+		atZero = ", ending at zero active connections"
+	}
+	a.log.Infof("draining envoy: up to %s (at least %s%s)", termination, minDrain, atZero)
 	if err := a.proxy.Drain(false); err != nil {
 		a.log.Warnf("drain: %v", err)
 	}
-	reason := a.waitDrain(start)
+	reason := a.waitDrain(start, termination, minDrain, exitOnZero)
 	a.onProgress(DrainProgress{Elapsed: time.Since(start), ActiveConnections: a.connections(), Done: true, Reason: reason})
 	a.log.Infof("drain ended after %s: %s", time.Since(start).Round(time.Millisecond), reason)
 	a.abortCh <- errAbort
 }
 
-func (a *Agent) waitDrain(start time.Time) string {
-	deadline := start.Add(a.terminationDrainDuration)
-	earliest := start.Add(min(a.minDrainDuration, a.terminationDrainDuration))
+func (a *Agent) waitDrain(start time.Time, termination, minDrain time.Duration, exitOnZero bool) string {
+	deadline := start.Add(termination)
+	earliest := start.Add(minDrain)
 	tick := time.NewTicker(a.pollInterval)
 	defer tick.Stop()
 	end := time.NewTimer(time.Until(deadline))
@@ -215,7 +236,7 @@ func (a *Agent) waitDrain(start time.Time) string {
 		now := time.Now()
 		n := a.connections()
 		a.onProgress(DrainProgress{Elapsed: now.Sub(start), Remaining: deadline.Sub(now), ActiveConnections: n})
-		if a.exitOnZeroActiveConnections && n == 0 && !now.Before(earliest) {
+		if exitOnZero && n == 0 && !now.Before(earliest) {
 			return "no active connections left"
 		}
 	}

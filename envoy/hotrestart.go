@@ -19,11 +19,14 @@ import (
 func HotRestartVersion(ctx context.Context, binary string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, binary, "--hot-restart-version").Output()
+	out, err := exec.CommandContext(ctx, binary, "--hot-restart-version").CombinedOutput()
+	text := strings.TrimSpace(string(out))
 	if err != nil {
-		return "", fmt.Errorf("%s --hot-restart-version: %w", binary, err)
+		return "", fmt.Errorf("%s --hot-restart-version: %w: %s", binary, err, truncate(text, 200))
 	}
-	return strings.TrimSpace(string(out)), nil
+	// Envoy prints it alone on a line, last.
+	lines := strings.Split(text, "\n")
+	return strings.TrimSpace(lines[len(lines)-1]), nil
 }
 
 // HotRestartError is a hot restart whose new epoch did not become LIVE. The
@@ -77,7 +80,7 @@ func (e *Envoy) HotRestart(ctx context.Context, cfg ProxyConfig) (int, error) {
 		return 0, errors.New("no serving envoy to hot restart")
 	}
 	next := old.epoch + 1
-	p, err := e.startEpoch(cfg, next)
+	p, err := e.startEpoch(cfg, cfg.ConfigPath, next)
 	if err != nil {
 		return 0, err
 	}
@@ -165,7 +168,7 @@ func (e *Envoy) recover(ctx context.Context, old *process, epoch int) string {
 		return fmt.Sprintf("epoch %d keeps serving traffic but lost its admin API, and it cannot be restored: %v", old.epoch, err)
 	}
 	e.log.Warnf("envoy epoch %d lost its admin listener to the failed epoch; restoring it by hot restarting the serving configuration as epoch %d", old.epoch, epoch)
-	p, err := e.startEpoch(cfg, epoch)
+	p, err := e.startEpoch(cfg, old.snapshot, epoch)
 	if err == nil {
 		if err = e.waitEpochLive(ctx, p, cfg); err == nil {
 			e.setServing(p)

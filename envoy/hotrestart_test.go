@@ -3,66 +3,15 @@ package envoy
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
-
-// load sends keep-alive requests from a few workers until stop is closed
-// and counts outcomes and the x-config-version answers seen.
-type load struct {
-	ok, failed atomic.Int64
-	mu         sync.Mutex
-	versions   map[string]int
-	lastErr    atomic.Value
-	wg         sync.WaitGroup
-}
-
-func startLoad(url string, workers int, stop <-chan struct{}) *load {
-	l := &load{versions: map[string]int{}}
-	for range workers {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			client := &http.Client{Timeout: 5 * time.Second}
-			for i := 0; i < 100000; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				resp, err := client.Get(url)
-				if err != nil {
-					l.failed.Add(1)
-					l.lastErr.Store(err.Error())
-					continue
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					l.failed.Add(1)
-					l.lastErr.Store(resp.Status)
-					continue
-				}
-				l.ok.Add(1)
-				l.mu.Lock()
-				l.versions[resp.Header.Get("x-config-version")]++
-				l.mu.Unlock()
-				time.Sleep(2 * time.Millisecond)
-			}
-		}()
-	}
-	return l
-}
 
 func (le *liveEnvoy) bootstrap(t *testing.T, name, version string) string {
 	return testenvoy.WriteBootstrap(t, le.proxy.runDir, name, testenvoy.BootstrapOptions{Ports: le.ports, ResponseHeader: version})
@@ -71,8 +20,7 @@ func (le *liveEnvoy) bootstrap(t *testing.T, name, version string) string {
 func TestHotRestartSwitchesConfigWithoutFailures(t *testing.T) {
 	t.Parallel()
 	le := startAgent(t, agentOptions{termination: 5 * time.Second, minDrain: time.Second, drainDuration: time.Second})
-	stop := make(chan struct{})
-	l := startLoad(testenvoy.URL(le.ports.Listener, "/"), 4, stop)
+	l := testenvoy.StartLoad(testenvoy.URL(le.ports.Listener, "/"), 4)
 	oldPid := le.proxy.Pid()
 	for i := 1; i <= 3; i++ {
 		cfg := le.proxy.config()
@@ -85,13 +33,12 @@ func TestHotRestartSwitchesConfigWithoutFailures(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	close(stop)
-	l.wg.Wait()
-	if l.failed.Load() != 0 || l.ok.Load() < 100 {
-		t.Fatalf("%d ok, %d failed (last: %v) across 3 hot restarts; want 0 failed", l.ok.Load(), l.failed.Load(), l.lastErr.Load())
+	l.Stop()
+	if l.Failed() != 0 || l.OK() < 100 {
+		t.Fatalf("%d ok, %d failed (last: %v) across 3 hot restarts; want 0 failed", l.OK(), l.Failed(), l.LastErr())
 	}
-	if l.versions["v3"] == 0 {
-		t.Fatalf("never saw v3 answers: %v", l.versions)
+	if l.Versions()["v3"] == 0 {
+		t.Fatalf("never saw v3 answers: %v", l.Versions())
 	}
 	si, err := le.proxy.Admin().ServerInfo(context.Background())
 	if err != nil || si.CommandLineOptions.RestartEpoch != 3 || le.proxy.Epoch() != 3 {
@@ -112,8 +59,7 @@ func TestHotRestartSwitchesConfigWithoutFailures(t *testing.T) {
 func TestFailedHotRestartKeepsServingAndRecoversAdmin(t *testing.T) {
 	t.Parallel()
 	le := startAgent(t, agentOptions{termination: 5 * time.Second, minDrain: time.Second, drainDuration: time.Second})
-	stop := make(chan struct{})
-	l := startLoad(testenvoy.URL(le.ports.Listener, "/"), 4, stop)
+	l := testenvoy.StartLoad(testenvoy.URL(le.ports.Listener, "/"), 4)
 
 	// A bootstrap Envoy accepts (it passes --mode validate) but cannot
 	// start: its listener's port is taken.
@@ -146,15 +92,14 @@ func TestFailedHotRestartKeepsServingAndRecoversAdmin(t *testing.T) {
 		t.Fatalf("a good hot restart after a failed one: %v", err)
 	}
 	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	l.wg.Wait()
-	if l.failed.Load() != 0 {
-		t.Fatalf("%d failed requests (last: %v)", l.failed.Load(), l.lastErr.Load())
+	l.Stop()
+	if l.Failed() != 0 {
+		t.Fatalf("%d failed requests (last: %v)", l.Failed(), l.LastErr())
 	}
-	if l.versions["good"] == 0 || l.versions["bad"] != 0 {
-		t.Fatalf("versions seen %v; want good answers and no bad ones", l.versions)
+	if l.Versions()["good"] == 0 || l.Versions()["bad"] != 0 {
+		t.Fatalf("versions seen %v; want good answers and no bad ones", l.Versions())
 	}
-	t.Logf("good hot restart took epoch %d; answers %v", epoch, l.versions)
+	t.Logf("good hot restart took epoch %d; answers %v", epoch, l.Versions())
 	took, err := le.stop(t, 30*time.Second)
 	if err != nil || took > 10*time.Second {
 		t.Fatalf("stop: %v after %s", err, took)

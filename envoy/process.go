@@ -19,6 +19,7 @@ type process struct {
 	pid              int
 	started          time.Time
 	adminAddressPath string
+	snapshot         string // the copy of the bootstrap this epoch runs
 	tail             *logTail
 	done             chan struct{} // closed once Wait returned
 	waitErr          error         // set before done is closed

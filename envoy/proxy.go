@@ -122,7 +122,8 @@ func (e *Envoy) Run(abort <-chan error) error {
 	if _, err := e.ensureRunDir(); err != nil {
 		return err
 	}
-	p, err := e.startEpoch(e.config(), 0)
+	cfg := e.config()
+	p, err := e.startEpoch(cfg, cfg.ConfigPath, 0)
 	if err != nil {
 		return err
 	}
@@ -175,17 +176,25 @@ func (e *Envoy) setServing(p *process) {
 }
 
 // startEpoch starts Envoy with cfg as the given epoch and tracks it until
-// it is reaped.
-func (e *Envoy) startEpoch(cfg ProxyConfig, epoch int) (*process, error) {
+// it is reaped. Envoy runs a private copy of the bootstrap at source, so that
+// the file can be edited (or be broken) while it runs, and a failed reload
+// can restart exactly the configuration that is serving.
+func (e *Envoy) startEpoch(cfg ProxyConfig, source string, epoch int) (*process, error) {
 	e.mu.Lock()
 	closed := e.closed
 	e.mu.Unlock()
 	if closed {
 		return nil, errors.New("envoy is being stopped")
 	}
+	snapshot, err := e.snapshotBootstrap(source, cfg.ConfigPath, epoch)
+	if err != nil {
+		return nil, err
+	}
 	path := e.adminAddressPath(epoch)
 	_ = os.Remove(path)
-	args := cfg.args(epoch, path)
+	runCfg := cfg
+	runCfg.ConfigPath = snapshot
+	args := runCfg.args(epoch, path)
 	stdout, stderr := cfg.Stdout, cfg.Stderr
 	if stdout == nil {
 		stdout = os.Stdout
@@ -195,19 +204,40 @@ func (e *Envoy) startEpoch(cfg ProxyConfig, epoch int) (*process, error) {
 	}
 	p, err := startProcess(cfg.BinaryPath, args, epoch, path, stdout, stderr)
 	if err != nil {
+		_ = os.Remove(snapshot)
 		return nil, err
 	}
+	p.snapshot = snapshot
 	e.log.Infof("started envoy epoch %d, pid %d: %s %s", epoch, p.pid, cfg.BinaryPath, strings.Join(args, " "))
 	e.mu.Lock()
 	e.procs[p] = struct{}{}
 	e.mu.Unlock()
 	go func() {
 		<-p.done
+		_ = os.Remove(p.snapshot)
 		e.mu.Lock()
 		delete(e.procs, p)
 		e.mu.Unlock()
 	}()
 	return p, nil
+}
+
+// snapshotBootstrap copies the bootstrap at source into the run folder for
+// epoch, keeping the file name of original (Envoy picks the format by its
+// extension). The copy is private (0600): bootstraps may hold secrets.
+func (e *Envoy) snapshotBootstrap(source, original string, epoch int) (string, error) {
+	data, err := os.ReadFile(source)
+	if err != nil {
+		return "", fmt.Errorf("read envoy bootstrap: %w", err)
+	}
+	path := filepath.Join(e.runDir, fmt.Sprintf("epoch-%d-%s", epoch, filepath.Base(original)))
+	if err := os.WriteFile(path+".tmp", data, 0o600); err != nil {
+		return "", fmt.Errorf("copy envoy bootstrap: %w", err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		return "", fmt.Errorf("copy envoy bootstrap: %w", err)
+	}
+	return path, nil
 }
 
 // stopAll stops every epoch: the serving one through its admin API (Envoy
@@ -361,9 +391,11 @@ func (e *Envoy) Cleanup() {
 	if e.ownRunDir {
 		_ = os.RemoveAll(e.runDir)
 	} else if e.runDir != "" {
-		matches, _ := filepath.Glob(filepath.Join(e.runDir, "admin-address-epoch-*"))
-		for _, m := range matches {
-			_ = os.Remove(m)
+		for _, pattern := range []string{"admin-address-epoch-*", "epoch-*-*"} {
+			matches, _ := filepath.Glob(filepath.Join(e.runDir, pattern))
+			for _, m := range matches {
+				_ = os.Remove(m)
+			}
 		}
 	}
 }

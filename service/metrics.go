@@ -22,6 +22,10 @@ type metrics struct {
 	epoch        prometheus.Gauge
 	startSeconds prometheus.Gauge
 	drainSeconds prometheus.Gauge
+
+	reloads        prometheus.Counter
+	reloadFailures prometheus.Counter
+	reloadSeconds  prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -37,8 +41,14 @@ func newMetrics() *metrics {
 			Help: "Seconds from starting Envoy to its admin API answering LIVE."}),
 		drainSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "envoy_agent_drain_seconds",
 			Help: "Seconds the current or last drain has run."}),
+		reloads: prometheus.NewCounter(prometheus.CounterOpts{Name: "envoy_agent_reloads_total",
+			Help: "Reloads that put a new Envoy epoch in service."}),
+		reloadFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "envoy_agent_reload_failures_total",
+			Help: "Reloads refused or failed; the serving epoch kept serving."}),
+		reloadSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "envoy_agent_last_reload_seconds",
+			Help: "How long the last reload took, from the request to READY=1."}),
 	}
-	m.reg.MustRegister(m.live, m.draining, m.epoch, m.startSeconds, m.drainSeconds,
+	m.reg.MustRegister(m.live, m.draining, m.epoch, m.startSeconds, m.drainSeconds, m.reloads, m.reloadFailures, m.reloadSeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

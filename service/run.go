@@ -81,20 +81,74 @@ type supervisor struct {
 	metrics *metrics
 	sigs    chan os.Signal
 
-	proxy *envoy.Envoy
-	agent *envoy.Agent
+	proxy    *envoy.Envoy
+	agent    *envoy.Agent
+	reloader *reloader
+	stderr   io.Writer
 
-	mu   sync.Mutex
-	live bool
+	mu        sync.Mutex
+	live      bool
+	reloading bool
+	hrVersion string // the serving Envoy's hot-restart version
+}
+
+func (s *supervisor) config() *Config {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg
+}
+
+func (s *supervisor) setConfig(c *Config) {
+	s.mu.Lock()
+	s.cfg = c
+	s.mu.Unlock()
+}
+
+func (s *supervisor) setReloading(v bool) {
+	s.mu.Lock()
+	s.reloading = v
+	s.mu.Unlock()
+}
+
+func (s *supervisor) isReloading() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reloading
+}
+
+func (s *supervisor) hotRestartVersion() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hrVersion
+}
+
+func (s *supervisor) setHotRestartVersion(v string) {
+	s.mu.Lock()
+	s.hrVersion = v
+	s.mu.Unlock()
+}
+
+// proxyConfig is cfg's ProxyConfig with the agent's logger and output.
+func (s *supervisor) proxyConfig(cfg *Config) envoy.ProxyConfig {
+	pc := cfg.ProxyConfig()
+	pc.Logger = s.log
+	pc.Stderr = s.stderr
+	pc.Stdout = s.stderr
+	return pc
+}
+
+// applyLogSettings takes the agent's log level and format from cfg.
+func (s *supervisor) applyLogSettings(cfg *Config) {
+	fresh := newLogger(s.stderr, cfg.Agent.LogLevel, cfg.Agent.LogFormat)
+	s.log.SetLevel(fresh.GetLevel())
+	s.log.SetFormatter(fresh.Formatter)
 }
 
 func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) error {
 	cfg, log := s.cfg, s.log
-	pc := cfg.ProxyConfig()
-	pc.Logger = log
-	pc.Stderr = stderr
-	pc.Stdout = stderr
-	s.proxy = envoy.NewEnvoy(pc)
+	s.stderr = stderr
+	s.proxy = envoy.NewEnvoy(s.proxyConfig(cfg))
+	s.reloader = newReloader(s.reload)
 	a := cfg.Agent
 	s.agent = envoy.NewAgent(s.proxy, a.TerminationDrainDuration.D(), a.MinDrainDuration.D(), a.Localhost,
 		int(cfg.Envoy.AdminPort), int(a.StatusPort), int(a.PrometheusPort), a.ExitOnZeroActiveConnections)
@@ -121,7 +175,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	agentCtx, stopAgent := context.WithCancel(context.Background())
 	defer stopAgent()
 	quit := func() { s.agent.DisableDraining(); stopAgent() }
-	status := &statusServer{log: log, ready: s.ready, quit: quit, drain: s.drainNow}
+	status := &statusServer{log: log, ready: s.ready, quit: quit, drain: s.drainNow, reload: s.requestReload}
 	go serveHTTP(serveCtx, statusLn, status.handler(), log)
 	if promLn != nil {
 		go serveHTTP(serveCtx, promLn, s.metrics.mergedHandler(s.proxy.Admin(), log), log)
@@ -156,7 +210,8 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 		case sig := <-s.sigs:
 			switch sig {
 			case syscall.SIGHUP:
-				log.Warnf("SIGHUP: reload is not available in this version; Envoy keeps running unchanged")
+				log.Infof("SIGHUP: reloading")
+				go s.requestReload(context.Background())
 			default:
 				if agentCtx.Err() != nil {
 					log.Infof("%s again: ending the drain now", sig)
@@ -216,6 +271,7 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 				s.metrics.startSeconds.Set(took.Seconds())
 				s.setLive(true)
 				s.log.Infof("envoy is LIVE after %s", took.Round(time.Millisecond))
+				s.learnVersion()
 				s.notify.Ready(s.liveStatus())
 				return true, nil
 			}
@@ -226,6 +282,41 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 		}
 		timer.Reset(poll)
 		poll = min(poll*5/4+time.Millisecond, readyPollMax)
+	}
+}
+
+// learnVersion records the serving Envoy's hot-restart version, which a
+// reload's binary must match.
+func (s *supervisor) learnVersion() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	si, err := s.proxy.Admin().ServerInfo(ctx)
+	if err == nil && si.HotRestartVersion != "" {
+		s.setHotRestartVersion(si.HotRestartVersion)
+		s.log.Infof("envoy %s, hot-restart version %s", si.Version, si.HotRestartVersion)
+		return
+	}
+	v, verr := envoy.HotRestartVersion(ctx, s.config().Envoy.BinaryPath)
+	if verr != nil {
+		s.log.Warnf("cannot learn Envoy's hot-restart version (%v; %v): reloads will be refused", err, verr)
+		return
+	}
+	s.setHotRestartVersion(v)
+}
+
+// requestReload asks for a reload and waits for its result; reloads are
+// refused until Envoy is first LIVE and once a stop has begun.
+func (s *supervisor) requestReload(ctx context.Context) ReloadResult {
+	if !s.isLive() || s.agent.Draining() {
+		res := ReloadResult{Error: "envoy is not serving (starting or stopping): nothing to reload", Epoch: s.proxy.Epoch()}
+		s.log.Warnf("reload refused: %s", res.Error)
+		return res
+	}
+	select {
+	case res := <-s.reloader.request():
+		return res
+	case <-ctx.Done():
+		return ReloadResult{Error: "the reload request was cancelled; the reload goes on"}
 	}
 }
 
@@ -247,6 +338,10 @@ func (s *supervisor) abortStart(why string, runErr <-chan error, stopAgent conte
 
 func (s *supervisor) stop(why string, stopAgent context.CancelFunc) {
 	s.log.Infof("%s", why)
+	if s.isReloading() {
+		s.log.Infof("waiting for the reload under way to end before draining")
+	}
+	s.reloader.close()
 	s.setLive(false)
 	if !s.agent.Draining() {
 		s.metrics.draining.Set(1)
@@ -319,6 +414,11 @@ func (s *supervisor) ready(ctx context.Context) (bool, string) {
 	}
 	r, err := s.proxy.Admin().Ready(ctx)
 	if err != nil {
+		if s.isReloading() {
+			// A starting epoch takes the admin port over early; the
+			// serving epoch keeps serving meanwhile.
+			return true, "LIVE (reloading)"
+		}
 		return false, "envoy admin API not answering"
 	}
 	if !r.Live {
@@ -330,8 +430,8 @@ func (s *supervisor) ready(ctx context.Context) (bool, string) {
 // watchdogAlive is true before Envoy is first LIVE (the agent itself is
 // alive) and afterwards only while Envoy's admin API answers.
 func (s *supervisor) watchdogAlive(ctx context.Context) bool {
-	if !s.isLive() && !s.agent.Draining() {
-		return true
+	if (!s.isLive() && !s.agent.Draining()) || s.isReloading() {
+		return true // the start timeout bounds both
 	}
 	_, err := s.proxy.Admin().Ready(ctx)
 	return err == nil

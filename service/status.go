@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,29 +15,40 @@ import (
 // statusServer is the agent's own loopback HTTP API:
 //   - GET /healthz/ready: 200 while Envoy is LIVE and not draining, else 503;
 //   - POST /quitquitquit: stop Envoy at once, without a drain, and exit 0;
-//   - POST /drain: drain with no end; a later stop exits at once.
+//   - POST /drain: drain with no end; a later stop exits at once;
+//   - POST /reload: reload the configuration, answering with the outcome
+//     (JSON) once it is done.
 //
 // Peers that are not on loopback get 403; other methods on the POST routes
 // get 405.
 type statusServer struct {
-	log   *logrus.Logger
-	ready func(context.Context) (bool, string)
-	quit  func()
-	drain func()
+	log    *logrus.Logger
+	ready  func(context.Context) (bool, string)
+	quit   func()
+	drain  func()
+	reload func(context.Context) ReloadResult
 }
 
 func (s *statusServer) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz/ready", s.handleReady)
-	mux.HandleFunc("/quitquitquit", s.post(func(w http.ResponseWriter) {
+	mux.HandleFunc("/quitquitquit", post(func(w http.ResponseWriter, _ *http.Request) {
 		s.log.Infof("/quitquitquit: stopping envoy without a drain")
 		fmt.Fprintln(w, "OK")
 		s.quit()
 	}))
-	mux.HandleFunc("/drain", s.post(func(w http.ResponseWriter) {
+	mux.HandleFunc("/drain", post(func(w http.ResponseWriter, _ *http.Request) {
 		s.log.Infof("/drain: draining envoy with no end; the next stop exits at once")
 		s.drain()
 		fmt.Fprintln(w, "OK")
+	}))
+	mux.HandleFunc("/reload", post(func(w http.ResponseWriter, r *http.Request) {
+		res := s.reload(r.Context())
+		w.Header().Set("Content-Type", "application/json")
+		if !res.OK {
+			w.WriteHeader(http.StatusConflict)
+		}
+		_ = json.NewEncoder(w).Encode(res)
 	}))
 	return loopbackOnly(mux)
 }
@@ -52,14 +64,15 @@ func (s *statusServer) handleReady(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintln(w, why)
 }
 
-func (s *statusServer) post(f func(http.ResponseWriter)) http.HandlerFunc {
+// post answers 405 to anything but POST.
+func post(f http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			http.Error(w, "method not allowed: use POST", http.StatusMethodNotAllowed)
 			return
 		}
-		f(w)
+		f(w, r)
 	}
 }
 

@@ -34,6 +34,7 @@ const usage = `envoy-agent supervises one Envoy under systemd.
 Usage:
   envoy-agent run      [--config FILE]   start Envoy, notify systemd, drain on SIGTERM
   envoy-agent validate [--config FILE]   check the configuration and Envoy's bootstrap
+  envoy-agent reload   [--config FILE]   make the running agent apply its edited files
   envoy-agent version                    print the version
   envoy-agent help                       print this help
 
@@ -64,6 +65,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return code
 		}
 		return exitCode(service.Validate(context.Background(), path, stdout), stderr)
+	case "reload":
+		path, code := configFlag("reload", "Ask the agent running with this configuration to re-read it and hot restart Envoy;\nwait for the outcome. The serving Envoy keeps serving if the reload fails.", rest, stdout, stderr)
+		if code >= 0 {
+			return code
+		}
+		return exitCode(service.RequestReload(context.Background(), path, stdout), stderr)
 	case "version":
 		fs := flag.NewFlagSet("version", flag.ContinueOnError)
 		fs.SetOutput(stderr)
@@ -121,6 +128,10 @@ func exitCode(err error, stderr io.Writer) int {
 	var ce *service.ConfigError
 	if errors.As(err, &ce) {
 		fmt.Fprintf(stderr, "envoy-agent: invalid configuration:\n%s\n", indent(ce.Error()))
+		return exitBadConfs
+	}
+	if service.IsConfigReloadError(err) {
+		fmt.Fprintf(stderr, "envoy-agent: %v\n", err)
 		return exitBadConfs
 	}
 	var ae *envoy.AdminAddressError

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+)
+
+// quickDrain makes replaced epochs go away fast: 1s drain, told to exit at 2s.
+var quickDrain = map[string]string{"drain_duration": `"1s"`, "parent_shutdown_duration": `"2s"`}
+
+// rewriteBootstrap replaces the agent's bootstrap atomically, as an editor
+// or a config management tool would.
+func (p *agentProc) rewriteBootstrap(o testenvoy.BootstrapOptions) {
+	p.t.Helper()
+	o.Ports = p.ports
+	tmp := testenvoy.WriteBootstrap(p.t, p.dir, ".envoy.yaml.new", o)
+	if err := os.Rename(tmp, filepath.Join(p.dir, "envoy.yaml")); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func (p *agentProc) reload() (int, string) {
+	p.t.Helper()
+	code, stdout, stderr := runAgent(p.t, "reload", "--config", p.config)
+	return code, stdout + stderr
+}
+
+func (p *agentProc) metric(name string) string {
+	p.t.Helper()
+	r, err := testenvoy.Get(testenvoy.URL(p.ports.Prometheus, "/stats/prometheus"), 5*time.Second)
+	if err != nil {
+		p.t.Fatalf("metrics: %v", err)
+	}
+	for _, line := range strings.Split(r.Body, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func TestTenReloadsUnderLoadDropNothing(t *testing.T) {
+	t.Parallel()
+	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
+	l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/"), 4)
+	defer l.Stop()
+	time.Sleep(300 * time.Millisecond)
+	var took []time.Duration
+	for i := 1; i <= 10; i++ {
+		p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: fmt.Sprintf("v%d", i)})
+		start := time.Now()
+		code, out := p.reload()
+		took = append(took, time.Since(start))
+		if code != 0 || !strings.Contains(out, fmt.Sprintf("reloaded: epoch %d is serving", i)) {
+			t.Fatalf("reload %d: exit %d: %s", i, code, out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	l.Stop()
+	t.Logf("10 reloads, envoy-agent reload took %v; %d requests ok, %d failed; answers %v", took, l.OK(), l.Failed(), l.Versions())
+	if l.Failed() != 0 {
+		t.Fatalf("%d of %d requests failed across 10 reloads (last: %s)", l.Failed(), l.OK()+l.Failed(), l.LastErr())
+	}
+	if l.Latest() != "v10" || l.Versions()["v10"] == 0 {
+		t.Fatalf("the answers did not switch to v10: latest %q, %v", l.Latest(), l.Versions())
+	}
+	if got := p.metric("envoy_agent_envoy_epoch"); got != "10" {
+		t.Errorf("envoy_agent_envoy_epoch = %q, want 10", got)
+	}
+	if got := p.metric("envoy_agent_reloads_total"); got != "10" {
+		t.Errorf("envoy_agent_reloads_total = %q, want 10", got)
+	}
+	// Each reload spoke the notify-reload protocol: RELOADING=1 with
+	// MONOTONIC_USEC in the same datagram, then READY=1.
+	reloading, ready := 0, 0
+	for _, m := range p.ns.Messages() {
+		if testenvoy.HasAssignment(m.Text, "RELOADING=1") {
+			reloading++
+			if !testenvoy.HasAssignment(m.Text, "MONOTONIC_USEC=") {
+				t.Errorf("RELOADING=1 without MONOTONIC_USEC: %q", m.Text)
+			}
+		}
+		if testenvoy.HasAssignment(m.Text, "READY=1") {
+			ready++
+		}
+	}
+	if reloading != 10 || ready != 11 {
+		t.Errorf("%d RELOADING=1 and %d READY=1; want 10 and 11", reloading, ready)
+	}
+	sent := p.signal(syscall.SIGTERM)
+	if code, _ := p.wait(sent, 20*time.Second); code != 0 {
+		t.Fatalf("stop after reloads exited %d", code)
+	}
+	assertNoEnvoyFor(t, p.dir)
+}
+
+func TestFailedReloadsKeepTheServingEnvoy(t *testing.T) {
+	t.Parallel()
+	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "good-0"}})
+	l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/"), 4)
+	defer l.Stop()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	config, err := os.ReadFile(p.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootstrap := filepath.Join(p.dir, "envoy.yaml")
+	good, err := os.ReadFile(bootstrap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		break_ func()
+		code   int
+		want   string
+	}{
+		{"bootstrap fails validation", func() {
+			writeFile(t, bootstrap, strings.Replace(string(good), "type: STATIC", "type: NOT_A_TYPE", 1))
+		}, 3, "Envoy rejects this bootstrap"},
+		{"bootstrap valid but its listener port is taken", func() {
+			ports := p.ports
+			ports.Listener = taken.Addr().(*net.TCPAddr).Port
+			testenvoy.WriteBootstrap(t, p.dir, "envoy.yaml", testenvoy.BootstrapOptions{Ports: ports, ResponseHeader: "bad"})
+		}, 1, "Address already in use"},
+		{"toml error", func() {
+			writeFile(t, p.config, string(config)+"\nbogus_key = 1\n")
+		}, 3, "bogus_key: unknown key"},
+		{"a setting that needs a restart", func() {
+			writeFile(t, p.config, strings.Replace(string(config), "base_id = ", "base_id = 1", 1))
+		}, 3, "a reload cannot change envoy.base_id"},
+	}
+	for i, tt := range tests {
+		tt.break_()
+		code, out := p.reload()
+		writeFile(t, p.config, string(config))
+		writeFile(t, bootstrap, string(good))
+		if code != tt.code || !strings.Contains(out, tt.want) || !strings.Contains(out, "keeps serving") {
+			t.Errorf("%s: reload exit %d: %s\nwant exit %d with %q", tt.name, code, out, tt.code, tt.want)
+		}
+		if c := p.healthz(); c != 200 {
+			t.Errorf("%s: /healthz/ready = %d after the failed reload", tt.name, c)
+		}
+		if r, err := testenvoy.Get(testenvoy.URL(p.ports.Admin, "/ready"), time.Second); err != nil || r.Code != 200 {
+			t.Errorf("%s: Envoy's admin API after the failed reload: %+v %v", tt.name, r, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if v := l.Latest(); v != "good-0" {
+			t.Errorf("%s (%d): the answers say %q, want the old good-0", tt.name, i, v)
+		}
+	}
+	// A good reload still works afterwards.
+	p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "good-1"})
+	if code, out := p.reload(); code != 0 {
+		t.Fatalf("good reload after failures: exit %d: %s", code, out)
+	}
+	time.Sleep(300 * time.Millisecond)
+	l.Stop()
+	if l.Failed() != 0 {
+		t.Fatalf("%d requests failed (last: %s)", l.Failed(), l.LastErr())
+	}
+	if l.Latest() != "good-1" || l.Versions()["bad"] != 0 {
+		t.Fatalf("answers %v, latest %q; want good-1 and never bad", l.Versions(), l.Latest())
+	}
+	if got := p.metric("envoy_agent_reload_failures_total"); got != "4" {
+		t.Errorf("envoy_agent_reload_failures_total = %q, want 4", got)
+	}
+	// And a stop still drains properly.
+	sent := p.signal(syscall.SIGTERM)
+	if code, took := p.wait(sent, 20*time.Second); code != 0 || took < time.Second {
+		t.Fatalf("stop after failed reloads: exit %d after %s; want 0 after min_drain_duration 1s", code, took)
+	}
+	assertNoEnvoyFor(t, p.dir)
+}
+
+func writeFile(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSighupAndConcurrentReloads(t *testing.T) {
+	t.Parallel()
+	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
+	l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/"), 2)
+	defer l.Stop()
+
+	p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "hup"})
+	p.signal(syscall.SIGHUP)
+	p.ns.WaitFor(t, "RELOADING=1", 5*time.Second)
+	if !testenvoy.Eventually(20*time.Second, func() bool { return p.metric("envoy_agent_reloads_total") == "1" }) {
+		t.Fatalf("SIGHUP did not reload: %s", p.stderr)
+	}
+	if !testenvoy.Eventually(5*time.Second, func() bool { return l.Latest() == "hup" }) {
+		t.Fatalf("after SIGHUP the answers say %q", l.Latest())
+	}
+
+	// Five reloads asked at once: all succeed, coalesced into fewer runs.
+	p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "burst"})
+	var wg sync.WaitGroup
+	codes := make([]int, 5)
+	for i := range codes {
+		wg.Add(1)
+		go func() { defer wg.Done(); codes[i], _ = p.reload() }()
+	}
+	wg.Wait()
+	for i, c := range codes {
+		if c != 0 {
+			t.Errorf("concurrent reload %d exited %d", i, c)
+		}
+	}
+	runs := p.metric("envoy_agent_reloads_total")
+	if runs != "2" && runs != "3" {
+		t.Errorf("envoy_agent_reloads_total = %s after 1 + 5 concurrent requests; want them coalesced into 1 or 2 runs", runs)
+	}
+	time.Sleep(300 * time.Millisecond)
+	l.Stop()
+	if l.Failed() != 0 || l.Latest() != "burst" {
+		t.Fatalf("%d failed, latest %q", l.Failed(), l.Latest())
+	}
+}
+
+func TestStopDuringReloadDrainsAndLeavesNoEnvoy(t *testing.T) {
+	t.Parallel()
+	p := startAgent(t, procOptions{envoy: quickDrain, agent: map[string]string{"min_drain_duration": `"1s"`, "termination_drain_duration": `"3s"`}})
+	// The next epoch takes 2s to initialise.
+	p.rewriteBootstrap(testenvoy.BootstrapOptions{InitDelay: 2 * time.Second, ResponseHeader: "slow"})
+	reloaded := make(chan string, 1)
+	go func() { _, out := p.reload(); reloaded <- out }()
+	p.ns.WaitFor(t, "RELOADING=1", 5*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	sent := p.signal(syscall.SIGTERM)
+	code, took := p.wait(sent, 30*time.Second)
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if took < 2*time.Second {
+		t.Errorf("stopped %s after SIGTERM; want the reload (2s) finished and a drain after it", took)
+	}
+	if out := <-reloaded; !strings.Contains(out, "reloaded: epoch 1") {
+		t.Errorf("the reload under way did not finish: %s", out)
+	}
+	assertNoEnvoyFor(t, p.dir)
+}
