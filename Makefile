@@ -24,8 +24,9 @@ build:
 run: build envoy
 	PATH="$(dir $(ENVOY_BIN)):$$PATH" ./bin/envoy-agent run --config config.example.toml
 
+# With the race detector: the agent is all goroutines and signals.
 test: envoy
-	$(GO) test -count=1 ./...
+	$(GO) test -race -count=1 ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go') $$(git ls-files --others --exclude-standard '*.go')); \

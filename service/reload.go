@@ -125,6 +125,7 @@ func (s *supervisor) reload() ReloadResult {
 	from := s.proxy.Epoch()
 	s.setReloading(true)
 	s.notify.Reloading(fmt.Sprintf("reloading: epoch %d serving, starting epoch %d", from, from+1))
+	s.notify.ExtendTimeout(2*s.config().Agent.StartTimeout.D() + validateTimeout)
 	epoch, err := s.reloadSteps()
 	s.setReloading(false)
 	took := time.Since(start)

@@ -230,6 +230,8 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-chan error, stopAgent context.CancelFunc) (live bool, err error) {
 	deadline := time.NewTimer(s.cfg.Agent.StartTimeout.D())
 	defer deadline.Stop()
+	// A start_timeout beyond the unit's TimeoutStartSec must not be cut short.
+	s.notify.ExtendTimeout(s.cfg.Agent.StartTimeout.D() + 10*time.Second)
 	poll := readyPollMin
 	timer := time.NewTimer(0)
 	defer timer.Stop()

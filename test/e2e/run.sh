@@ -1,0 +1,586 @@
+#!/usr/bin/env bash
+# End-to-end tests of the envoy-agent .deb in a real systemd (`make e2e`; DESIGN.md section 10).
+#
+# Boots Debian bookworm with systemd as PID 1 under systemd-nspawn (private network, volatile
+# overlay over a cached debootstrap rootfs), puts the real Envoy at /usr/bin/envoy, installs the
+# package with dpkg and drives it with systemctl only. Also checks the unit with systemd-analyze,
+# a dpkg install without a running systemd, and the .rpm (inspection, and an install into a
+# scratch root with Debian's rpm).
+#
+# Prints one "PASS|FAIL <step>" line per step and ends with "N passed, N failed"; exits non-zero
+# on any failure. Needs root. Inputs (environment, all optional):
+#   DIST       directory with the packages from `make package` (dist)
+#   PKG_STAGE  directory with the generated config.toml, for the upgrade package (.cache/package)
+#   ENVOY_BIN  the Envoy binary to test with (default: envoy on PATH)
+#   NFPM_CONFIG the nfpm configuration for the upgrade package (packaging/nfpm.yaml)
+#   BINARY     the envoy-agent binary for the upgrade package (bin/envoy-agent)
+#   E2E_ROOTFS cached rootfs (.cache/rootfs-bookworm); rebuilt when missing or stale
+#   E2E_KEEP=1 keep the work directory (logs) afterwards
+set -uo pipefail
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$repo" || exit 1
+DIST=${DIST:-dist}
+PKG_STAGE=${PKG_STAGE:-.cache/package}
+ENVOY_BIN=${ENVOY_BIN:-$(command -v envoy)}
+NFPM_CONFIG=${NFPM_CONFIG:-packaging/nfpm.yaml}
+BINARY=${BINARY:-bin/envoy-agent}
+ROOTFS=${E2E_ROOTFS:-$repo/.cache/rootfs-bookworm}
+ROOTFS_INCLUDE=systemd,systemd-sysv,dbus,procps,curl
+UNIT=envoy-agent.service
+HTTP=http://127.0.0.1:80
+
+passed=0
+failed=0
+work=$(mktemp -d /tmp/envoy-agent-e2e.XXXXXX)
+share=$work/share # bound read-only at /mnt/e2e in the container
+mkdir -p "$share"
+nspawn_pid=
+ct= # the container's PID 1, as seen from the host
+
+# --- reporting -----------------------------------------------------------------------------------
+
+# step NAME FUNCTION [ARGS...]: runs FUNCTION in a subshell (so that fail ends it), prints PASS or
+# FAIL with NAME; on failure, the step's output follows, indented. A function may print
+# "detail: TEXT" to append TEXT to the line. setup_step does the same in this shell, for the
+# steps whose variables the others use; those return instead of calling fail.
+step() {
+	("${@:2}") >"$work/step.log" 2>&1
+	report "$1" $?
+}
+
+setup_step() {
+	"${@:2}" >"$work/step.log" 2>&1
+	report "$1" $?
+}
+
+report() {
+	local name=$1 rc=$2 out detail
+	out=$work/step.$((passed + failed)).log
+	mv "$work/step.log" "$out"
+	detail=$(sed -n 's/^detail: //p' "$out" | tr '\n' ' ' | sed 's/ *$//')
+	if [ $rc -eq 0 ]; then
+		passed=$((passed + 1))
+		echo "PASS $name${detail:+ ($detail)}"
+	else
+		failed=$((failed + 1))
+		echo "FAIL $name${detail:+ ($detail)}"
+		grep -v '^detail: ' "$out" | tail -n 40 | sed 's/^/    /'
+	fi
+	return $rc
+}
+
+# skip NAME REASON: a step that could not run counts as failed.
+skip() {
+	failed=$((failed + 1))
+	echo "FAIL $1 (not run: $2)"
+}
+
+fail() {
+	echo "$*" >&2
+	exit 1
+}
+
+# --- the container -------------------------------------------------------------------------------
+
+# ct_run CMD...: run CMD inside the booted container, bounded by $T seconds (default 60).
+ct_run() {
+	timeout --kill-after=5 "${T:-60}" nsenter --target "$ct" --mount --uts --ipc --net --pid --cgroup -- "$@"
+}
+
+ct_sh() {
+	ct_run /bin/sh -c "$1"
+}
+
+# wait_for SECONDS CMD...: poll CMD every 0.2s until it succeeds; fail after SECONDS.
+wait_for() {
+	local deadline=$((SECONDS + $1))
+	shift
+	until "$@" >/dev/null 2>&1; do
+		[ $SECONDS -lt $deadline ] || return 1
+		sleep 0.2
+	done
+}
+
+prop() { # prop NAME: one property of the unit
+	ct_run systemctl show -p "$1" --value "$UNIT"
+}
+
+cursor() { # the journal's current position, for journal_after
+	ct_run journalctl -n 0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p'
+}
+
+journal_after() { # journal_after CURSOR: the unit's journal since CURSOR
+	ct_run journalctl -u "$UNIT" --after-cursor "$1" --no-pager -o cat
+}
+
+unit_is() { # unit_is STATE: ActiveState is STATE
+	[ "$(prop ActiveState)" = "$1" ]
+}
+
+debian_mirror() {
+	local m
+	m=$(grep -hsE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' |
+		grep -v -e security -e updates | grep -m1 debian)
+	[ -n "$m" ] || m=$(grep -hsE '^deb +(\[[^]]*\] +)?https?://[^ ]+ +bookworm ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+		sed -E 's/^deb +(\[[^]]*\] +)?//' | awk '{print $1}' | head -n1)
+	echo "${m:-http://deb.debian.org/debian}"
+}
+
+host_tools() {
+	local missing=()
+	command -v systemd-nspawn >/dev/null || missing+=(systemd-container)
+	command -v debootstrap >/dev/null || missing+=(debootstrap)
+	command -v rpm >/dev/null || missing+=(rpm)
+	[ ${#missing[@]} -eq 0 ] && return 0
+	echo "installing ${missing[*]}"
+	DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -q --no-install-recommends "${missing[@]}" ||
+		{ timeout 300 apt-get update -q && DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -q --no-install-recommends "${missing[@]}"; }
+}
+
+# The rootfs is cached; the marker records what it was built with, so a change rebuilds it.
+ensure_rootfs() {
+	if [ "$(cat "$ROOTFS/.e2e-rootfs-include" 2>/dev/null)" = "$ROOTFS_INCLUDE" ]; then
+		echo "detail: cached $ROOTFS"
+		return 0
+	fi
+	local mirror start=$SECONDS
+	mirror=$(debian_mirror)
+	rm -rf "$ROOTFS" "$ROOTFS.tmp"
+	mkdir -p "$(dirname "$ROOTFS")"
+	timeout 900 debootstrap --variant=minbase --include="$ROOTFS_INCLUDE" bookworm "$ROOTFS.tmp" "$mirror" >"$work/debootstrap.log" 2>&1 ||
+		{ tail -n 20 "$work/debootstrap.log"; return 1; }
+	echo "$ROOTFS_INCLUDE" >"$ROOTFS.tmp/.e2e-rootfs-include"
+	mv "$ROOTFS.tmp" "$ROOTFS"
+	echo "detail: debootstrap from $mirror took $((SECONDS - start))s"
+}
+
+boot() {
+	local start=$SECONDS
+	SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1 systemd-nspawn -D "$ROOTFS" --boot --register=no --keep-unit \
+		--volatile=overlay --private-network --machine="envoy-agent-e2e-$$" \
+		--bind-ro="$share:/mnt/e2e" >"$work/console.log" 2>&1 </dev/null &
+	nspawn_pid=$!
+	wait_for 30 pgrep -P "$nspawn_pid" || { echo "no container PID 1"; return 1; }
+	ct=$(pgrep -P "$nspawn_pid" | head -n1)
+	wait_for 30 test -S "/proc/$ct/root/run/systemd/private" || { echo "systemd did not come up"; return 1; }
+	local state
+	state=$(T=60 ct_run systemctl is-system-running --wait)
+	echo "detail: $state in $((SECONDS - start))s, PID 1 is $(ct_run ps -o comm= -p 1)"
+	[ "$(ct_run ps -o comm= -p 1)" = systemd ] && { [ "$state" = running ] || [ "$state" = degraded ]; }
+}
+
+cleanup() {
+	local p
+	for p in $(cat "$work/bg.pids" 2>/dev/null); do
+		kill "$p" 2>/dev/null
+	done
+	if [ -n "$nspawn_pid" ] && kill -0 "$nspawn_pid" 2>/dev/null; then
+		kill -TERM "$nspawn_pid" 2>/dev/null # nspawn powers the container off
+		for _ in $(seq 100); do
+			kill -0 "$nspawn_pid" 2>/dev/null || break
+			sleep 0.2
+		done
+		kill -KILL "$nspawn_pid" 2>/dev/null
+		wait "$nspawn_pid" 2>/dev/null
+	fi
+	mountpoint -q "$work/rpmroot/root" 2>/dev/null && umount "$work/rpmroot/root"
+	if [ "${E2E_KEEP:-0}" = 1 ] || mountpoint -q "$work/rpmroot/root" 2>/dev/null; then
+		echo "logs kept in $work"
+	else
+		rm -rf "$work"
+	fi
+}
+trap cleanup EXIT
+trap 'echo "FAIL interrupted"; echo "$passed passed, $((failed + 1)) failed"; exit 130' INT TERM
+
+# --- test data -----------------------------------------------------------------------------------
+
+# bootstrap BODY [bad]: the e2e Envoy bootstrap answering BODY; "bad" adds a route to a cluster
+# that does not exist.
+bootstrap() {
+	local extra=
+	[ "${2:-}" = bad ] && extra='\n              - match: { prefix: "/bad" }\n                route: { cluster: does-not-exist }'
+	sed -e "s/@BODY@/$1/" -e "s|@EXTRA_ROUTES@|$extra|" test/e2e/bootstrap.yaml.in
+}
+
+# put_bootstrap NAME: make /mnt/e2e/NAME.yaml Envoy's bootstrap (written in place: owner and mode
+# stay the package's).
+put_bootstrap() {
+	ct_sh "cat /mnt/e2e/$1.yaml > /etc/envoy-agent/envoy.yaml"
+}
+
+# get PATH: one request from inside the container; prints "CODE BODY".
+get() {
+	ct_run curl -sS --max-time 10 -w ' %{http_code}' "$HTTP$1" | awk '{print $NF, $1}'
+}
+
+expect_body() { # expect_body [BODY]: a request answers 200 BODY (default: the current body)
+	local got want=${1:-$(current)}
+	got=$(get /)
+	[ "$got" = "200 $want" ] || fail "GET / answered \"$got\", want \"200 $want\""
+}
+
+# current [BODY]: the body Envoy should be serving (set by the steps that change it), so that a
+# step failing does not fail the ones after it for the same reason.
+current() {
+	if [ $# -gt 0 ]; then echo "$1" >"$work/current"; else cat "$work/current"; fi
+}
+
+# client_start NAME: a client inside the container sending requests back to back, one line
+# "CODE BODY" per request, until client_stop.
+client_start() {
+	T=300 ct_sh "rm -f /run/e2e-client-stop; while [ ! -e /run/e2e-client-stop ]; do
+		curl -s --max-time 5 -w ' %{http_code}\n' $HTTP/ | awk '{print \$NF, \$1}'
+		sleep 0.02; done" >"$work/$1.client" 2>&1 &
+	client_pid=$!
+	echo "$client_pid" >>"$work/bg.pids"
+	wait_for 10 test -s "$work/$1.client"
+}
+
+# client_stop NAME: stops the client; prints its counts and fails if any request failed.
+client_stop() {
+	ct_sh "touch /run/e2e-client-stop"
+	wait_for 15 gone "$client_pid" || kill "$client_pid" 2>/dev/null
+	local total bad
+	total=$(wc -l <"$work/$1.client")
+	bad=$(grep -cvE '^200 v[12]$' "$work/$1.client")
+	echo "detail: $total requests, $bad failed; $(sort "$work/$1.client" | uniq -c | awk '{printf "%s%s x%s", sep, $2" "$3, $1; sep=", "}')"
+	[ "$total" -ge 10 ] || fail "too few requests"
+	[ "$bad" -eq 0 ] || { grep -vE '^200 v[12]$' "$work/$1.client" | sort | uniq -c; fail "failed requests"; }
+}
+
+gone() { # gone PID: the process has exited
+	! kill -0 "$1" 2>/dev/null
+}
+
+envoy_pid() { # the running Envoy's PID (the newest, should there be two epochs)
+	ct_run pgrep -n -u envoy-agent -x envoy
+}
+
+# --- steps ---------------------------------------------------------------------------------------
+
+prepare_share() {
+	deb=$(ls -t "$DIST"/envoy-agent_*.deb 2>/dev/null | head -n1)
+	rpm=$(ls -t "$DIST"/envoy-agent-*.rpm 2>/dev/null | head -n1)
+	[ -n "$deb" ] || { echo "no .deb in $DIST (run make package)"; return 1; }
+	[ -x "$ENVOY_BIN" ] || { echo "no Envoy binary at $ENVOY_BIN (run make envoy)"; return 1; }
+	cp "$deb" "$share/envoy-agent.deb" && cp "$ENVOY_BIN" "$share/envoy" || return 1
+	bootstrap v1 >"$share/v1.yaml" && bootstrap v2 >"$share/v2.yaml" && bootstrap v2 bad >"$share/bad.yaml" || return 1
+	# The upgrade: the same binary, packaged as a newer version.
+	version=$(dpkg-deb -f "$deb" Version)
+	upversion="${version%-*}.1"
+	mkdir -p "$work/upgrade"
+	PKG_STAGE=$PKG_STAGE timeout 300 go run ./packaging/cmd/mkpkg -config "$NFPM_CONFIG" \
+		-version "$upversion" -binary "$BINARY" -out "$work/upgrade" || return 1
+	cp "$work"/upgrade/envoy-agent_*.deb "$share/envoy-agent-upgrade.deb"
+	echo "detail: $(basename "$deb"), upgrade to $upversion, Envoy $("$ENVOY_BIN" --version 2>&1 | sed -n 's|.*version: [0-9a-f]*/\([^/]*\)/.*|\1|p')"
+}
+
+unit_security() {
+	local out score
+	out=$(systemd-analyze security --offline=yes --no-pager systemd/envoy-agent.service 2>&1) || { echo "$out"; return 1; }
+	score=$(echo "$out" | sed -n 's/.*Overall exposure level for envoy-agent.service: \([0-9.]* [A-Z]*\).*/\1/p')
+	echo "detail: $score"
+	case "$score" in
+	*" OK" | *" SAFE" | *" PERFECT") ;;
+	*) echo "$out" | grep '✗'; fail "exposure \"$score\" is worse than OK" ;;
+	esac
+}
+
+# dpkg -i and -P in the rootfs with no systemd running (as in an image build): must succeed,
+# create the user, enable the unit, start nothing.
+offline_install() {
+	timeout 120 systemd-nspawn -D "$ROOTFS" --register=no --keep-unit --volatile=overlay --private-network \
+		--machine="envoy-agent-e2e-offline-$$" --bind-ro="$share:/mnt/e2e" --pipe /bin/sh -exc '
+		test ! -d /run/systemd/system
+		dpkg -i /mnt/e2e/envoy-agent.deb
+		getent passwd envoy-agent
+		test -L /etc/systemd/system/multi-user.target.wants/envoy-agent.service
+		test -z "$(pgrep -x envoy-agent)"
+		dpkg -P envoy-agent
+		test -z "$(getent passwd envoy-agent)"
+		test ! -e /etc/systemd/system/multi-user.target.wants/envoy-agent.service
+		test ! -e /etc/envoy-agent' </dev/null
+}
+
+install_deb() {
+	ct_run install -m 0755 /mnt/e2e/envoy /usr/bin/envoy || return 1
+	T=180 ct_run dpkg -i /mnt/e2e/envoy-agent.deb </dev/null
+}
+
+enabled_active() {
+	local enabled
+	enabled=$(ct_run systemctl is-enabled "$UNIT")
+	wait_for 60 unit_is active
+	echo "detail: $enabled, $(prop ActiveState) ($(prop SubState)), MainPID $(prop MainPID) user $(ct_run ps -o user= -p "$(prop MainPID)")"
+	[ "$enabled" = enabled ] && unit_is active
+}
+
+verify_in_container() {
+	local out
+	out=$(ct_run systemd-analyze verify "/lib/systemd/system/$UNIT" 2>&1)
+	local rc=$?
+	echo "$out"
+	[ $rc -eq 0 ] && ! echo "$out" | grep -q envoy-agent
+}
+
+status_text() {
+	local s
+	s=$(prop StatusText)
+	echo "detail: StatusText=\"$s\""
+	[ -n "$s" ]
+}
+
+# The admin's edits: the e2e bootstrap (a listener on port 80), and drain settings short enough
+# for a test. Kept through the upgrade below.
+edit_config() {
+	ct_sh 'set -e
+		c=/etc/envoy-agent/config.toml
+		sed -i -e "s/^\([[:space:]]*drain_duration[[:space:]]*=\).*/\1 \"3s\"/" \
+		       -e "s/^\([[:space:]]*parent_shutdown_duration[[:space:]]*=\).*/\1 \"6s\"/" \
+		       -e "s/^\([[:space:]]*termination_drain_duration[[:space:]]*=\).*/\1 \"20s\"/" \
+		       -e "s/^\([[:space:]]*min_drain_duration[[:space:]]*=\).*/\1 \"1s\"/" \
+		       -e "s/^\([[:space:]]*exit_on_zero_active_connections[[:space:]]*=\).*/\1 true/" "$c"
+		echo "# edited by the e2e test" >> "$c"
+		grep -q "^[[:space:]]*termination_drain_duration[[:space:]]*= \"20s\"" "$c"
+		grep -q "^[[:space:]]*exit_on_zero_active_connections[[:space:]]*= true" "$c"' || return 1
+	put_bootstrap v1 || return 1
+	T=120 ct_run systemctl restart "$UNIT" || { ct_run journalctl -u "$UNIT" -n 30 --no-pager; return 1; }
+	expect_body v1 && current v1
+}
+
+has_reload() { # the installed binary has the reload command
+	ct_run envoy-agent help 2>&1 | grep -qw reload || fail "envoy-agent has no reload command (yet)"
+}
+
+reload_good() {
+	has_reload
+	client_start reload || return 1
+	put_bootstrap v2 || return 1
+	local start=$SECONDS rc
+	T=120 ct_run systemctl reload "$UNIT"
+	rc=$?
+	echo "detail: systemctl reload exit $rc in $((SECONDS - start))s"
+	[ $rc -eq 0 ] || { client_stop reload; ct_run journalctl -u "$UNIT" -n 30 --no-pager; return 1; }
+	expect_body v2 || { client_stop reload; return 1; }
+	current v2
+	sleep 2
+	client_stop reload || return 1
+	grep -qx '200 v1' "$work/reload.client" && grep -qx '200 v2' "$work/reload.client" ||
+		fail "the client did not see the switch from v1 to v2"
+	echo "detail: StatusText=\"$(prop StatusText)\""
+	unit_is active
+}
+
+reload_bad() {
+	has_reload
+	client_start badreload || return 1
+	put_bootstrap bad || return 1
+	local rc
+	T=120 ct_run systemctl reload "$UNIT"
+	rc=$?
+	sleep 1
+	echo "detail: systemctl reload exit $rc, unit $(prop ActiveState), StatusText=\"$(prop StatusText)\""
+	client_stop badreload
+	local crc=$?
+	put_bootstrap "$(current)"
+	[ $rc -ne 0 ] || fail "systemctl reload succeeded with a bad bootstrap"
+	[ $crc -eq 0 ] || fail "requests failed"
+	unit_is active || fail "unit $(prop ActiveState)"
+	! grep -vqx "200 $(current)" "$work/badreload.client" || fail "the served config changed"
+	expect_body
+}
+
+stop_draining() {
+	local since
+	since=$(cursor)
+	ct_run curl -sS --max-time 30 -w ' %{http_code} %{time_total}s' \
+		-H 'x-envoy-fault-delay-request: 4000' "$HTTP/slow" >"$work/slow.out" 2>&1 &
+	local slow=$!
+	echo "$slow" >>"$work/bg.pids"
+	wait_for 5 rq_active || fail "the slow request never became active"
+	local start=$SECONDS rc
+	T=90 ct_run systemctl stop "$UNIT"
+	rc=$?
+	local took=$((SECONDS - start))
+	wait_for 30 gone "$slow"
+	local result
+	result=$(prop Result)
+	echo "detail: stop exit $rc in ${took}s, Result=$result, slow request: $(cat "$work/slow.out")"
+	journal_after "$since" >"$work/stop.journal"
+	[ $rc -eq 0 ] || fail "systemctl stop failed"
+	grep -q "^$(current) 200 " "$work/slow.out" || fail "the in-flight request did not complete"
+	[ "$result" = success ] || fail "unit result $result"
+	unit_is inactive || fail "unit is $(prop ActiveState)"
+	echo "detail: journal: $(grep -i -m1 drain "$work/stop.journal")"
+	grep -qi drain "$work/stop.journal" || { tail -n 20 "$work/stop.journal"; fail "no drain in the journal"; }
+	! ct_run pgrep -x envoy || fail "an Envoy is still running"
+}
+
+rq_active() { # a request is in flight: Envoy counts it as active
+	ct_run curl -s "http://127.0.0.1:15000/stats?filter=http.e2e.downstream_rq_active" | grep -q ': [1-9]'
+}
+
+restarts_above() { # restarts_above N: the unit restarted more than N times
+	[ "$(prop NRestarts)" -gt "$1" ]
+}
+
+# restarted_by_itself SIGNAL SECONDS: send SIGNAL to Envoy; the unit must restart on its own.
+restarted_by_itself() {
+	local sig=$1 limit=$2
+	unit_is active || { T=120 ct_run systemctl start "$UNIT" && wait_for 30 unit_is active; } || return 1
+	local n0 pid0 epid start=$SECONDS
+	n0=$(prop NRestarts)
+	pid0=$(prop MainPID)
+	epid=$(envoy_pid) || fail "no Envoy running"
+	ct_run kill -s "$sig" "$epid" || return 1
+	wait_for "$limit" restarts_above "$n0" ||
+		{ ct_run journalctl -u "$UNIT" -n 20 --no-pager; fail "no restart within ${limit}s"; }
+	wait_for 60 unit_is active || fail "unit not active again"
+	echo "detail: restarted after $((SECONDS - start))s, NRestarts $n0 -> $(prop NRestarts), MainPID $pid0 -> $(prop MainPID)"
+	[ "$(prop MainPID)" != "$pid0" ] && expect_body
+}
+
+kill9() {
+	restarted_by_itself KILL 60
+}
+
+sigstop() {
+	local since
+	since=$(cursor)
+	restarted_by_itself STOP 90 || return 1
+	journal_after "$since" >"$work/sigstop.journal"
+	grep 'Watchdog timeout' "$work/sigstop.journal" | sed 's/^/journal: /'
+	grep -q 'Watchdog timeout' "$work/sigstop.journal" || fail "the restart was not the watchdog's"
+}
+
+upgrade() {
+	local before after pid0 v
+	before=$(ct_sh 'sha256sum /etc/envoy-agent/config.toml /etc/envoy-agent/envoy.yaml') || return 1
+	pid0=$(prop MainPID)
+	T=180 ct_run dpkg -i /mnt/e2e/envoy-agent-upgrade.deb </dev/null || return 1
+	after=$(ct_sh 'sha256sum /etc/envoy-agent/config.toml /etc/envoy-agent/envoy.yaml')
+	v=$(ct_run dpkg-query -W -f '${Version}' envoy-agent)
+	wait_for 60 unit_is active
+	echo "detail: $version -> $v, MainPID $pid0 -> $(prop MainPID), $(ct_run systemctl is-enabled "$UNIT")"
+	[ "$v" = "$(dpkg-deb -f "$share/envoy-agent-upgrade.deb" Version)" ] || fail "version $v after the upgrade"
+	[ "$before" = "$after" ] || { echo "$before"; echo "$after"; fail "the edited configuration changed"; }
+	ct_run grep -q '^# edited by the e2e test' /etc/envoy-agent/config.toml || fail "the edit is gone"
+	! ct_sh 'ls /etc/envoy-agent/*.dpkg-* 2>/dev/null | grep .' || fail "dpkg left .dpkg-* files"
+	unit_is active && [ "$(prop MainPID)" != "$pid0" ] || fail "the unit was not restarted"
+	[ "$(ct_run systemctl is-enabled "$UNIT")" = enabled ] && expect_body
+}
+
+remove() {
+	T=180 ct_run dpkg -r envoy-agent </dev/null || return 1
+	local procs
+	procs=$(ct_run ps -eo user=,comm= | grep -E 'envoy' || true)
+	echo "detail: ActiveState=$(prop ActiveState), LoadState=$(prop LoadState)"
+	[ -z "$procs" ] || { echo "$procs"; fail "processes left"; }
+	unit_is inactive || fail "unit $(prop ActiveState)"
+	! ct_run test -e /usr/bin/envoy-agent || fail "/usr/bin/envoy-agent is still there"
+	ct_run test -f /etc/envoy-agent/config.toml || fail "remove deleted the configuration (only purge should)"
+}
+
+purge() {
+	T=180 ct_run dpkg -P envoy-agent </dev/null || return 1
+	local left
+	left=$(ct_sh 'find / -xdev \( -path /proc -o -path /sys -o -path /mnt/e2e \) -prune -o -name "*envoy-agent*" -print
+		find /run /dev/shm /tmp /var/tmp -name "*envoy-agent*" -o -name "envoy_shared_memory*" 2>/dev/null
+		getent passwd envoy-agent; getent group envoy-agent
+		ps -eo comm= | grep -x -e envoy -e envoy-agent
+		test -e /etc/envoy-agent && echo /etc/envoy-agent
+		dpkg-query -W -f "\${db:Status-Status}\n" envoy-agent 2>/dev/null | grep -vx not-installed')
+	echo "detail: $(prop LoadState)"
+	[ -z "$left" ] || { echo "$left"; fail "left behind after purge"; }
+}
+
+rpm_inspect() {
+	[ -n "$rpm" ] || fail "no .rpm in $DIST"
+	local files cfg scripts
+	files=$(rpm -qpl "$rpm") || return 1
+	echo "$files"
+	for f in /usr/bin/envoy-agent /usr/lib/systemd/system/envoy-agent.service /etc/envoy-agent/config.toml \
+		/etc/envoy-agent/envoy.yaml /usr/share/doc/envoy-agent/README.md; do
+		echo "$files" | grep -qx "$f" || fail "$f missing from the rpm"
+	done
+	cfg=$(rpm -qp --qf '[%{FILEFLAGS:fflags} %{FILEMODES:perms} %{FILEUSERNAME}:%{FILEGROUPNAME} %{FILENAMES}\n]' "$rpm")
+	echo "$cfg"
+	echo "$cfg" | grep -qE '^cn .* /etc/envoy-agent/config.toml$' || fail "config.toml is not %config(noreplace)"
+	echo "$cfg" | grep -qE '^cn .* /etc/envoy-agent/envoy.yaml$' || fail "envoy.yaml is not %config(noreplace)"
+	scripts=$(rpm -qp --scripts "$rpm")
+	echo "$scripts"
+	for s in preinstall postinstall preuninstall postuninstall; do
+		echo "$scripts" | grep -q "^$s scriptlet" || fail "no $s scriptlet"
+	done
+	echo "detail: $(echo "$files" | wc -l) files, config(noreplace): $(echo "$cfg" | awk '$1=="cn"{print $NF}' | tr '\n' ' ')"
+}
+
+# Install, upgrade and erase the .rpm with Debian's rpm into a scratch root: an overlay of the
+# bookworm rootfs, so the scriptlets (run chrooted by rpm) find sh, useradd and systemctl.
+rpm_scratch_root() {
+	[ -n "$rpm" ] || fail "no .rpm in $DIST"
+	local up r=$work/rpmroot
+	up=$(ls "$work"/upgrade/envoy-agent-*.rpm | head -n1)
+	mkdir -p "$r/upper" "$r/work" "$r/root"
+	mount -t overlay overlay -o "lowerdir=$ROOTFS,upperdir=$r/upper,workdir=$r/work" "$r/root" || return 1
+	local R=$r/root
+	timeout 60 rpm --root "$R" --initdb || return 1
+	timeout 120 rpm --root "$R" -i --nodeps "$rpm" || return 1
+	grep -q '^envoy-agent:' "$R/etc/passwd" || fail "%pre did not create the user"
+	test -x "$R/usr/bin/envoy-agent" && test -f "$R/usr/lib/systemd/system/envoy-agent.service" || fail "files missing"
+	local preset=disabled
+	test -L "$R/etc/systemd/system/multi-user.target.wants/envoy-agent.service" && preset=enabled
+	stat -c '%a %U:%G %n' "$R/etc/envoy-agent" "$R/etc/envoy-agent/config.toml"
+	echo "# edited" >>"$R/etc/envoy-agent/config.toml"
+	timeout 120 rpm --root "$R" -U --nodeps "$up" || return 1
+	grep -q '^# edited' "$R/etc/envoy-agent/config.toml" || fail "the upgrade lost the edited config.toml"
+	local rpmnew=no
+	test -e "$R/etc/envoy-agent/config.toml.rpmnew" && rpmnew=yes
+	timeout 120 rpm --root "$R" -e envoy-agent || return 1
+	test ! -e "$R/usr/bin/envoy-agent" || fail "erase left the binary"
+	test ! -e "$R/etc/systemd/system/multi-user.target.wants/envoy-agent.service" || fail "erase left the unit enabled"
+	local rpmsave=no
+	test -e "$R/etc/envoy-agent/config.toml.rpmsave" && rpmsave=yes
+	echo "detail: install: user created, preset left the unit $preset; upgrade kept the edit (rpmnew: $rpmnew); erase: disabled, files gone, config.toml.rpmsave: $rpmsave"
+	umount "$R"
+}
+
+# --- main ----------------------------------------------------------------------------------------
+
+[ "$(id -u)" = 0 ] || { echo "FAIL e2e needs root"; echo "0 passed, 1 failed"; exit 1; }
+
+setup_step "host: systemd-container, debootstrap and rpm present" host_tools
+step "unit: systemd-analyze security --offline=yes is OK or better" unit_security
+if setup_step "setup: packages, Envoy and test bootstraps staged" prepare_share &&
+	setup_step "setup: bookworm rootfs" ensure_rootfs; then
+	step "chroot: dpkg -i/-P without a running systemd (image build) succeeds, starts nothing" offline_install
+	if setup_step "boot: systemd is PID 1 in the container" boot; then
+		if step "install: dpkg -i the .deb" install_deb; then
+			step "unit is enabled and active after install" enabled_active
+			step "unit: systemd-analyze verify is clean in the container" verify_in_container
+			step "systemctl show has the agent's STATUS text" status_text
+			step "traffic passes (edited config, bootstrap v1 on port 80)" edit_config
+			step "reload: edited bootstrap switches v1 -> v2, zero failed requests" reload_good
+			step "reload: a bad bootstrap fails systemctl reload, traffic continues" reload_bad
+			step "stop: a slow request in flight completes, clean stop, drain in the journal" stop_draining
+			step "kill -9 of Envoy: the unit restarts by itself" kill9
+			step "SIGSTOP of Envoy: the watchdog restarts the unit" sigstop
+			step "upgrade: newer package keeps the edited config, unit restarted" upgrade
+			step "remove: nothing left running" remove
+			step "purge: nothing of ours left on disk" purge
+		fi
+		if [ $failed -gt 0 ]; then
+			echo "--- journal of $UNIT (last 60 lines)"
+			ct_run journalctl -u "$UNIT" --no-pager -o short-monotonic 2>&1 | grep -v '\]\[info\]\[' | tail -n 60 | sed 's/^/    /'
+		fi
+	else
+		skip "install and systemctl steps" "the container did not boot"
+	fi
+	step "rpm: contents, scriptlets and %config(noreplace) flags" rpm_inspect
+	step "rpm: install, upgrade, erase in a scratch root (Debian's rpm)" rpm_scratch_root
+fi
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
