@@ -13,7 +13,7 @@ VERSION ?= $(or $(shell git describe --tags --always --dirty 2>/dev/null),0.0.0)
 GO      ?= go
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build run test lint envoy clean
+.PHONY: all build run test lint fuzz envoy clean
 
 all: build
 
@@ -27,6 +27,14 @@ run: build envoy
 # With the race detector: the agent is all goroutines and signals.
 test: envoy
 	$(GO) test -race -count=1 ./...
+
+# Each fuzz target for a short, fixed time (FUZZTIME); the seeds are in the tests.
+FUZZTIME ?= 10s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzLoadConfig$$' -fuzztime $(FUZZTIME) ./service
+	$(GO) test -run '^$$' -fuzz '^FuzzParseActiveConnections$$' -fuzztime $(FUZZTIME) ./envoy
+	$(GO) test -run '^$$' -fuzz '^FuzzParseServerInfo$$' -fuzztime $(FUZZTIME) ./envoy
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckAdminAddress$$' -fuzztime $(FUZZTIME) ./envoy
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go') $$(git ls-files --others --exclude-standard '*.go')); \

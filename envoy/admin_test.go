@@ -106,3 +106,26 @@ func TestLogTailKeepsLastLines(t *testing.T) {
 		t.Fatalf("a long line kept %d bytes, want %d", l, tailLineMax)
 	}
 }
+
+func TestWithoutConfigDumpDropsTheBootstrap(t *testing.T) {
+	in := []string{
+		"[2026-12-02 18:28:00.937][1][critical][main] [source/server/server.cc:449] error initializing configuration 'x.yaml': goo.gle/debugonly",
+		"static_resources {",
+		"  clusters {",
+		`    name: "c"`,
+		`    inline_string: "s3cret"`,
+		"  }",
+		"}",
+		": Proto constraint validation failed (x)",
+		"cannot bind '127.0.0.1:1': Address already in use",
+	}
+	got := strings.Join(withoutConfigDump(in), "|")
+	if strings.Contains(got, "s3cret") || strings.Contains(got, "static_resources") {
+		t.Fatalf("the dump survived: %q", got)
+	}
+	for _, keep := range []string{"[critical]", "Proto constraint validation failed", "Address already in use"} {
+		if !strings.Contains(got, keep) {
+			t.Errorf("lost %q: %q", keep, got)
+		}
+	}
+}

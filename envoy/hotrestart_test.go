@@ -105,3 +105,31 @@ func TestFailedHotRestartKeepsServingAndRecoversAdmin(t *testing.T) {
 		t.Fatalf("stop: %v after %s", err, took)
 	}
 }
+
+func TestFilesTheProxyWritesArePrivate(t *testing.T) {
+	t.Parallel()
+	le := startAgent(t, agentOptions{termination: 2 * time.Second, minDrain: time.Second})
+	entries, err := os.ReadDir(le.proxy.runDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sawSnapshot := false
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		if fi.Mode().Perm()&0o002 != 0 {
+			t.Errorf("%s is world-writable (%v)", e.Name(), fi.Mode())
+		}
+		if strings.HasPrefix(e.Name(), "epoch-0-") {
+			sawSnapshot = true
+			if fi.Mode().Perm() != 0o600 {
+				t.Errorf("the bootstrap copy %s has mode %v, want 0600 (bootstraps hold secrets)", e.Name(), fi.Mode().Perm())
+			}
+		}
+	}
+	if !sawSnapshot {
+		t.Fatalf("no bootstrap copy for epoch 0 in %s", le.proxy.runDir)
+	}
+}

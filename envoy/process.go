@@ -155,5 +155,5 @@ func (e *ExitError) Killed() bool {
 }
 
 func (p *process) exitError() *ExitError {
-	return &ExitError{Epoch: p.epoch, Pid: p.pid, Err: p.waitErr, LastLines: p.tail.Lines(), Ran: time.Since(p.started)}
+	return &ExitError{Epoch: p.epoch, Pid: p.pid, Err: p.waitErr, LastLines: withoutConfigDump(p.tail.Lines()), Ran: time.Since(p.started)}
 }

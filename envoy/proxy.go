@@ -442,5 +442,5 @@ func (e *Envoy) LastLines() []string {
 	if e.cur == nil {
 		return nil
 	}
-	return e.cur.tail.Lines()
+	return withoutConfigDump(e.cur.tail.Lines())
 }

@@ -87,6 +87,13 @@ type agentProc struct {
 
 func startAgent(t *testing.T, o procOptions) *agentProc {
 	t.Helper()
+	return startAgentWith(t, o, nil)
+}
+
+// startAgentWith is startAgent with a hook that runs once the ports are
+// chosen, before the agent starts.
+func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Ports)) *agentProc {
+	t.Helper()
 	up := testenvoy.NewUpstream(t)
 	ports := testenvoy.NewPorts(t)
 	ports.Upstream = up.Port
@@ -124,6 +131,9 @@ func startAgent(t *testing.T, o procOptions) *agentProc {
 		p.cmd.Env = append(p.cmd.Env, "WATCHDOG_USEC="+strconv.Itoa(o.watchdogUsec))
 	}
 	p.cmd.Stderr = p.stderr
+	if beforeStart != nil {
+		beforeStart(ports)
+	}
 	p.started = time.Now()
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

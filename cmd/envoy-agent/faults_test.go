@@ -1,0 +1,239 @@
+package main
+
+// Fault tests: each fault repeated ENVOY_AGENT_TRIALS times (default 3; CI
+// sets more), with the real Envoy.
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+)
+
+func trials() int {
+	if n, err := strconv.Atoi(os.Getenv("ENVOY_AGENT_TRIALS")); err == nil && n > 0 {
+		return n
+	}
+	return 3
+}
+
+func TestFaultSigkillOfAgentUnderLoadNeverOrphansEnvoy(t *testing.T) {
+	n, orphans := trials(), 0
+	for i := 0; i < n; i++ {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			p := startAgent(t, procOptions{})
+			l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/"), 2)
+			defer l.Stop()
+			time.Sleep(100 * time.Millisecond)
+			p.signal(syscall.SIGKILL)
+			<-p.done
+			if !testenvoy.Eventually(3*time.Second, func() bool { return !testenvoy.Alive(p.envoyPid) }) {
+				orphans++
+				t.Errorf("envoy pid %d outlived its SIGKILLed agent", p.envoyPid)
+			}
+		})
+	}
+	t.Logf("SIGKILL of the agent under load: %d trials, %d orphaned Envoys", n, orphans)
+}
+
+func TestFaultEnvoyKilledRepeatedly(t *testing.T) {
+	n, slow := trials(), 0
+	for i := 0; i < n; i++ {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			p := startAgent(t, procOptions{})
+			killed := time.Now()
+			if err := syscall.Kill(p.envoyPid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			code, took := p.wait(killed, 10*time.Second)
+			if code != 1 || !strings.Contains(p.stderr.String(), "SIGKILL") {
+				t.Errorf("exit %d; stderr lacks SIGKILL", code)
+			}
+			if took > time.Second {
+				slow++
+				t.Errorf("agent exited %s after Envoy died", took)
+			}
+		})
+	}
+	t.Logf("SIGKILL of Envoy: %d trials, %d not noticed within 1s", n, slow)
+}
+
+func TestFaultPortsTakenAtStart(t *testing.T) {
+	tests := []struct {
+		name string
+		take func(testenvoy.Ports) int
+		want string
+	}{
+		{"admin port", func(p testenvoy.Ports) int { return p.Admin }, "cannot bind"},
+		{"listener port", func(p testenvoy.Ports) int { return p.Listener }, "Address already in use"},
+		{"status port", func(p testenvoy.Ports) int { return p.Status }, "agent.status_port"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := startAgentTaking(t, tt.take)
+			code, _ := p.wait(p.started, 20*time.Second)
+			if code != 1 || !strings.Contains(p.stderr.String(), tt.want) {
+				t.Fatalf("exit %d, want 1 with %q:\n%s", code, tt.want, p.stderr)
+			}
+			assertNoEnvoyFor(t, p.dir)
+		})
+	}
+}
+
+// startAgentTaking starts an agent after binding the port take picks.
+func startAgentTaking(t *testing.T, take func(testenvoy.Ports) int) *agentProc {
+	t.Helper()
+	var ln net.Listener
+	p := startAgentWith(t, procOptions{noWaitReady: true}, func(ports testenvoy.Ports) {
+		var err error
+		ln, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(take(ports)))
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Cleanup(func() { ln.Close() })
+	return p
+}
+
+func TestFaultIncompatibleBinaryBeforeReload(t *testing.T) {
+	t.Parallel()
+	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
+	l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/"), 2)
+	defer l.Stop()
+	// A stand-in for an Envoy of another hot-restart version: a real Envoy
+	// of another version is not at hand, so this script answers
+	// --hot-restart-version differently and runs the real Envoy otherwise.
+	standIn := filepath.Join(p.dir, "envoy-other-version-stand-in")
+	writeFile(t, standIn, "#!/bin/sh\n[ \"$1\" = --hot-restart-version ] && { echo 10.96; exit 0; }\nexec "+testenvoy.Binary(t)+" \"$@\"\n")
+	if err := os.Chmod(standIn, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	config, _ := os.ReadFile(p.config)
+	writeFile(t, p.config, strings.Replace(string(config), strconv.Quote(testenvoy.Binary(t)), strconv.Quote(standIn), 1))
+	p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "v1"})
+	code, out := p.reload()
+	if code != 3 || !strings.Contains(out, "hot-restart version 10.96, the running Envoy 11.") {
+		t.Fatalf("reload with an incompatible binary: exit %d: %s", code, out)
+	}
+	writeFile(t, p.config, string(config))
+	if code, out := p.reload(); code != 0 {
+		t.Fatalf("reload after restoring the binary: exit %d: %s", code, out)
+	}
+	time.Sleep(200 * time.Millisecond)
+	l.Stop()
+	if l.Failed() != 0 || l.Latest() != "v1" {
+		t.Fatalf("%d failed, latest %q", l.Failed(), l.Latest())
+	}
+}
+
+func TestFaultBootstrapRewrittenDuringReloads(t *testing.T) {
+	t.Parallel()
+	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "w0"}})
+	l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/"), 2)
+	defer l.Stop()
+	// A careless writer: the file is truncated and rewritten in place, over
+	// and over, while reloads read it.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	written := map[string]bool{"w0": true}
+	var mu sync.Mutex
+	go func() {
+		defer wg.Done()
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			v := "w" + strconv.Itoa(i%5)
+			mu.Lock()
+			written[v] = true
+			mu.Unlock()
+			testenvoy.WriteBootstrap(t, p.dir, "envoy.yaml", testenvoy.BootstrapOptions{Ports: p.ports, ResponseHeader: v})
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	ok, failed := 0, 0
+	for i := 0; i < 8; i++ {
+		if code, _ := p.reload(); code == 0 {
+			ok++
+		} else {
+			failed++
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	l.Stop()
+	t.Logf("8 reloads while the bootstrap was rewritten in place: %d ok, %d refused; requests %d ok, %d failed", ok, failed, l.OK(), l.Failed())
+	if l.Failed() != 0 {
+		t.Fatalf("%d requests failed (last: %s)", l.Failed(), l.LastErr())
+	}
+	for v := range l.Versions() {
+		if !written[v] {
+			t.Errorf("an answer had version %q, which was never written", v)
+		}
+	}
+	if c := p.healthz(); c != 200 {
+		t.Errorf("/healthz/ready = %d afterwards", c)
+	}
+}
+
+func TestFaultReloadStorm(t *testing.T) {
+	t.Parallel()
+	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "s0"}})
+	l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/"), 4)
+	defer l.Stop()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	start := time.Now()
+	for i := 0; i < 50; i++ {
+		if i%10 == 0 {
+			p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "s" + strconv.Itoa(i/10+1)})
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, _ := p.reload()
+			mu.Lock()
+			codes[code]++
+			mu.Unlock()
+		}()
+		time.Sleep(100 * time.Millisecond) // 50 requests in 5s
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(120 * time.Second):
+		t.Fatalf("reload requests still pending 120s into the storm")
+	}
+	time.Sleep(300 * time.Millisecond)
+	l.Stop()
+	runs := p.metric("envoy_agent_reloads_total")
+	t.Logf("50 reload requests in %s: exit codes %v, %s reload runs; requests %d ok, %d failed", time.Since(start).Round(time.Millisecond), codes, runs, l.OK(), l.Failed())
+	if codes[0] != 50 {
+		t.Errorf("exit codes %v; want 50 successes", codes)
+	}
+	if l.Failed() != 0 {
+		t.Errorf("%d requests failed (last: %s)", l.Failed(), l.LastErr())
+	}
+	if l.Latest() != "s5" {
+		t.Errorf("latest answer %q, want s5", l.Latest())
+	}
+	sent := p.signal(syscall.SIGTERM)
+	if code, _ := p.wait(sent, 30*time.Second); code != 0 {
+		t.Fatalf("stop after the storm exited %d", code)
+	}
+	assertNoEnvoyFor(t, p.dir)
+}
