@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -21,20 +22,39 @@ const maxAdminBody = 64 << 20
 // AdminClient talks to one Envoy's admin API over HTTP.
 type AdminClient struct {
 	base   string
-	client *http.Client
+	client *http.Client // a fresh connection for every call but /ready
+
+	mu    sync.Mutex
+	probe *http.Client // GET /ready, kept alive: the probes repeat it
 }
 
-// NewAdminClient returns a client for the admin API at host:port. It keeps
-// no idle connections, so that an Envoy that is gone never looks alive
-// through a pooled socket, and a frozen one shows as timeouts.
+// NewAdminClient returns a client for the admin API at host:port. Only
+// GET /ready reuses a connection (the readiness and watchdog probes repeat
+// it every few milliseconds or seconds); every other call takes a fresh
+// one, so that it reaches whichever Envoy owns the admin port now: after a
+// hot restart, a kept connection still talks to the old epoch. Reconnect
+// drops the kept one. A frozen Envoy shows as timeouts either way.
 func NewAdminClient(host string, port int) *AdminClient {
 	return &AdminClient{
-		base: "http://" + net.JoinHostPort(host, strconv.Itoa(port)),
-		client: &http.Client{Transport: &http.Transport{
-			DisableKeepAlives: true,
-			Proxy:             nil,
-		}},
+		base:   "http://" + net.JoinHostPort(host, strconv.Itoa(port)),
+		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}},
+		probe:  newProbeClient(),
 	}
+}
+
+func newProbeClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConns: 1, MaxIdleConnsPerHost: 1,
+		IdleConnTimeout: 30 * time.Second}}
+}
+
+// Reconnect drops the kept connection, so that the next /ready reaches the
+// Envoy that owns the admin port now (after a hot restart).
+func (c *AdminClient) Reconnect() {
+	c.mu.Lock()
+	old := c.probe
+	c.probe = newProbeClient()
+	c.mu.Unlock()
+	old.CloseIdleConnections()
 }
 
 // Ready is the answer of GET /ready: the server state and whether it is LIVE.
@@ -200,7 +220,13 @@ func (c *AdminClient) do(ctx context.Context, method, path string) (int, []byte,
 	if err != nil {
 		return 0, nil, fmt.Errorf("envoy admin %s %s: %w", method, path, err)
 	}
-	resp, err := c.client.Do(req)
+	client := c.client
+	if method == http.MethodGet && path == "/ready" {
+		c.mu.Lock()
+		client = c.probe
+		c.mu.Unlock()
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, nil, fmt.Errorf("envoy admin %s %s: %w", method, path, err)
 	}

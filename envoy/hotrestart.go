@@ -68,6 +68,8 @@ func (e *HotRestartError) Unwrap() error { return e.Err }
 func (e *Envoy) HotRestart(ctx context.Context, cfg ProxyConfig) (int, error) {
 	e.restartMu.Lock()
 	defer e.restartMu.Unlock()
+	e.restarting.Store(true)
+	defer e.restarting.Store(false)
 	cur := e.config()
 	if cur.DisableHotRestart || cfg.DisableHotRestart {
 		return 0, errors.New("hot restart is disabled")
@@ -80,6 +82,7 @@ func (e *Envoy) HotRestart(ctx context.Context, cfg ProxyConfig) (int, error) {
 		return 0, errors.New("no serving envoy to hot restart")
 	}
 	next := old.epoch + 1
+	e.admin.Reconnect()
 	p, err := e.startEpoch(cfg, cfg.ConfigPath, next)
 	if err != nil {
 		return 0, err

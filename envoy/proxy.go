@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -47,7 +48,8 @@ type Envoy struct {
 	closed   bool                  // Run is stopping Envoy: no new epochs
 	switched chan struct{}         // a hot restart changed cur
 
-	restartMu sync.Mutex // serializes hot restarts and the final stop
+	restartMu  sync.Mutex  // serializes hot restarts
+	restarting atomic.Bool // a hot restart is under way
 }
 
 // NewProxy returns the Proxy for cfg. Its dynamic type is *Envoy.
@@ -145,6 +147,11 @@ func (e *Envoy) Run(abort <-chan error) error {
 			addrErr = nil
 		case <-e.switched:
 		case <-p.done:
+			// A hot restart under way may be about to make its new
+			// epoch the serving one: let it end first.
+			for e.restarting.Load() && e.serving() == p {
+				time.Sleep(10 * time.Millisecond)
+			}
 			if p == e.serving() {
 				e.stopAll()
 				return p.exitError()
@@ -169,6 +176,7 @@ func (e *Envoy) setServing(p *process) {
 	e.mu.Lock()
 	e.cur = p
 	e.mu.Unlock()
+	e.admin.Reconnect()
 	select {
 	case e.switched <- struct{}{}:
 	default:

@@ -164,6 +164,9 @@ func (s *supervisor) reloadSteps() (int, error) {
 	if err != nil {
 		return 0, errConfig{fmt.Errorf("envoy.binary_path: %w", err)}
 	}
+	if s.hotRestartVersion() == "" {
+		s.learnVersion() // a reload asked for right at READY=1
+	}
 	if running := s.hotRestartVersion(); version != running {
 		return 0, errConfig{fmt.Errorf("envoy.binary_path: %s has hot-restart version %s, the running Envoy %s: they cannot hot restart into each other; restart the service to switch", cfg.Envoy.BinaryPath, version, running)}
 	}

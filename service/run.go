@@ -41,11 +41,13 @@ func (e *StartError) Error() string {
 	return e.Reason + "; Envoy's last log lines:\n  " + strings.Join(e.LastLines, "\n  ")
 }
 
-// readyPoll is how the agent polls Envoy's /ready while it starts: briskly
-// at first, then less often, never more than readyPollMax apart.
+// readyPoll is how the agent polls Envoy's /ready while it starts: every
+// readyPollMin for readyPollBrisk (most Envoys are LIVE by then), then
+// easing to readyPollMax.
 const (
-	readyPollMin = 5 * time.Millisecond
-	readyPollMax = 50 * time.Millisecond
+	readyPollMin   = 5 * time.Millisecond
+	readyPollMax   = 50 * time.Millisecond
+	readyPollBrisk = 3 * time.Second
 )
 
 // Run is `envoy-agent run`: it starts Envoy, tells systemd when Envoy is LIVE,
@@ -272,9 +274,9 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 				took := time.Since(started)
 				s.metrics.startSeconds.Set(took.Seconds())
 				s.setLive(true)
+				s.notify.Ready(s.liveStatus())
 				s.log.Infof("envoy is LIVE after %s", took.Round(time.Millisecond))
 				s.learnVersion()
-				s.notify.Ready(s.liveStatus())
 				return true, nil
 			}
 			if r.State != state {
@@ -283,7 +285,9 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 			}
 		}
 		timer.Reset(poll)
-		poll = min(poll*5/4+time.Millisecond, readyPollMax)
+		if time.Since(started) > readyPollBrisk {
+			poll = min(poll*5/4+time.Millisecond, readyPollMax)
+		}
 	}
 }
 

@@ -1,0 +1,262 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// renderMarkdown is results.md, and what the bench prints on stdout: one
+// table per scenario, each with a line on what its numbers mean.
+func renderMarkdown(r *Results) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("# envoy-agent benchmark\n\n")
+	w("Envoy %s; agent %s; %s; %d cores shared with other work (load average %s before, %s after), so every figure is noisy: "+
+		"compare agent and baseline within a run, not across runs. The run took %.0f s. Baseline: a bare Envoy, run as a plain unit would run it "+
+		"(same bootstrap, one worker, log level warning). All traffic on 127.0.0.1.\n\n",
+		r.Host.Envoy, r.Host.Agent, r.Host.Go, r.Host.Cores, r.Host.LoadAvgBefore, r.Host.LoadAvgAfter, r.Host.Seconds)
+	renderStart(w, r)
+	renderReload(w, r)
+	renderStop(w, r)
+	renderOverhead(w, r)
+	renderGrowth(w, r)
+	return b.String()
+}
+
+type writer func(format string, args ...any)
+
+// scenarioError notes a scenario that did not finish; it reports whether
+// there is anything else to show.
+func scenarioError(w writer, r *Results, name string, have bool) bool {
+	if e, ok := r.Errors[name]; ok {
+		w("**Did not run to the end:** %s\n\n", oneLine(e))
+	}
+	if !have {
+		if _, ok := r.Errors[name]; !ok {
+			w("Not run.\n\n")
+		}
+	}
+	return have
+}
+
+func renderStart(w writer, r *Results) {
+	s := r.Start
+	w("## 1. Start: exec to ready\n\n")
+	if !scenarioError(w, r, "start", s != nil) {
+		return
+	}
+	w("%d starts each, alternating. Agent: `envoy-agent run` until READY=1 on its NOTIFY_SOCKET. Baseline: bare Envoy until `GET /ready` answers 200, polled every 1 ms.\n\n", s.Starts)
+	w("| Metric | Agent | Baseline | Agent − baseline | Target |\n|---|---:|---:|---:|---|\n")
+	w("| median | %s | %s | %s | < +10 ms: %s |\n", msf(s.Agent.Median), msf(s.Baseline.Median), signed(s.MedianDiffMs), yesNo(s.MedianDiffMs < 10))
+	w("| max | %s | %s | %s | |\n", msf(s.Agent.Max), msf(s.Baseline.Max), signed(s.MaxDiffMs))
+	w("| min | %s | %s | %s | |\n", msf(s.Agent.Min), msf(s.Baseline.Min), signed(round3(s.Agent.Min-s.Baseline.Min)))
+	if s.ProbeStarts > 0 {
+		w("| of which Envoy LIVE → READY=1, median / max (%d more agent starts, Envoy's /ready also polled every 1 ms) | %s / %s | | | |\n",
+			s.ProbeStarts, msf(s.ProbeGap.Median), msf(s.ProbeGap.Max))
+	}
+	w("\n")
+	w("_What the numbers mean:_ the difference is what the agent adds to a start: its own exec and config load, plus the gap between Envoy becoming LIVE and the agent's next `/ready` poll (%s). The baseline's 1 ms polling is the best a poller can do.\n\n", s.AgentPollNote)
+}
+
+func renderReload(w writer, r *Results) {
+	s := r.Reload
+	w("## 2. Reload under load\n\n")
+	if !scenarioError(w, r, "reload", s != nil) {
+		return
+	}
+	a, bl := s.Agent, s.Baseline
+	w("A fixed-rate keep-alive load (%d Go workers, %.0f requests/s in all, 2 s timeout) through Envoy while the bootstrap is rewritten %d times with a new `x-config-version` response header, with a %.1f s pause after each change. Time per change: until `envoy-agent reload` returned, or until the restarted Envoy answered `/ready` (1 ms polls). The picture is `reload.svg`.\n\n",
+		s.Workers, s.RateRPS, max(a.Changes, bl.Changes), s.GapMs/1000)
+	na := a.NotAvailable
+	cell := func(v string) string {
+		if na != "" {
+			return "n/a"
+		}
+		return v
+	}
+	w("| Metric | Agent | Baseline | Agent vs baseline | Target |\n|---|---:|---:|---:|---|\n")
+	if na != "" {
+		w("| method | %s | %s | | |\n", na, bl.Method)
+	} else {
+		w("| method | %s | %s | | |\n", a.Method, bl.Method)
+	}
+	w("| config changes that worked | %s | %d/%d | | |\n", cell(fmt.Sprintf("%d/%d", a.ChangesOK, a.Changes)), bl.ChangesOK, bl.Changes)
+	w("| time per change, median / max | %s | %s | %s | |\n", cell(medMax(a.ChangeMs)), medMax(bl.ChangeMs), cell(ratio(a.ChangeMs.Median, bl.ChangeMs.Median)))
+	w("| requests sent | %s | %d | | |\n", cell(fmt.Sprint(a.Load.Sent)), bl.Load.Sent)
+	w("| requests failed | %s | %s | %s | agent 0: %s |\n", cell(failed(a.Load)), failed(bl.Load),
+		cell(fmt.Sprintf("%+d", a.Load.Failed-bl.Load.Failed)), cell(yesNo(a.Load.Failed == 0)))
+	for _, q := range []struct {
+		name string
+		a, b float64
+	}{{"latency p50", a.Load.Latency.Median, bl.Load.Latency.Median}, {"latency p99", a.Load.Latency.P99, bl.Load.Latency.P99}, {"latency max", a.Load.Latency.Max, bl.Load.Latency.Max}} {
+		w("| %s | %s | %s | %s | |\n", q.name, cell(msf(q.a)), msf(q.b), cell(ratio(q.a, q.b)))
+	}
+	w("| config versions answered | %s | %d/%d | | every change served: %s |\n", cell(fmt.Sprintf("%d/%d", a.VersionsSeen, a.VersionsWant)), bl.VersionsSeen, bl.VersionsWant,
+		cell(yesNo(a.VersionsSeen == a.VersionsWant)))
+	if na == "" && a.AgentHWMKiB > 0 {
+		w("| agent peak RSS after the reloads | %s | | | < 20 MiB: %s |\n", mib(a.AgentHWMKiB), yesNo(a.AgentHWMKiB < 20*1024))
+	}
+	for _, side := range []ReloadSide{a, bl} {
+		for i, ev := range side.Events {
+			if !ev.OK {
+				w("\nChange %d by %s failed (%d of %d failed): %s\n", i+1, side.Method, side.Changes-side.ChangesOK, side.Changes, oneLine(ev.Error))
+				break
+			}
+		}
+	}
+	w("\n_What the numbers mean:_ failed requests are what clients saw during config changes (latency counts failed requests too, at their time to fail; Go's client retries an idempotent GET once on a connection the server closed, as most clients do). ")
+	w("A hot restart hands the listening sockets to the new Envoy, so no request should fail; a stop-and-start leaves nothing listening for as long as Envoy takes to stop and start.")
+	if na != "" {
+		w(" The agent's side is n/a: this agent build has no `envoy-agent reload` command yet.")
+	}
+	w("\n\n")
+}
+
+func renderStop(w writer, r *Results) {
+	s := r.Stop
+	w("## 3. Stop under load\n\n")
+	if !scenarioError(w, r, "stop", s != nil) {
+		return
+	}
+	a, bl := s.Agent, s.Baseline
+	w("The same load, plus %d requests to an upstream that sleeps %.0f s, in flight when SIGTERM comes. Agent: termination_drain_duration %.0f s, min_drain_duration %.0f s. Baseline: SIGTERM to a bare Envoy.\n\n",
+		a.SlowInFlight, s.SlowMs/1000, s.TerminationDrain/1000, s.MinDrain/1000)
+	w("| Metric | Agent (drain) | Baseline (SIGTERM) | Agent vs baseline | Target |\n|---|---:|---:|---:|---|\n")
+	w("| slow requests in flight that failed | %d/%d | %d/%d | %+d | |\n", a.SlowFailed, a.SlowInFlight, bl.SlowFailed, bl.SlowInFlight, a.SlowFailed-bl.SlowFailed)
+	w("| load requests failed, SIGTERM to exit | %s | %s | | |\n", duringDrain(a), duringDrain(bl))
+	w("| load requests failed, sent before SIGTERM (in flight at it included) | %d/%d | %d/%d | | |\n", a.LoadBeforeSignal.Failed, a.LoadBeforeSignal.Sent, bl.LoadBeforeSignal.Failed, bl.LoadBeforeSignal.Sent)
+	w("| SIGTERM to exit | %s | %s | %s | |\n", msf(a.ExitMs), msf(bl.ExitMs), signed(round3(a.ExitMs-bl.ExitMs)))
+	w("| exit status | %s | %s | | |\n\n", a.ExitStatus, bl.ExitStatus)
+	z := s.ExitOnZero
+	if z.PollMs > 0 {
+		w("With `exit_on_zero_active_connections = true` (min_drain_duration %.0f s): the load stops at SIGTERM and %d slow requests finish.\n\n", z.MinDrainMs/1000, z.SlowInFlight)
+		w("| Metric | Agent | Target |\n|---|---:|---|\n")
+		w("| last connection closed, after SIGTERM | %s | |\n", msf(z.LastCloseMs))
+		w("| agent exited, after SIGTERM | %s | |\n", msf(z.ExitMs))
+		w("| exit after max(last close, min_drain_duration) | %s | within one poll (%s): %s |\n", msf(z.DelayMs), msf(z.PollMs), yesNo(z.DelayMs <= z.PollMs))
+		w("| slow requests that failed | %d/%d | |\n\n", z.SlowFailed, z.SlowInFlight)
+	}
+	w("_What the numbers mean:_ a bare Envoy exits at once on SIGTERM and cuts every request in flight; the agent fails health checks, drains, and lets requests in flight finish, at the price of a longer stop (the drain). ")
+	w("Load requests sent after the exit fail on both sides (nothing listens) and are not counted; the agent's failures before its exit are the requests sent after its drain ended and it told Envoy to quit (see when they began), while the agent itself was still exiting. With exit_on_zero_active_connections, the delay is the wait for the next drain poll plus Envoy's quit and the agent's exit.\n\n")
+}
+
+func renderOverhead(w writer, r *Results) {
+	s := r.Overhead
+	w("## 4. Overhead of the agent process\n\n")
+	if !scenarioError(w, r, "overhead", s != nil) {
+		return
+	}
+	w("The agent process only (its Envoy is not counted in the agent's column; it is shown beside it for scale), over %.0f s idle with WATCHDOG_USEC=2000000 and a NOTIFY_SOCKET (%d watchdog pings seen).\n\n", s.IdleS, s.WatchdogPings)
+	w("| Metric | Agent process | Its Envoy | Agent / Envoy | Target |\n|---|---:|---:|---:|---|\n")
+	w("| peak RSS (VmHWM) | %s | %s | %s | < 20 MiB: %s |\n", mib(s.AgentHWMKiB), mib(s.EnvoyHWMKiB), pct(float64(s.AgentHWMKiB), float64(s.EnvoyHWMKiB)), yesNo(s.AgentHWMKiB < 20*1024))
+	w("| CPU over the idle period | %.4f s (%.4f%% of a core) | %.2f s (%.3f%% of a core) | %s | < 0.1%% of a core: %s |\n",
+		s.AgentCPUSeconds, s.AgentCPUPercent, s.EnvoyCPUSeconds, s.EnvoyCPUPercent, pct(s.AgentCPUSeconds, s.EnvoyCPUSeconds), yesNo(s.AgentCPUPercent < 0.1))
+	w("| binary size | %s | %s | %s | |\n", mib(int(s.AgentBinaryBytes/1024)), mib(int(s.EnvoyBinaryBytes/1024)), pct(float64(s.AgentBinaryBytes), float64(s.EnvoyBinaryBytes)))
+	w("| threads | %d | | | |\n\n", s.AgentThreads)
+	w("_What the numbers mean:_ this is what supervising costs on top of Envoy. The agent's CPU is its run time from /proc/PID/task/*/schedstat (ns precision; utime+stime, in 10 ms ticks, gave %.2f s); idle, it only answers the watchdog by asking Envoy's `/ready` every second.\n\n", s.AgentCPUTicksSecs)
+}
+
+func renderGrowth(w writer, r *Results) {
+	s := r.Growth
+	w("## 5. Growth with the number of listeners\n\n")
+	if !scenarioError(w, r, "growth", s != nil && len(s.Rows) > 0) {
+		return
+	}
+	base := s.Rows[0]
+	w("A bare Envoy with N HTTP listeners, each of which has had a connection (so its gauge is in the answer), %d held open. %d rounds of: one drain poll as the agent makes it (`GET %s` on a fresh connection, then `envoy.ParseActiveConnections`) and one `GET /ready`. Baseline: the %d-listener row.\n\n",
+		base.Held, s.Iterations, "/stats?usedonly&filter=^listener\\..*downstream_cx_active$", base.Listeners)
+	w("| Listeners | LIVE after | drain poll median / p99 | of it, parse median | stats answer | connections parsed | /ready median / p99 | poll vs %d listeners | poll share of a 250 ms interval |\n", base.Listeners)
+	w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, g := range s.Rows {
+		w("| %d | %s | %s / %s | %s | %d lines, %s | %d/%d | %s / %s | %s | %.2f%% |\n", g.Listeners, msf(g.StartMs), msf(g.Poll.Median), msf(g.Poll.P99), msf(g.Parse.Median),
+			g.StatsLines, kib(g.StatsBytes), g.Parsed, g.Held, msf(g.Ready.Median), msf(g.Ready.P99), ratio(g.Poll.Median, base.Poll.Median), 100*g.Poll.Median/250)
+	}
+	w("\n_What the numbers mean:_ a drain poll's cost grows with the listeners (Envoy renders, and the agent parses, one gauge per listener); `/ready` does not depend on them. The last column says how much of the agent's 250 ms drain poll interval one poll takes.\n\n")
+}
+
+// Formatting helpers.
+
+func medMax(d Dist) string {
+	if d.N == 0 {
+		return "—"
+	}
+	return msf(d.Median) + " / " + msf(d.Max)
+}
+
+// duringDrain is "failed/sent" of the load between SIGTERM and the exit,
+// with when the first failure was sent.
+func duringDrain(s StopSide) string {
+	out := fmt.Sprintf("%d/%d", s.LoadDuringDrain.Failed, s.LoadDuringDrain.Sent)
+	if s.FirstFailMs >= 0 {
+		out += fmt.Sprintf(" (sent from %s after SIGTERM on)", msf(s.FirstFailMs))
+	}
+	return out
+}
+
+func msf(x float64) string {
+	switch {
+	case x == 0:
+		return "0 ms"
+	case x < 1 && x > -1:
+		return fmt.Sprintf("%.3f ms", x)
+	case x < 10 && x > -10:
+		return fmt.Sprintf("%.2f ms", x)
+	default:
+		return fmt.Sprintf("%.1f ms", x)
+	}
+}
+
+func signed(x float64) string {
+	s := msf(x)
+	if x >= 0 {
+		return "+" + s
+	}
+	return s
+}
+
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("×%.2f", a/b)
+}
+
+func pct(a, b float64) string {
+	if b == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f%%", 100*a/b)
+}
+
+func mib(kib int) string { return fmt.Sprintf("%.1f MiB", float64(kib)/1024) }
+
+func kib(bytes int) string { return fmt.Sprintf("%.1f KiB", float64(bytes)/1024) }
+
+func yesNo(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "**no**"
+}
+
+// failed is "N" with the kinds of failure, e.g. "12 (refused 10, reset 2)".
+func failed(s LoadStats) string {
+	if s.Failed == 0 {
+		return "0"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(s.FailedBy)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, s.FailedBy[k]))
+	}
+	return fmt.Sprintf("%d (%s)", s.Failed, strings.Join(parts, ", "))
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " / ")
+	if len(s) > 600 {
+		s = s[:600] + "..."
+	}
+	return s
+}

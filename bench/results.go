@@ -1,0 +1,182 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Results is everything one run measured; results.json is this, indented.
+// Durations are in milliseconds, sizes in bytes or KiB as named.
+type Results struct {
+	Date     string            `json:"date"`
+	Host     Host              `json:"host"`
+	Start    *StartResult      `json:"start,omitempty"`
+	Reload   *ReloadResult     `json:"reload,omitempty"`
+	Stop     *StopResult       `json:"stop,omitempty"`
+	Overhead *OverheadResult   `json:"overhead,omitempty"`
+	Growth   *GrowthResult     `json:"growth,omitempty"`
+	Errors   map[string]string `json:"errors,omitempty"` // scenario: why it could not run
+}
+
+// Host is where the run happened.
+type Host struct {
+	Cores         int     `json:"cores"`
+	LoadAvgBefore string  `json:"loadavg_before"`
+	LoadAvgAfter  string  `json:"loadavg_after"`
+	Go            string  `json:"go"`
+	Envoy         string  `json:"envoy"`
+	Agent         string  `json:"agent"`
+	AgentBinary   string  `json:"agent_binary"`
+	EnvoyBinary   string  `json:"envoy_binary"`
+	Seconds       float64 `json:"seconds"`
+}
+
+// StartResult is scenario 1: exec to ready.
+type StartResult struct {
+	Starts        int       `json:"starts"`
+	AgentMs       []float64 `json:"agent_ms"`    // exec to READY=1 on the notify socket
+	BaselineMs    []float64 `json:"baseline_ms"` // exec to the first 200 of /ready, polled every 1ms
+	Agent         Dist      `json:"agent"`
+	Baseline      Dist      `json:"baseline"`
+	MedianDiffMs  float64   `json:"median_diff_ms"`
+	MaxDiffMs     float64   `json:"max_diff_ms"`
+	AgentPollNote string    `json:"agent_poll_note"`
+	// Extra agent starts with the bench polling Envoy's /ready every 1ms
+	// too: ProbeGap is Envoy LIVE (as the probe saw it) to READY=1.
+	ProbeStarts int  `json:"probe_starts"`
+	ProbeTotal  Dist `json:"probe_total"`
+	ProbeGap    Dist `json:"probe_live_to_ready"`
+}
+
+// LoadStats sums up a load's samples.
+type LoadStats struct {
+	Sent     int            `json:"sent"`
+	OK       int            `json:"ok"`
+	Failed   int            `json:"failed"`
+	FailedBy map[string]int `json:"failed_by,omitempty"`
+	Latency  Dist           `json:"latency"` // every request, failed ones included (time to fail)
+	Versions map[string]int `json:"versions,omitempty"`
+}
+
+// Bucket is one slice of a load's timeline, by send time.
+type Bucket struct {
+	OK     int `json:"ok"`
+	Failed int `json:"failed"`
+}
+
+// Event is one config change, in ms since the load began.
+type Event struct {
+	StartMs float64 `json:"start_ms"`
+	EndMs   float64 `json:"end_ms"`
+	OK      bool    `json:"ok"`
+	Error   string  `json:"error,omitempty"`
+}
+
+// ReloadSide is one side of scenario 2.
+type ReloadSide struct {
+	Available     bool      `json:"available"`
+	NotAvailable  string    `json:"not_available,omitempty"`
+	Method        string    `json:"method"`
+	Changes       int       `json:"changes"`
+	ChangesOK     int       `json:"changes_ok"`
+	ChangeMs      Dist      `json:"change_ms"` // how long each reload or restart took
+	Load          LoadStats `json:"load"`
+	VersionsSeen  int       `json:"versions_seen"` // distinct x-config-version values answered
+	VersionsWant  int       `json:"versions_want"`
+	LoadMs        float64   `json:"load_ms"`
+	Buckets       []Bucket  `json:"buckets"`
+	Events        []Event   `json:"events"`
+	AgentHWMKiB   int       `json:"agent_vmhwm_kib,omitempty"` // the agent's peak RSS after the reloads
+	EnvoyExitNote string    `json:"envoy_exit_note,omitempty"`
+}
+
+// ReloadResult is scenario 2.
+type ReloadResult struct {
+	Workers  int        `json:"workers"`
+	RateRPS  float64    `json:"rate_rps"`
+	BucketMs int        `json:"bucket_ms"`
+	GapMs    float64    `json:"gap_ms"` // pause after each change
+	Agent    ReloadSide `json:"agent"`
+	Baseline ReloadSide `json:"baseline"`
+}
+
+// StopSide is one side of scenario 3.
+type StopSide struct {
+	SlowInFlight     int            `json:"slow_in_flight"`
+	SlowFailed       int            `json:"slow_failed"`
+	SlowFailedBy     map[string]int `json:"slow_failed_by,omitempty"`
+	LoadBeforeSignal LoadStats      `json:"load_before_sigterm"`
+	LoadDuringDrain  LoadStats      `json:"load_sigterm_to_exit"` // sent between SIGTERM and the exit
+	ExitMs           float64        `json:"exit_ms"`              // SIGTERM to the process's exit
+	FirstFailMs      float64        `json:"first_fail_ms"`        // the first failed load request after SIGTERM, by send time; -1: none
+	ExitStatus       string         `json:"exit_status"`
+}
+
+// ZeroConnResult is the exit_on_zero_active_connections part of scenario 3.
+type ZeroConnResult struct {
+	MinDrainMs   float64 `json:"min_drain_ms"`
+	PollMs       float64 `json:"poll_ms"`
+	LastCloseMs  float64 `json:"last_close_ms"` // since SIGTERM
+	ExitMs       float64 `json:"exit_ms"`       // since SIGTERM
+	DelayMs      float64 `json:"delay_ms"`      // exit - max(last close, min drain)
+	SlowInFlight int     `json:"slow_in_flight"`
+	SlowFailed   int     `json:"slow_failed"`
+	ExitStatus   string  `json:"exit_status"`
+}
+
+// StopResult is scenario 3.
+type StopResult struct {
+	SlowMs           float64        `json:"slow_ms"`
+	TerminationDrain float64        `json:"termination_drain_ms"`
+	MinDrain         float64        `json:"min_drain_ms"`
+	Agent            StopSide       `json:"agent"`
+	Baseline         StopSide       `json:"baseline"`
+	ExitOnZero       ZeroConnResult `json:"exit_on_zero"`
+}
+
+// OverheadResult is scenario 4: the agent process alone, and its Envoy
+// beside it for scale.
+type OverheadResult struct {
+	IdleS             float64 `json:"idle_s"`
+	AgentHWMKiB       int     `json:"agent_vmhwm_kib"`
+	AgentRSSKiB       int     `json:"agent_vmrss_kib"`
+	AgentThreads      int     `json:"agent_threads"`
+	AgentCPUSeconds   float64 `json:"agent_cpu_s"`       // schedstat, ns precision
+	AgentCPUTicksSecs float64 `json:"agent_cpu_ticks_s"` // utime+stime, 10ms ticks
+	AgentCPUPercent   float64 `json:"agent_cpu_percent_of_core"`
+	EnvoyHWMKiB       int     `json:"envoy_vmhwm_kib"`
+	EnvoyCPUSeconds   float64 `json:"envoy_cpu_s"`
+	EnvoyCPUPercent   float64 `json:"envoy_cpu_percent_of_core"`
+	WatchdogPings     int     `json:"watchdog_pings"`
+	AgentBinaryBytes  int64   `json:"agent_binary_bytes"`
+	EnvoyBinaryBytes  int64   `json:"envoy_binary_bytes"`
+}
+
+// GrowthRow is scenario 5 for one listener count.
+type GrowthRow struct {
+	Listeners  int     `json:"listeners"`
+	StartMs    float64 `json:"start_ms"` // exec to /ready 200
+	StatsBytes int     `json:"stats_bytes"`
+	StatsLines int     `json:"stats_lines"`
+	Parsed     int     `json:"parsed_connections"`
+	Held       int     `json:"held_connections"`
+	Get        Dist    `json:"stats_get"`  // GET /stats?usedonly&filter=... on a fresh connection
+	Parse      Dist    `json:"parse"`      // envoy.ParseActiveConnections
+	Poll       Dist    `json:"drain_poll"` // both: one drain poll
+	Ready      Dist    `json:"ready"`      // GET /ready on a fresh connection
+}
+
+// GrowthResult is scenario 5.
+type GrowthResult struct {
+	Iterations int         `json:"iterations"`
+	Rows       []GrowthRow `json:"rows"`
+}
+
+// JSON is results.json.
+func (r *Results) JSON() ([]byte, error) {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("results.json: %w", err)
+	}
+	return append(b, '\n'), nil
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
+)
+
+var (
+	growthListeners = []int{10, 100, 1000}
+	growthHeld      = 10  // connections held open while measuring
+	growthIters     = 200 // drain polls and /ready calls per listener count
+)
+
+// drainPollPath is the query the agent's drain poll makes.
+const drainPollPath = `/stats?usedonly&filter=^listener\..*downstream_cx_active$`
+
+// scenarioGrowth is scenario 5: what one drain poll (the stats query and
+// envoy.ParseActiveConnections) and one GET /ready cost with 10, 100 and
+// 1000 listeners. Every listener has had a connection, so that every gauge
+// is "used" and shows up in the answer; growthHeld stay open.
+func (b *bench) scenarioGrowth(ctx context.Context) (*GrowthResult, error) {
+	r := &GrowthResult{Iterations: growthIters}
+	for _, n := range growthListeners {
+		row, err := b.growthOne(ctx, n)
+		if err != nil {
+			return r, fmt.Errorf("%d listeners: %w", n, err)
+		}
+		r.Rows = append(r.Rows, *row)
+	}
+	return r, nil
+}
+
+func (b *bench) growthOne(ctx context.Context, n int) (*GrowthRow, error) {
+	dir, err := b.dir(fmt.Sprintf("growth-%d", n))
+	if err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(n + 1)
+	if err != nil {
+		return nil, err
+	}
+	admin, listeners := ports[0], ports[1:]
+	bootPath := filepath.Join(dir, "envoy.yaml")
+	if err := (bootstrap{AdminPort: admin, ListenerPorts: listeners, UpstreamPort: b.up.port, Version: "growth"}).write(bootPath); err != nil {
+		return nil, err
+	}
+	name := fmt.Sprintf("growth-envoy-%d", n)
+	p, err := b.startEnvoy(name, bootPath)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = p.stop(context.WithoutCancel(ctx), 10*time.Second) }()
+	readyAt, err := pollReady(ctx, p, admin, 5*time.Millisecond, 90*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	row := &GrowthRow{Listeners: n, StartMs: ms(readyAt.Sub(p.started)), Held: min(growthHeld, n)}
+
+	// One connection to every listener, then hold growthHeld of them.
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	d := net.Dialer{Timeout: time.Second}
+	for i, port := range listeners {
+		c, err := d.DialContext(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			return nil, fmt.Errorf("connect to listener %d: %w", i, err)
+		}
+		if i < row.Held {
+			held = append(held, c)
+		} else {
+			c.Close()
+		}
+	}
+	admc := envoy.NewAdminClient("127.0.0.1", admin)
+	// Envoy counts a connection once its worker accepted it: wait for all.
+	for i := 0; i < 200; i++ {
+		if got, err := admc.ActiveConnections(ctx); err == nil && got == row.Held {
+			break
+		}
+		sleep(ctx, 10*time.Millisecond)
+	}
+
+	c := oneShot(5 * time.Second)
+	var gets, parses, polls, readies []time.Duration
+	for i := 0; i < growthIters && ctx.Err() == nil; i++ {
+		t0 := time.Now()
+		code, body, err := get(ctx, c, localURL(admin, drainPollPath))
+		t1 := time.Now()
+		if err != nil || code != http.StatusOK {
+			return nil, fmt.Errorf("drain poll: status %d, %v", code, err)
+		}
+		got, err := envoy.ParseActiveConnections(body)
+		t2 := time.Now()
+		if err != nil {
+			return nil, fmt.Errorf("parse the drain poll: %w", err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		rd, err := admc.Ready(rctx)
+		t3 := time.Now()
+		cancel()
+		if err != nil || !rd.Live {
+			return nil, fmt.Errorf("GET /ready: %+v, %v", rd, err)
+		}
+		gets, parses, polls, readies = append(gets, t1.Sub(t0)), append(parses, t2.Sub(t1)), append(polls, t2.Sub(t0)), append(readies, t3.Sub(t2))
+		if i == 0 {
+			row.StatsBytes, row.Parsed = len(body), got
+			row.StatsLines = strings.Count(string(body), "\n")
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("cut short: %w", ctx.Err())
+	}
+	row.Get, row.Parse, row.Poll, row.Ready = dist(gets), dist(parses), dist(polls), dist(readies)
+	b.logf("growth: %d listeners: LIVE after %.0fms, drain poll median %.2fms (%d bytes, %d connections), /ready median %.2fms",
+		n, row.StartMs, row.Poll.Median, row.StatsBytes, row.Parsed, row.Ready.Median)
+	return row, nil
+}

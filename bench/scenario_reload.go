@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+const (
+	bucket       = 100 * time.Millisecond // the picture's time slice
+	reloadWarmup = time.Second            // load before the first change
+	reloadTail   = 1500 * time.Millisecond
+	reloadGap    = 2500 * time.Millisecond // pause after each change: longer than parent_shutdown_duration
+	changeLimit  = 30 * time.Second        // one reload or restart
+)
+
+// errNoReload is a reload command the agent does not have (yet).
+var errNoReload = errors.New("reload not available")
+
+// scenarioReload is scenario 2: a fixed-rate keep-alive load through Envoy
+// while its config changes o.reloads times: by `envoy-agent reload` (a hot
+// restart) against stopping and starting a bare Envoy.
+func (b *bench) scenarioReload(ctx context.Context) (*ReloadResult, error) {
+	r := &ReloadResult{Workers: b.o.workers, RateRPS: b.o.rate, BucketMs: int(bucket / time.Millisecond), GapMs: ms(reloadGap)}
+	var errs []error
+	if b.agentHas(ctx, "reload") {
+		side, err := b.reloadAgent(ctx)
+		if errors.Is(err, errNoReload) {
+			r.Agent = ReloadSide{NotAvailable: "n/a (reload not available)", Method: "envoy-agent reload"}
+		} else if err != nil {
+			errs = append(errs, fmt.Errorf("agent: %w", err))
+		}
+		if side != nil {
+			r.Agent = *side
+		}
+	} else {
+		b.logf("reload: `%s help` lists no reload command: n/a", b.agentBin)
+		r.Agent = ReloadSide{NotAvailable: "n/a (reload not available)", Method: "envoy-agent reload"}
+	}
+	side, err := b.reloadBaseline(ctx)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("baseline: %w", err))
+	}
+	if side != nil {
+		r.Baseline = *side
+	}
+	return r, errors.Join(errs...)
+}
+
+// reloadAgent runs the agent and reloads it under load.
+func (b *bench) reloadAgent(ctx context.Context) (*ReloadSide, error) {
+	dir, err := b.dir("reload-agent")
+	if err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	admin, listener, status := ports[0], ports[1], ports[2]
+	boot := bootstrap{AdminPort: admin, ListenerPorts: []int{listener}, UpstreamPort: b.up.port, Version: "v0"}
+	bootPath := filepath.Join(dir, "envoy.yaml")
+	if err := boot.write(bootPath); err != nil {
+		return nil, err
+	}
+	cfg := agentConfig{EnvoyBin: b.envoyBin, BootstrapPath: bootPath, AdminPort: admin, StatusPort: status, BaseID: newBaseID(),
+		DrainDuration: time.Second, ParentShutdown: 2 * time.Second, TerminationDrain: time.Second, MinDrain: 0,
+		RunDir: filepath.Join(dir, "run")}
+	cfgPath := filepath.Join(dir, "agent.toml")
+	if err := cfg.write(cfgPath); err != nil {
+		return nil, err
+	}
+	ns, err := listenNotify(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer ns.close()
+	p, err := b.startAgent("reload-agent", cfgPath, "NOTIFY_SOCKET="+ns.path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = quitAgent(context.WithoutCancel(ctx), p, status) }()
+	if _, err := ns.waitFor(ctx, p, "READY=1", 0, startTimeout); err != nil {
+		return nil, err
+	}
+	reload := func(ctx context.Context) error {
+		cctx, cancel := context.WithTimeout(ctx, changeLimit)
+		defer cancel()
+		out, err := exec.CommandContext(cctx, b.agentBin, "reload", "--config", cfgPath).CombinedOutput()
+		if err != nil {
+			text := strings.TrimSpace(string(out))
+			var ee *exec.ExitError
+			if errors.As(err, &ee) && ee.ExitCode() == 2 && strings.Contains(text, "unknown command") {
+				return errNoReload
+			}
+			return fmt.Errorf("envoy-agent reload: %w: %s", err, firstLines(text, 3))
+		}
+		if p.exitedEarly() {
+			return p.failure(fmt.Errorf("the agent exited during the reload: %v", p.err))
+		}
+		return nil
+	}
+	side, err := b.changeUnderLoad(ctx, "envoy-agent reload (hot restart)", listener, boot, bootPath, reload)
+	if side != nil {
+		if hwm, herr := statusKiB(p.pid(), "VmHWM"); herr == nil {
+			side.AgentHWMKiB = hwm
+		}
+	}
+	return side, err
+}
+
+// reloadBaseline runs a bare Envoy and restarts it under load, as a plain
+// unit's restart does: SIGTERM, wait for the exit, start again.
+func (b *bench) reloadBaseline(ctx context.Context) (*ReloadSide, error) {
+	dir, err := b.dir("reload-envoy")
+	if err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	admin, listener := ports[0], ports[1]
+	boot := bootstrap{AdminPort: admin, ListenerPorts: []int{listener}, UpstreamPort: b.up.port, Version: "v0"}
+	bootPath := filepath.Join(dir, "envoy.yaml")
+	if err := boot.write(bootPath); err != nil {
+		return nil, err
+	}
+	p, err := b.startEnvoy("reload-envoy", bootPath)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { p.kill() }()
+	if _, err := pollReady(ctx, p, admin, time.Millisecond, startTimeout); err != nil {
+		return nil, err
+	}
+	restart := func(ctx context.Context) error {
+		if err := p.stop(ctx, 10*time.Second); err != nil {
+			return err
+		}
+		np, err := b.startEnvoy("reload-envoy", bootPath)
+		if err != nil {
+			return err
+		}
+		p = np
+		_, err = pollReady(ctx, p, admin, time.Millisecond, changeLimit)
+		return err
+	}
+	return b.changeUnderLoad(ctx, "SIGTERM, wait for the exit, start", listener, boot, bootPath, restart)
+}
+
+// changeUnderLoad runs the load, and o.reloads times rewrites the bootstrap
+// with a new x-config-version and calls change.
+func (b *bench) changeUnderLoad(ctx context.Context, method string, listener int, boot bootstrap, bootPath string,
+	change func(context.Context) error) (*ReloadSide, error) {
+	if code, _, err := get(ctx, oneShot(2*time.Second), localURL(listener, "/")); err != nil || code != 200 {
+		return nil, fmt.Errorf("envoy does not proxy before the load: status %d, %v", code, err)
+	}
+	limit := reloadWarmup + reloadTail + time.Duration(b.o.reloads)*(reloadGap+changeLimit)
+	l := startLoad(ctx, loadSpec{url: localURL(listener, "/"), workers: b.o.workers, rate: b.o.rate, max: limit, timeout: 2 * time.Second})
+	side := &ReloadSide{Available: true, Method: method, Changes: b.o.reloads, VersionsWant: b.o.reloads + 1}
+	var changeDs []time.Duration
+	var err error
+	sleep(ctx, reloadWarmup)
+	for i := 1; i <= b.o.reloads && ctx.Err() == nil; i++ {
+		boot.Version = fmt.Sprintf("v%d", i)
+		if err = boot.write(bootPath); err != nil {
+			break
+		}
+		t := time.Now()
+		cerr := change(ctx)
+		d := time.Since(t)
+		ev := Event{StartMs: ms(t.Sub(l.start)), EndMs: ms(time.Since(l.start)), OK: cerr == nil}
+		if cerr != nil {
+			ev.Error = cerr.Error()
+			b.logf("reload %d (%s): %v", i, method, cerr)
+			if errors.Is(cerr, errNoReload) {
+				err = cerr
+				break
+			}
+		} else {
+			side.ChangesOK++
+			changeDs = append(changeDs, d)
+		}
+		side.Events = append(side.Events, ev)
+		sleep(ctx, reloadGap)
+	}
+	sleep(ctx, reloadTail)
+	samples := l.stop()
+	side.LoadMs = ms(time.Since(l.start))
+	side.Load = loadStats(samples)
+	side.ChangeMs = dist(changeDs)
+	side.VersionsSeen = len(side.Load.Versions)
+	side.Buckets = buckets(samples, bucket)
+	b.logf("reload (%s): %d/%d changes ok, %d sent, %d failed", method, side.ChangesOK, side.Changes, side.Load.Sent, side.Load.Failed)
+	if errors.Is(err, errNoReload) {
+		return nil, err
+	}
+	if err == nil && ctx.Err() != nil {
+		err = fmt.Errorf("cut short: %w", ctx.Err())
+	}
+	return side, err
+}
+
+// loadStats sums samples up.
+func loadStats(samples []sample) LoadStats {
+	s := LoadStats{FailedBy: map[string]int{}, Versions: map[string]int{}}
+	lats := make([]time.Duration, 0, len(samples))
+	for _, x := range samples {
+		s.Sent++
+		lats = append(lats, x.lat)
+		if x.ok {
+			s.OK++
+			if x.version != "" {
+				s.Versions[x.version]++
+			}
+		} else {
+			s.Failed++
+			s.FailedBy[x.err]++
+		}
+	}
+	s.Latency = dist(lats)
+	return s
+}
+
+// buckets counts outcomes per slice of send time.
+func buckets(samples []sample, width time.Duration) []Bucket {
+	if len(samples) == 0 {
+		return nil
+	}
+	out := make([]Bucket, int(samples[len(samples)-1].at/width)+1)
+	for _, x := range samples {
+		i := int(x.at / width)
+		if x.ok {
+			out[i].OK++
+		} else {
+			out[i].Failed++
+		}
+	}
+	return out
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[:n]
+	}
+	return strings.Join(lines, " / ")
+}

@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
+)
+
+const (
+	slowFor      = 2 * time.Second // how long the upstream sleeps on a slow request
+	slowRequests = 6
+	stopDrain    = 3 * time.Second // termination_drain_duration of the stop scenario
+	stopMinDrain = time.Second
+	stopLimit    = 20 * time.Second // SIGTERM to exit, at most
+)
+
+// slowResult is one slow request's outcome.
+type slowResult struct {
+	ok     bool
+	err    string
+	closed time.Time // when its connection was closed by the client
+}
+
+// startSlow sends n slow requests, each on its own connection, which the
+// client closes as soon as the answer is read.
+func startSlow(port, n int) (wait func() []slowResult) {
+	var wg sync.WaitGroup
+	out := make([]slowResult, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := oneShot(slowFor + 8*time.Second)
+			resp, err := c.Get(localURL(port, fmt.Sprintf("/slow?d=%s&i=%d", slowFor, i)))
+			if err != nil {
+				out[i] = slowResult{err: errClass(err), closed: time.Now()}
+				return
+			}
+			_, err = readAll(resp)
+			out[i] = slowResult{ok: err == nil && resp.StatusCode == http.StatusOK, closed: time.Now()}
+			if err != nil {
+				out[i].err = errClass(err)
+			} else if resp.StatusCode != http.StatusOK {
+				out[i].err = fmt.Sprintf("http_%d", resp.StatusCode)
+			}
+		}()
+	}
+	return func() []slowResult { wg.Wait(); return out }
+}
+
+// scenarioStop is scenario 3: SIGTERM under load with slow requests in
+// flight, to the agent (it drains) and to a bare Envoy; then the agent
+// with exit_on_zero_active_connections.
+func (b *bench) scenarioStop(ctx context.Context) (*StopResult, error) {
+	r := &StopResult{SlowMs: ms(slowFor), TerminationDrain: ms(stopDrain), MinDrain: ms(stopMinDrain)}
+	agent, err := b.stopAgent(ctx)
+	if err != nil {
+		return r, fmt.Errorf("agent: %w", err)
+	}
+	r.Agent = *agent
+	bare, err := b.stopBare(ctx)
+	if err != nil {
+		return r, fmt.Errorf("baseline: %w", err)
+	}
+	r.Baseline = *bare
+	zero, err := b.stopOnZero(ctx)
+	if err != nil {
+		return r, fmt.Errorf("exit on zero connections: %w", err)
+	}
+	r.ExitOnZero = *zero
+	return r, nil
+}
+
+// stopTarget is one process to stop: it starts it and says how to reach it.
+type stopTarget struct {
+	p        *proc
+	listener int
+	ready    func() error
+}
+
+func (b *bench) stopAgentTarget(ctx context.Context, name string, exitOnZero bool, drain time.Duration) (*stopTarget, error) {
+	dir, err := b.dir(name)
+	if err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	admin, listener, status := ports[0], ports[1], ports[2]
+	bootPath := filepath.Join(dir, "envoy.yaml")
+	if err := (bootstrap{AdminPort: admin, ListenerPorts: []int{listener}, UpstreamPort: b.up.port, Version: name}).write(bootPath); err != nil {
+		return nil, err
+	}
+	// Envoy's drain time is longer than the agent's drain, so that its
+	// listeners keep accepting until the agent stops it.
+	cfg := agentConfig{EnvoyBin: b.envoyBin, BootstrapPath: bootPath, AdminPort: admin, StatusPort: status, BaseID: newBaseID(),
+		DrainDuration: drain + 2*time.Second, ParentShutdown: drain + 3*time.Second, TerminationDrain: drain, MinDrain: stopMinDrain,
+		ExitOnZero: exitOnZero, RunDir: filepath.Join(dir, "run")}
+	cfgPath := filepath.Join(dir, "agent.toml")
+	if err := cfg.write(cfgPath); err != nil {
+		return nil, err
+	}
+	ns, err := listenNotify(dir)
+	if err != nil {
+		return nil, err
+	}
+	p, err := b.startAgent(name, cfgPath, "NOTIFY_SOCKET="+ns.path)
+	if err != nil {
+		ns.close()
+		return nil, err
+	}
+	return &stopTarget{p: p, listener: listener, ready: func() error {
+		defer ns.close()
+		_, err := ns.waitFor(ctx, p, "READY=1", 0, startTimeout)
+		return err
+	}}, nil
+}
+
+func (b *bench) stopAgent(ctx context.Context) (*StopSide, error) {
+	t, err := b.stopAgentTarget(ctx, "stop-agent", false, stopDrain)
+	if err != nil {
+		return nil, err
+	}
+	return b.stopUnderLoad(ctx, t)
+}
+
+func (b *bench) stopBare(ctx context.Context) (*StopSide, error) {
+	dir, err := b.dir("stop-envoy")
+	if err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	admin, listener := ports[0], ports[1]
+	bootPath := filepath.Join(dir, "envoy.yaml")
+	if err := (bootstrap{AdminPort: admin, ListenerPorts: []int{listener}, UpstreamPort: b.up.port, Version: "stop"}).write(bootPath); err != nil {
+		return nil, err
+	}
+	p, err := b.startEnvoy("stop-envoy", bootPath)
+	if err != nil {
+		return nil, err
+	}
+	t := &stopTarget{p: p, listener: listener, ready: func() error {
+		_, err := pollReady(ctx, p, admin, time.Millisecond, startTimeout)
+		return err
+	}}
+	return b.stopUnderLoad(ctx, t)
+}
+
+// stopUnderLoad runs the load for a second, starts the slow requests, and
+// SIGTERMs the process while they are in flight.
+func (b *bench) stopUnderLoad(ctx context.Context, t *stopTarget) (*StopSide, error) {
+	defer t.p.kill()
+	if err := t.ready(); err != nil {
+		return nil, err
+	}
+	l := startLoad(ctx, loadSpec{url: localURL(t.listener, "/"), workers: b.o.workers, rate: b.o.rate, max: stopLimit + 5*time.Second, timeout: 2 * time.Second})
+	sleep(ctx, time.Second)
+	waitSlow := startSlow(t.listener, slowRequests)
+	sleep(ctx, 300*time.Millisecond) // they are in flight, at the upstream
+	sigAt := time.Now()
+	t.p.signal(syscall.SIGTERM)
+	werr := t.p.wait(ctx, stopLimit)
+	samples := l.stop()
+	slow := waitSlow()
+	if werr != nil {
+		return nil, t.p.failure(werr)
+	}
+	side := &StopSide{SlowInFlight: len(slow), SlowFailedBy: map[string]int{}, ExitMs: ms(t.p.exited.Sub(sigAt)), ExitStatus: exitStatus(t.p)}
+	for _, s := range slow {
+		if !s.ok {
+			side.SlowFailed++
+			side.SlowFailedBy[s.err]++
+		}
+	}
+	sig, exit := sigAt.Sub(l.start), t.p.exited.Sub(l.start)
+	var before, during []sample
+	for _, s := range samples {
+		switch {
+		case s.at < sig:
+			before = append(before, s)
+		case s.at < exit:
+			during = append(during, s)
+		}
+	}
+	side.LoadBeforeSignal, side.LoadDuringDrain = loadStats(before), loadStats(during)
+	side.FirstFailMs = -1
+	for _, s := range during {
+		if !s.ok {
+			side.FirstFailMs = ms(s.at - sig)
+			break
+		}
+	}
+	b.logf("stop (%s): exit after %.0fms, %d/%d slow requests failed, %d/%d load requests failed between SIGTERM and exit",
+		t.p.name, side.ExitMs, side.SlowFailed, side.SlowInFlight, side.LoadDuringDrain.Failed, side.LoadDuringDrain.Sent)
+	return side, nil
+}
+
+// stopOnZero measures exit_on_zero_active_connections: the load stops at
+// SIGTERM (its clients have gone elsewhere), the slow requests finish, and
+// the agent should exit within one drain poll of the last close (or of
+// min_drain_duration, whichever is later).
+func (b *bench) stopOnZero(ctx context.Context) (*ZeroConnResult, error) {
+	t, err := b.stopAgentTarget(ctx, "stop-agent-zero", true, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer t.p.kill()
+	if err := t.ready(); err != nil {
+		return nil, err
+	}
+	l := startLoad(ctx, loadSpec{url: localURL(t.listener, "/"), workers: b.o.workers, rate: b.o.rate, max: 5 * time.Second, timeout: 2 * time.Second})
+	sleep(ctx, time.Second)
+	waitSlow := startSlow(t.listener, slowRequests/2)
+	sleep(ctx, 300*time.Millisecond)
+	sigAt := time.Now()
+	t.p.signal(syscall.SIGTERM)
+	l.stop() // closes its keep-alive connections
+	lastClose := time.Now()
+	slow := waitSlow()
+	werr := t.p.wait(ctx, stopLimit)
+	if werr != nil {
+		return nil, t.p.failure(werr)
+	}
+	z := &ZeroConnResult{MinDrainMs: ms(stopMinDrain), PollMs: ms(envoy.DefaultDrainPollInterval), SlowInFlight: len(slow), ExitStatus: exitStatus(t.p)}
+	for _, s := range slow {
+		if !s.ok {
+			z.SlowFailed++
+		}
+		if s.closed.After(lastClose) {
+			lastClose = s.closed
+		}
+	}
+	z.LastCloseMs = ms(lastClose.Sub(sigAt))
+	z.ExitMs = ms(t.p.exited.Sub(sigAt))
+	from := lastClose
+	if earliest := sigAt.Add(stopMinDrain); earliest.After(from) {
+		from = earliest
+	}
+	z.DelayMs = ms(t.p.exited.Sub(from))
+	b.logf("stop on zero connections: last close %.0fms, exit %.0fms after SIGTERM: %.0fms later", z.LastCloseMs, z.ExitMs, z.DelayMs)
+	return z, nil
+}
+
+func exitStatus(p *proc) string {
+	if p.err == nil {
+		return "exit 0"
+	}
+	return p.err.Error()
+}
+
+// readAll reads and closes the body (at most 1 MiB of it).
+func readAll(resp *http.Response) (int64, error) {
+	defer resp.Body.Close()
+	return io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+}
