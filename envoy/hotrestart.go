@@ -81,6 +81,11 @@ func (e *Envoy) HotRestart(ctx context.Context, cfg ProxyConfig) (int, error) {
 	if old == nil || old.exited() {
 		return 0, errors.New("no serving envoy to hot restart")
 	}
+	if _, err := os.Stat(shmPath(cur.BaseID)); err != nil {
+		// Epochs above 0 attach to the region epoch 0 made; without it the
+		// new epoch would crash. RemoveIPC= or a /dev/shm cleanup does this.
+		return 0, fmt.Errorf("envoy's hot-restart shared memory is gone (%w): no new epoch can start; restart the service to apply the change", err)
+	}
 	next := old.epoch + 1
 	e.admin.Reconnect()
 	p, err := e.startEpoch(cfg, cfg.ConfigPath, next)

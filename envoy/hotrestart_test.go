@@ -133,3 +133,21 @@ func TestFilesTheProxyWritesArePrivate(t *testing.T) {
 		t.Fatalf("no bootstrap copy for epoch 0 in %s", le.proxy.runDir)
 	}
 }
+
+func TestHotRestartWithoutSharedMemoryIsRefused(t *testing.T) {
+	t.Parallel()
+	le := startAgent(t, agentOptions{termination: 2 * time.Second, minDrain: time.Second, drainDuration: time.Second})
+	if err := os.Remove(shmPath(le.proxy.cfg.BaseID)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := le.proxy.config()
+	cfg.ConfigPath = le.bootstrap(t, "v1.yaml", "v1")
+	pid := le.proxy.Pid()
+	_, err := le.proxy.HotRestart(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "hot-restart shared memory is gone") {
+		t.Fatalf("HotRestart without /dev/shm region = %v", err)
+	}
+	if r, err := le.proxy.Admin().Ready(context.Background()); err != nil || !r.Live || le.proxy.Pid() != pid {
+		t.Fatalf("the serving Envoy was touched: %+v %v, pid %d -> %d", r, err, pid, le.proxy.Pid())
+	}
+}
