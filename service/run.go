@@ -88,6 +88,8 @@ type supervisor struct {
 	reloader *reloader
 	stderr   io.Writer
 
+	lastExtend time.Duration // drain time of the last EXTEND_TIMEOUT_USEC; the drain's goroutine only
+
 	mu        sync.Mutex
 	live      bool
 	reloading bool
@@ -349,9 +351,7 @@ func (s *supervisor) stop(why string, stopAgent context.CancelFunc) {
 	}
 	s.reloader.close()
 	s.setLive(false)
-	if !s.agent.Draining() {
-		s.metrics.draining.Set(1)
-	}
+	s.metrics.draining.Set(1)
 	s.notify.Stopping("stopping: draining Envoy")
 	stopAgent()
 }
@@ -388,7 +388,11 @@ func (s *supervisor) drainProgress(p envoy.DrainProgress) {
 		return
 	}
 	s.notify.Status(fmt.Sprintf("draining: %s active connections, %s left", conns, p.Remaining.Round(time.Second)))
-	s.notify.ExtendTimeout(p.Remaining + envoy.DefaultQuitGrace + 5*time.Second)
+	// Once a second is plenty: each extension covers the whole rest.
+	if p.Elapsed-s.lastExtend >= time.Second || s.lastExtend == 0 {
+		s.lastExtend = max(p.Elapsed, 1)
+		s.notify.ExtendTimeout(p.Remaining + envoy.DefaultQuitGrace + 5*time.Second)
+	}
 }
 
 func (s *supervisor) setLive(v bool) {

@@ -82,10 +82,13 @@ func envoyComplaint(output string) string {
 	return strings.Join(parts, " ")
 }
 
-// stripEnvoyLogPrefix removes "[time][pid][level][component] [file:line] ".
+// stripEnvoyLogPrefix removes "[time][thread][level][component] [file:line] ",
+// Envoy's default log prefix.
 func stripEnvoyLogPrefix(l string) string {
-	if i := strings.LastIndex(l, "] "); i >= 0 {
-		l = l[i+2:]
+	if i := strings.Index(l, "] ["); i >= 0 {
+		if j := strings.Index(l[i+3:], "] "); j >= 0 {
+			l = l[i+3+j+2:]
+		}
 	}
 	return strings.TrimSuffix(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(l), "goo.gle/debugonly")), ":")
 }

@@ -21,10 +21,10 @@ var version = "dev"
 
 // Exit codes, documented in README.md.
 const (
-	exitOK       = 0
-	exitFailure  = 1 // Envoy exited by itself, was never LIVE, or the agent failed
-	exitUsage    = 2 // the command line is wrong
-	exitBadConfs = 3 // the configuration is invalid; nothing was started
+	exitOK        = 0
+	exitFailure   = 1 // Envoy exited by itself, was never LIVE, or the agent failed
+	exitUsage     = 2 // the command line is wrong
+	exitBadConfig = 3 // the configuration is invalid; nothing was started
 )
 
 const defaultConfig = "/etc/envoy-agent/config.toml"
@@ -128,16 +128,16 @@ func exitCode(err error, stderr io.Writer) int {
 	var ce *service.ConfigError
 	if errors.As(err, &ce) {
 		fmt.Fprintf(stderr, "envoy-agent: invalid configuration:\n%s\n", indent(ce.Error()))
-		return exitBadConfs
+		return exitBadConfig
 	}
 	if service.IsConfigReloadError(err) {
 		fmt.Fprintf(stderr, "envoy-agent: %v\n", err)
-		return exitBadConfs
+		return exitBadConfig
 	}
 	var ae *envoy.AdminAddressError
 	if errors.As(err, &ae) {
 		fmt.Fprintf(stderr, "envoy-agent: invalid configuration: %v\n", err)
-		return exitBadConfs
+		return exitBadConfig
 	}
 	fmt.Fprintf(stderr, "envoy-agent: %v\n", err)
 	return exitFailure
