@@ -237,3 +237,41 @@ func TestFaultReloadStorm(t *testing.T) {
 	}
 	assertNoEnvoyFor(t, p.dir)
 }
+
+func TestReloadTakesANewBinaryOfTheSameHotRestartVersion(t *testing.T) {
+	t.Parallel()
+	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "old-binary"}})
+	l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/"), 2)
+	defer l.Stop()
+	// "Upgrade" Envoy: the same release copied to a new path stands for a
+	// newer build whose hot-restart version matches.
+	newBin := filepath.Join(p.dir, "envoy-new")
+	data, err := os.ReadFile(testenvoy.Binary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(newBin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	config, _ := os.ReadFile(p.config)
+	writeFile(t, p.config, strings.Replace(string(config), strconv.Quote(testenvoy.Binary(t)), strconv.Quote(newBin), 1))
+	p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "new-binary"})
+	if code, out := p.reload(); code != 0 {
+		t.Fatalf("reload onto the new binary: exit %d: %s", code, out)
+	}
+	var pid int
+	for _, msg := range p.ns.Messages() {
+		if sm := pidRE.FindStringSubmatch(msg.Text); sm != nil && strings.Contains(msg.Text, "epoch 1") {
+			pid, _ = strconv.Atoi(sm[1])
+		}
+	}
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil || exe != newBin {
+		t.Fatalf("epoch 1 (pid %d) runs %q (%v), want %s", pid, exe, err, newBin)
+	}
+	time.Sleep(200 * time.Millisecond)
+	l.Stop()
+	if l.Failed() != 0 || l.Latest() != "new-binary" {
+		t.Fatalf("%d failed, latest %q", l.Failed(), l.Latest())
+	}
+}
