@@ -175,7 +175,29 @@ var pidRE = regexp.MustCompile(`Envoy pid (\d+)`)
 // waitReady waits for READY=1 and learns Envoy's pid from its STATUS.
 func (p *agentProc) waitReady() testenvoy.Message {
 	p.t.Helper()
-	m := p.ns.WaitFor(p.t, "READY=1", 30*time.Second)
+	var m testenvoy.Message
+	deadline := time.Now().Add(30 * time.Second)
+	for found := false; !found; {
+		for _, msg := range p.ns.Messages() {
+			if testenvoy.HasAssignment(msg.Text, "READY=1") {
+				m, found = msg, true
+				break
+			}
+		}
+		select {
+		case <-p.done:
+			if !found {
+				p.t.Fatalf("the agent exited %d before READY=1", p.exitCode)
+			}
+		default:
+		}
+		if !found && time.Now().After(deadline) {
+			p.t.Fatalf("no READY=1 within 30s; got %v", p.ns.Messages())
+		}
+		if !found {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	if sm := pidRE.FindStringSubmatch(m.Text); sm != nil {
 		p.envoyPid, _ = strconv.Atoi(sm[1])
 	}
