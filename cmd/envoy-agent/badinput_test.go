@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,5 +125,32 @@ func TestValidateExampleConfig(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "OK: ") {
 		t.Fatalf("validate config.example.toml: %v\n%s", err, out)
+	}
+}
+
+func TestUnreadableConfigAsAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run the agent as another user")
+	}
+	dir, err := os.MkdirTemp("", "unreadable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(cfg, []byte("[envoy]\nadmin_port = 15000\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(agentBin, "validate", "--config", cfg)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 3 || !strings.Contains(stderr.String(), cfg+": cannot read the configuration") ||
+		!strings.Contains(stderr.String(), "permission denied") {
+		t.Fatalf("as uid 65534: %v, stderr %q; want exit 3 naming the file and the permission", err, stderr.String())
 	}
 }

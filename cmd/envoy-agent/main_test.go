@@ -31,6 +31,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// Other users may run it too (the unreadable-configuration test).
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	agentBin = filepath.Join(dir, "envoy-agent")
 	build := exec.Command("go", "build", "-o", agentBin, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
