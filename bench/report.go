@@ -27,9 +27,10 @@ func renderMarkdown(r *Results) string {
 
 type writer func(format string, args ...any)
 
-// scenarioError notes a scenario that did not finish; it reports whether
-// there is anything else to show.
-func scenarioError(w writer, r *Results, name string, have bool) bool {
+// section starts a scenario's part: its heading, and a note if the scenario
+// name did not finish. It reports whether there is anything else to show.
+func section(w writer, r *Results, heading, name string, have bool) bool {
+	w("## %s\n\n", heading)
 	if e, ok := r.Errors[name]; ok {
 		w("**Did not run to the end:** %s\n\n", oneLine(e))
 	}
@@ -43,12 +44,11 @@ func scenarioError(w writer, r *Results, name string, have bool) bool {
 
 func renderStart(w writer, r *Results) {
 	s := r.Start
-	w("## 1. Start: exec to ready\n\n")
-	if !scenarioError(w, r, "start", s != nil) {
+	if !section(w, r, "1. Start: exec to ready", "start", s != nil) {
 		return
 	}
 	w("%d starts each, alternating. Agent: `envoy-agent run` until READY=1 on its NOTIFY_SOCKET. Baseline: bare Envoy until `GET /ready` answers 200, polled every 1 ms.\n\n", s.Starts)
-	w("| Metric | Agent | Baseline | Agent − baseline | Target |\n|---|---:|---:|---:|---|\n")
+	metricTable(w, "Agent", "Baseline", "Agent − baseline")
 	w("| median | %s | %s | %s | < +10 ms: %s |\n", msf(s.Agent.Median), msf(s.Baseline.Median), signed(s.MedianDiffMs), yesNo(s.MedianDiffMs < 10))
 	w("| max | %s | %s | %s | |\n", msf(s.Agent.Max), msf(s.Baseline.Max), signed(s.MaxDiffMs))
 	w("| min | %s | %s | %s | |\n", msf(s.Agent.Min), msf(s.Baseline.Min), signed(round3(s.Agent.Min-s.Baseline.Min)))
@@ -57,13 +57,12 @@ func renderStart(w writer, r *Results) {
 			s.ProbeStarts, msf(s.ProbeGap.Median), msf(s.ProbeGap.Max))
 	}
 	w("\n")
-	w("_What the numbers mean:_ the difference is what the agent adds to a start: its own exec and config load, plus the gap between Envoy becoming LIVE and the agent's next `/ready` poll (%s). The baseline's 1 ms polling is the best a poller can do.\n\n", s.AgentPollNote)
+	meaning(w, "the difference is what the agent adds to a start: its own exec and config load, plus the gap between Envoy becoming LIVE and the agent's next `/ready` poll (%s). The baseline's 1 ms polling is the best a poller can do.", s.AgentPollNote)
 }
 
 func renderReload(w writer, r *Results) {
 	s := r.Reload
-	w("## 2. Reload under load\n\n")
-	if !scenarioError(w, r, "reload", s != nil) {
+	if !section(w, r, "2. Reload under load", "reload", s != nil) {
 		return
 	}
 	a, bl := s.Agent, s.Baseline
@@ -76,7 +75,7 @@ func renderReload(w writer, r *Results) {
 		}
 		return v
 	}
-	w("| Metric | Agent | Baseline | Agent vs baseline | Target |\n|---|---:|---:|---:|---|\n")
+	metricTable(w, "Agent", "Baseline", "Agent vs baseline")
 	if na != "" {
 		w("| method | %s | %s | | |\n", na, bl.Method)
 	} else {
@@ -106,24 +105,24 @@ func renderReload(w writer, r *Results) {
 			}
 		}
 	}
-	w("\n_What the numbers mean:_ failed requests are what clients saw during config changes (latency counts failed requests too, at their time to fail; Go's client retries an idempotent GET once on a connection the server closed, as most clients do). ")
-	w("A hot restart hands the listening sockets to the new Envoy, so no request should fail; a stop-and-start leaves nothing listening for as long as Envoy takes to stop and start.")
+	note := ""
 	if na != "" {
-		w(" The agent's side is n/a: this agent build has no `envoy-agent reload` command yet.")
+		note = " The agent's side is n/a: this agent build has no `envoy-agent reload` command yet."
 	}
-	w("\n\n")
+	w("\n")
+	meaning(w, "failed requests are what clients saw during config changes (latency counts failed requests too, at their time to fail; Go's client retries an idempotent GET once on a connection the server closed, as most clients do). "+
+		"A hot restart hands the listening sockets to the new Envoy, so no request should fail; a stop-and-start leaves nothing listening for as long as Envoy takes to stop and start.%s", note)
 }
 
 func renderStop(w writer, r *Results) {
 	s := r.Stop
-	w("## 3. Stop under load\n\n")
-	if !scenarioError(w, r, "stop", s != nil) {
+	if !section(w, r, "3. Stop under load", "stop", s != nil) {
 		return
 	}
 	a, bl := s.Agent, s.Baseline
 	w("The same load, plus %d requests to an upstream that sleeps %.0f s, in flight when SIGTERM comes. Agent: termination_drain_duration %.0f s, min_drain_duration %.0f s. Baseline: SIGTERM to a bare Envoy.\n\n",
 		a.SlowInFlight, s.SlowMs/1000, s.TerminationDrain/1000, s.MinDrain/1000)
-	w("| Metric | Agent (drain) | Baseline (SIGTERM) | Agent vs baseline | Target |\n|---|---:|---:|---:|---|\n")
+	metricTable(w, "Agent (drain)", "Baseline (SIGTERM)", "Agent vs baseline")
 	w("| slow requests in flight that failed | %d/%d | %d/%d | %+d | |\n", a.SlowFailed, a.SlowInFlight, bl.SlowFailed, bl.SlowInFlight, a.SlowFailed-bl.SlowFailed)
 	w("| load requests failed, SIGTERM to exit | %s | %s | | |\n", duringDrain(a), duringDrain(bl))
 	w("| load requests failed, sent before SIGTERM (in flight at it included) | %d/%d | %d/%d | | |\n", a.LoadBeforeSignal.Failed, a.LoadBeforeSignal.Sent, bl.LoadBeforeSignal.Failed, bl.LoadBeforeSignal.Sent)
@@ -132,36 +131,34 @@ func renderStop(w writer, r *Results) {
 	z := s.ExitOnZero
 	if z.PollMs > 0 {
 		w("With `exit_on_zero_active_connections = true` (min_drain_duration %.0f s): the load stops at SIGTERM and %d slow requests finish.\n\n", z.MinDrainMs/1000, z.SlowInFlight)
-		w("| Metric | Agent | Target |\n|---|---:|---|\n")
+		metricTable(w, "Agent")
 		w("| last connection closed, after SIGTERM | %s | |\n", msf(z.LastCloseMs))
 		w("| agent exited, after SIGTERM | %s | |\n", msf(z.ExitMs))
 		w("| exit after max(last close, min_drain_duration) | %s | within one poll (%s): %s |\n", msf(z.DelayMs), msf(z.PollMs), yesNo(z.DelayMs <= z.PollMs))
 		w("| slow requests that failed | %d/%d | |\n\n", z.SlowFailed, z.SlowInFlight)
 	}
-	w("_What the numbers mean:_ a bare Envoy exits at once on SIGTERM and cuts every request in flight; the agent fails health checks, drains, and lets requests in flight finish, at the price of a longer stop (the drain). ")
-	w("Load requests sent after the exit fail on both sides (nothing listens) and are not counted; the agent's failures before its exit are the requests sent after its drain ended and it told Envoy to quit (see when they began), while the agent itself was still exiting. With exit_on_zero_active_connections, the delay is the wait for the next drain poll plus Envoy's quit and the agent's exit.\n\n")
+	meaning(w, "a bare Envoy exits at once on SIGTERM and cuts every request in flight; the agent fails health checks, drains, and lets requests in flight finish, at the price of a longer stop (the drain). "+
+		"Load requests sent after the exit fail on both sides (nothing listens) and are not counted; the agent's failures before its exit are the requests sent after its drain ended and it told Envoy to quit (see when they began), while the agent itself was still exiting. With exit_on_zero_active_connections, the delay is the wait for the next drain poll plus Envoy's quit and the agent's exit.")
 }
 
 func renderOverhead(w writer, r *Results) {
 	s := r.Overhead
-	w("## 4. Overhead of the agent process\n\n")
-	if !scenarioError(w, r, "overhead", s != nil) {
+	if !section(w, r, "4. Overhead of the agent process", "overhead", s != nil) {
 		return
 	}
 	w("The agent process only (its Envoy is not counted in the agent's column; it is shown beside it for scale), over %.0f s idle with WATCHDOG_USEC=2000000 and a NOTIFY_SOCKET (%d watchdog pings seen).\n\n", s.IdleS, s.WatchdogPings)
-	w("| Metric | Agent process | Its Envoy | Agent / Envoy | Target |\n|---|---:|---:|---:|---|\n")
+	metricTable(w, "Agent process", "Its Envoy", "Agent / Envoy")
 	w("| peak RSS (VmHWM) | %s | %s | %s | < 20 MiB: %s |\n", mib(s.AgentHWMKiB), mib(s.EnvoyHWMKiB), pct(float64(s.AgentHWMKiB), float64(s.EnvoyHWMKiB)), yesNo(s.AgentHWMKiB < 20*1024))
 	w("| CPU over the idle period | %.4f s (%.4f%% of a core) | %.2f s (%.3f%% of a core) | %s | < 0.1%% of a core: %s |\n",
 		s.AgentCPUSeconds, s.AgentCPUPercent, s.EnvoyCPUSeconds, s.EnvoyCPUPercent, pct(s.AgentCPUSeconds, s.EnvoyCPUSeconds), yesNo(s.AgentCPUPercent < 0.1))
 	w("| binary size | %s | %s | %s | |\n", mib(int(s.AgentBinaryBytes/1024)), mib(int(s.EnvoyBinaryBytes/1024)), pct(float64(s.AgentBinaryBytes), float64(s.EnvoyBinaryBytes)))
 	w("| threads | %d | | | |\n\n", s.AgentThreads)
-	w("_What the numbers mean:_ this is what supervising costs on top of Envoy. The agent's CPU is its run time from /proc/PID/task/*/schedstat (ns precision; utime+stime, in 10 ms ticks, gave %.2f s); idle, it only answers the watchdog by asking Envoy's `/ready` every second.\n\n", s.AgentCPUTicksSecs)
+	meaning(w, "this is what supervising costs on top of Envoy. The agent's CPU is its run time from /proc/PID/task/*/schedstat (ns precision; utime+stime, in 10 ms ticks, gave %.2f s); idle, it only answers the watchdog by asking Envoy's `/ready` every second.", s.AgentCPUTicksSecs)
 }
 
 func renderGrowth(w writer, r *Results) {
 	s := r.Growth
-	w("## 5. Growth with the number of listeners\n\n")
-	if !scenarioError(w, r, "growth", s != nil && len(s.Rows) > 0) {
+	if !section(w, r, "5. Growth with the number of listeners", "growth", s != nil && len(s.Rows) > 0) {
 		return
 	}
 	base := s.Rows[0]
@@ -173,7 +170,19 @@ func renderGrowth(w writer, r *Results) {
 		w("| %d | %s | %s / %s | %s | %d lines, %s | %d/%d | %s / %s | %s | %.2f%% |\n", g.Listeners, msf(g.StartMs), msf(g.Poll.Median), msf(g.Poll.P99), msf(g.Parse.Median),
 			g.StatsLines, kib(g.StatsBytes), g.Parsed, g.Held, msf(g.Ready.Median), msf(g.Ready.P99), ratio(g.Poll.Median, base.Poll.Median), 100*g.Poll.Median/250)
 	}
-	w("\n_What the numbers mean:_ a drain poll's cost grows with the listeners (Envoy renders, and the agent parses, one gauge per listener); `/ready` does not depend on them. The last column says how much of the agent's 250 ms drain poll interval one poll takes.\n\n")
+	w("\n")
+	meaning(w, "a drain poll's cost grows with the listeners (Envoy renders, and the agent parses, one gauge per listener); `/ready` does not depend on them. The last column says how much of the agent's 250 ms drain poll interval one poll takes.")
+}
+
+// metricTable starts a table of metrics: a Metric column, cols (numbers,
+// aligned right) and a Target column.
+func metricTable(w writer, cols ...string) {
+	w("| Metric | %s | Target |\n|---|%s---|\n", strings.Join(cols, " | "), strings.Repeat("---:|", len(cols)))
+}
+
+// meaning is a part's closing paragraph, on what its numbers mean.
+func meaning(w writer, format string, args ...any) {
+	w("_What the numbers mean:_ "+format+"\n\n", args...)
 }
 
 // Formatting helpers.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -38,24 +37,11 @@ func (b *bench) scenarioGrowth(ctx context.Context) (*GrowthResult, error) {
 }
 
 func (b *bench) growthOne(ctx context.Context, n int) (*GrowthRow, error) {
-	dir, err := b.dir(fmt.Sprintf("growth-%d", n))
+	s, p, err := b.setupEnvoy(fmt.Sprintf("growth-%d", n), fmt.Sprintf("growth-envoy-%d", n), "growth", n)
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(n + 1)
-	if err != nil {
-		return nil, err
-	}
-	admin, listeners := ports[0], ports[1:]
-	bootPath := filepath.Join(dir, "envoy.yaml")
-	if err := (bootstrap{AdminPort: admin, ListenerPorts: listeners, UpstreamPort: b.up.port, Version: "growth"}).write(bootPath); err != nil {
-		return nil, err
-	}
-	name := fmt.Sprintf("growth-envoy-%d", n)
-	p, err := b.startEnvoy(name, bootPath)
-	if err != nil {
-		return nil, err
-	}
+	admin, listeners := s.admin, s.listeners
 	defer func() { _ = p.stop(context.WithoutCancel(ctx), 10*time.Second) }()
 	readyAt, err := pollReady(ctx, p, admin, 5*time.Millisecond, 90*time.Second)
 	if err != nil {

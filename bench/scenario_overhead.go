@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"time"
 )
 
@@ -13,39 +12,13 @@ import (
 // over an idle period with the watchdog on: peak RSS, CPU, binary size. Its
 // Envoy is measured beside it for scale.
 func (b *bench) scenarioOverhead(ctx context.Context) (*OverheadResult, error) {
-	dir, err := b.dir("overhead")
+	run, err := b.setupAgent(ctx, "overhead", agentSetup{version: "idle", drain: quickDrain,
+		procName: "overhead-agent", env: []string{"WATCHDOG_USEC=2000000"}, ready: true})
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(3)
-	if err != nil {
-		return nil, err
-	}
-	admin, listener, status := ports[0], ports[1], ports[2]
-	bootPath := filepath.Join(dir, "envoy.yaml")
-	if err := (bootstrap{AdminPort: admin, ListenerPorts: []int{listener}, UpstreamPort: b.up.port, Version: "idle"}).write(bootPath); err != nil {
-		return nil, err
-	}
-	cfg := agentConfig{EnvoyBin: b.envoyBin, BootstrapPath: bootPath, AdminPort: admin, StatusPort: status, BaseID: newBaseID(),
-		DrainDuration: time.Second, ParentShutdown: 2 * time.Second, TerminationDrain: time.Second, MinDrain: 0,
-		RunDir: filepath.Join(dir, "run")}
-	cfgPath := filepath.Join(dir, "agent.toml")
-	if err := cfg.write(cfgPath); err != nil {
-		return nil, err
-	}
-	ns, err := listenNotify(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer ns.close()
-	p, err := b.startAgent("overhead-agent", cfgPath, "NOTIFY_SOCKET="+ns.path, "WATCHDOG_USEC=2000000")
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = quitAgent(context.WithoutCancel(ctx), p, status) }()
-	if _, err := ns.waitFor(ctx, p, "READY=1", 0, startTimeout); err != nil {
-		return nil, err
-	}
+	defer run.close(ctx)
+	p, ns := run.p, run.ns
 	sleep(ctx, 2*time.Second) // let start-up settle
 	kids := children(p.pid())
 	if len(kids) != 1 {
@@ -53,15 +26,7 @@ func (b *bench) scenarioOverhead(ctx context.Context) (*OverheadResult, error) {
 	}
 	envoyPid := kids[0]
 
-	a0, err := cpuSched(p.pid())
-	if err != nil {
-		return nil, err
-	}
-	at0, err := cpuTicks(p.pid())
-	if err != nil {
-		return nil, err
-	}
-	e0, err := cpuTicks(envoyPid)
+	a0, at0, e0, err := cpuTimes(p.pid(), envoyPid)
 	if err != nil {
 		return nil, err
 	}
@@ -75,15 +40,7 @@ func (b *bench) scenarioOverhead(ctx context.Context) (*OverheadResult, error) {
 	if p.exitedEarly() {
 		return nil, p.failure(fmt.Errorf("the agent exited during the idle period (%s after it began): %v", p.exited.Sub(from).Round(time.Millisecond), p.err))
 	}
-	a1, err := cpuSched(p.pid())
-	if err != nil {
-		return nil, err
-	}
-	at1, err := cpuTicks(p.pid())
-	if err != nil {
-		return nil, err
-	}
-	e1, err := cpuTicks(envoyPid)
+	a1, at1, e1, err := cpuTimes(p.pid(), envoyPid)
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +73,21 @@ func (b *bench) scenarioOverhead(ctx context.Context) (*OverheadResult, error) {
 	}
 	b.logf("overhead: agent VmHWM %d KiB, %.4fs CPU in %.1fs, %d watchdog pings", r.AgentHWMKiB, r.AgentCPUSeconds, r.IdleS, r.WatchdogPings)
 	return r, nil
+}
+
+// cpuTimes is the CPU time so far of the agent (from schedstat and in
+// ticks) and of its Envoy (in ticks).
+func cpuTimes(agentPid, envoyPid int) (agent, agentTicks, envoy time.Duration, err error) {
+	if agent, err = cpuSched(agentPid); err != nil {
+		return 0, 0, 0, err
+	}
+	if agentTicks, err = cpuTicks(agentPid); err != nil {
+		return 0, 0, 0, err
+	}
+	if envoy, err = cpuTicks(envoyPid); err != nil {
+		return 0, 0, 0, err
+	}
+	return agent, agentTicks, envoy, nil
 }
 
 func round6(x float64) float64 { return math.Round(x*1e6) / 1e6 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 )
@@ -53,44 +52,16 @@ func (b *bench) scenarioReload(ctx context.Context) (*ReloadResult, error) {
 
 // reloadAgent runs the agent and reloads it under load.
 func (b *bench) reloadAgent(ctx context.Context) (*ReloadSide, error) {
-	dir, err := b.dir("reload-agent")
+	run, err := b.setupAgent(ctx, "reload-agent", agentSetup{version: "v0", drain: quickDrain, procName: "reload-agent", ready: true})
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(3)
-	if err != nil {
-		return nil, err
-	}
-	admin, listener, status := ports[0], ports[1], ports[2]
-	boot := bootstrap{AdminPort: admin, ListenerPorts: []int{listener}, UpstreamPort: b.up.port, Version: "v0"}
-	bootPath := filepath.Join(dir, "envoy.yaml")
-	if err := boot.write(bootPath); err != nil {
-		return nil, err
-	}
-	cfg := agentConfig{EnvoyBin: b.envoyBin, BootstrapPath: bootPath, AdminPort: admin, StatusPort: status, BaseID: newBaseID(),
-		DrainDuration: time.Second, ParentShutdown: 2 * time.Second, TerminationDrain: time.Second, MinDrain: 0,
-		RunDir: filepath.Join(dir, "run")}
-	cfgPath := filepath.Join(dir, "agent.toml")
-	if err := cfg.write(cfgPath); err != nil {
-		return nil, err
-	}
-	ns, err := listenNotify(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer ns.close()
-	p, err := b.startAgent("reload-agent", cfgPath, "NOTIFY_SOCKET="+ns.path)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = quitAgent(context.WithoutCancel(ctx), p, status) }()
-	if _, err := ns.waitFor(ctx, p, "READY=1", 0, startTimeout); err != nil {
-		return nil, err
-	}
+	defer run.close(ctx)
+	p := run.p
 	reload := func(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, changeLimit)
 		defer cancel()
-		out, err := exec.CommandContext(cctx, b.agentBin, "reload", "--config", cfgPath).CombinedOutput()
+		out, err := exec.CommandContext(cctx, b.agentBin, "reload", "--config", run.cfgPath).CombinedOutput()
 		if err != nil {
 			text := strings.TrimSpace(string(out))
 			var ee *exec.ExitError
@@ -104,7 +75,7 @@ func (b *bench) reloadAgent(ctx context.Context) (*ReloadSide, error) {
 		}
 		return nil
 	}
-	side, err := b.changeUnderLoad(ctx, "envoy-agent reload (hot restart)", listener, boot, bootPath, reload)
+	side, err := b.changeUnderLoad(ctx, "envoy-agent reload (hot restart)", run.site, reload)
 	if side != nil {
 		if hwm, herr := statusKiB(p.pid(), "VmHWM"); herr == nil {
 			side.AgentHWMKiB = hwm
@@ -116,47 +87,34 @@ func (b *bench) reloadAgent(ctx context.Context) (*ReloadSide, error) {
 // reloadBaseline runs a bare Envoy and restarts it under load, as a plain
 // unit's restart does: SIGTERM, wait for the exit, start again.
 func (b *bench) reloadBaseline(ctx context.Context) (*ReloadSide, error) {
-	dir, err := b.dir("reload-envoy")
-	if err != nil {
-		return nil, err
-	}
-	ports, err := freePorts(2)
-	if err != nil {
-		return nil, err
-	}
-	admin, listener := ports[0], ports[1]
-	boot := bootstrap{AdminPort: admin, ListenerPorts: []int{listener}, UpstreamPort: b.up.port, Version: "v0"}
-	bootPath := filepath.Join(dir, "envoy.yaml")
-	if err := boot.write(bootPath); err != nil {
-		return nil, err
-	}
-	p, err := b.startEnvoy("reload-envoy", bootPath)
+	s, p, err := b.setupEnvoy("reload-envoy", "reload-envoy", "v0", 1)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { p.kill() }()
-	if _, err := pollReady(ctx, p, admin, time.Millisecond, startTimeout); err != nil {
+	if _, err := pollReady(ctx, p, s.admin, time.Millisecond, startTimeout); err != nil {
 		return nil, err
 	}
 	restart := func(ctx context.Context) error {
 		if err := p.stop(ctx, 10*time.Second); err != nil {
 			return err
 		}
-		np, err := b.startEnvoy("reload-envoy", bootPath)
+		np, err := b.startEnvoy("reload-envoy", s.bootPath)
 		if err != nil {
 			return err
 		}
 		p = np
-		_, err = pollReady(ctx, p, admin, time.Millisecond, changeLimit)
+		_, err = pollReady(ctx, p, s.admin, time.Millisecond, changeLimit)
 		return err
 	}
-	return b.changeUnderLoad(ctx, "SIGTERM, wait for the exit, start", listener, boot, bootPath, restart)
+	return b.changeUnderLoad(ctx, "SIGTERM, wait for the exit, start", s, restart)
 }
 
-// changeUnderLoad runs the load, and o.reloads times rewrites the bootstrap
-// with a new x-config-version and calls change.
-func (b *bench) changeUnderLoad(ctx context.Context, method string, listener int, boot bootstrap, bootPath string,
-	change func(context.Context) error) (*ReloadSide, error) {
+// changeUnderLoad runs the load through the site's listener, and o.reloads
+// times rewrites the site's bootstrap with a new x-config-version and calls
+// change.
+func (b *bench) changeUnderLoad(ctx context.Context, method string, s *site, change func(context.Context) error) (*ReloadSide, error) {
+	listener, boot := s.listener(), s.boot
 	if code, _, err := get(ctx, oneShot(2*time.Second), localURL(listener, "/")); err != nil || code != 200 {
 		return nil, fmt.Errorf("envoy does not proxy before the load: status %d, %v", code, err)
 	}
@@ -168,7 +126,7 @@ func (b *bench) changeUnderLoad(ctx context.Context, method string, listener int
 	sleep(ctx, reloadWarmup)
 	for i := 1; i <= b.o.reloads && ctx.Err() == nil; i++ {
 		boot.Version = fmt.Sprintf("v%d", i)
-		if err = boot.write(bootPath); err != nil {
+		if err = boot.write(s.bootPath); err != nil {
 			break
 		}
 		t := time.Now()

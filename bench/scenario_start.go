@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 )
 
@@ -17,46 +16,30 @@ const probeStarts = 6
 // its notify socket) against a bare Envoy (/ready polled every 1ms). The
 // two alternate, so that a noisy neighbour hurts both alike.
 func (b *bench) scenarioStart(ctx context.Context) (*StartResult, error) {
-	dir, err := b.dir("start")
+	run, err := b.setupAgent(ctx, "start", agentSetup{version: "start", drain: quickDrain})
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(3)
-	if err != nil {
-		return nil, err
-	}
-	admin, listener, status := ports[0], ports[1], ports[2]
-	boot := filepath.Join(dir, "envoy.yaml")
-	if err := (bootstrap{AdminPort: admin, ListenerPorts: []int{listener}, UpstreamPort: b.up.port, Version: "start"}).write(boot); err != nil {
-		return nil, err
-	}
-	ns, err := listenNotify(dir)
-	if err != nil {
-		return nil, err
-	}
+	ns := run.ns
 	defer ns.close()
-	cfgPath := filepath.Join(dir, "agent.toml")
 
 	// agentStart starts the agent once and returns exec to READY=1. With
 	// probe, the bench also polls Envoy's /ready every 1ms meanwhile and
 	// returns when Envoy was LIVE, to tell Envoy's start from the agent's
 	// part (the probe adds load, so these starts are not in the main figure).
 	agentStart := func(probe bool) (total, gap time.Duration, err error) {
-		cfg := agentConfig{EnvoyBin: b.envoyBin, BootstrapPath: boot, AdminPort: admin, StatusPort: status, BaseID: newBaseID(),
-			DrainDuration: time.Second, ParentShutdown: 2 * time.Second, TerminationDrain: time.Second, MinDrain: 0,
-			RunDir: filepath.Join(dir, "run")}
-		if err := cfg.write(cfgPath); err != nil {
+		if err := run.writeConfig(b); err != nil {
 			return 0, 0, err
 		}
 		mark := ns.mark()
-		p, err := b.startAgent("start-agent", cfgPath, "NOTIFY_SOCKET="+ns.path)
+		p, err := b.startAgentRun(run, "start-agent")
 		if err != nil {
 			return 0, 0, err
 		}
 		live := make(chan time.Time, 1)
 		if probe {
 			go func() {
-				at, _ := pollReady(ctx, p, admin, time.Millisecond, startTimeout)
+				at, _ := pollReady(ctx, p, run.admin, time.Millisecond, startTimeout)
 				live <- at
 			}()
 		}
@@ -66,7 +49,7 @@ func (b *bench) scenarioStart(ctx context.Context) (*StartResult, error) {
 				gap = at.Sub(liveAt)
 			}
 		}
-		if qerr := quitAgent(ctx, p, status); err == nil && qerr != nil {
+		if qerr := quitAgent(ctx, p, run.status); err == nil && qerr != nil {
 			err = fmt.Errorf("stop the agent: %w", qerr)
 		}
 		return at.Sub(p.started), gap, err
@@ -76,11 +59,11 @@ func (b *bench) scenarioStart(ctx context.Context) (*StartResult, error) {
 		return d, err
 	}
 	bareOnce := func() (time.Duration, error) {
-		p, err := b.startEnvoy("start-envoy", boot)
+		p, err := b.startEnvoy("start-envoy", run.bootPath)
 		if err != nil {
 			return 0, err
 		}
-		at, err := pollReady(ctx, p, admin, time.Millisecond, startTimeout)
+		at, err := pollReady(ctx, p, run.admin, time.Millisecond, startTimeout)
 		if serr := p.stop(ctx, 10*time.Second); err == nil && serr != nil {
 			err = fmt.Errorf("stop envoy: %w", serr)
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -86,41 +85,16 @@ type stopTarget struct {
 }
 
 func (b *bench) stopAgentTarget(ctx context.Context, name string, exitOnZero bool, drain time.Duration) (*stopTarget, error) {
-	dir, err := b.dir(name)
-	if err != nil {
-		return nil, err
-	}
-	ports, err := freePorts(3)
-	if err != nil {
-		return nil, err
-	}
-	admin, listener, status := ports[0], ports[1], ports[2]
-	bootPath := filepath.Join(dir, "envoy.yaml")
-	if err := (bootstrap{AdminPort: admin, ListenerPorts: []int{listener}, UpstreamPort: b.up.port, Version: name}).write(bootPath); err != nil {
-		return nil, err
-	}
 	// Envoy's drain time is longer than the agent's drain, so that its
 	// listeners keep accepting until the agent stops it.
-	cfg := agentConfig{EnvoyBin: b.envoyBin, BootstrapPath: bootPath, AdminPort: admin, StatusPort: status, BaseID: newBaseID(),
-		DrainDuration: drain + 2*time.Second, ParentShutdown: drain + 3*time.Second, TerminationDrain: drain, MinDrain: stopMinDrain,
-		ExitOnZero: exitOnZero, RunDir: filepath.Join(dir, "run")}
-	cfgPath := filepath.Join(dir, "agent.toml")
-	if err := cfg.write(cfgPath); err != nil {
-		return nil, err
-	}
-	ns, err := listenNotify(dir)
+	run, err := b.setupAgent(ctx, name, agentSetup{version: name, procName: name, drain: agentConfig{
+		DrainDuration: drain + 2*time.Second, ParentShutdown: drain + 3*time.Second, TerminationDrain: drain, MinDrain: stopMinDrain, ExitOnZero: exitOnZero}})
 	if err != nil {
 		return nil, err
 	}
-	p, err := b.startAgent(name, cfgPath, "NOTIFY_SOCKET="+ns.path)
-	if err != nil {
-		ns.close()
-		return nil, err
-	}
-	return &stopTarget{p: p, listener: listener, ready: func() error {
-		defer ns.close()
-		_, err := ns.waitFor(ctx, p, "READY=1", 0, startTimeout)
-		return err
+	return &stopTarget{p: run.p, listener: run.listener(), ready: func() error {
+		defer run.ns.close()
+		return run.waitReady(ctx)
 	}}, nil
 }
 
@@ -133,25 +107,12 @@ func (b *bench) stopAgent(ctx context.Context) (*StopSide, error) {
 }
 
 func (b *bench) stopBare(ctx context.Context) (*StopSide, error) {
-	dir, err := b.dir("stop-envoy")
+	s, p, err := b.setupEnvoy("stop-envoy", "stop-envoy", "stop", 1)
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(2)
-	if err != nil {
-		return nil, err
-	}
-	admin, listener := ports[0], ports[1]
-	bootPath := filepath.Join(dir, "envoy.yaml")
-	if err := (bootstrap{AdminPort: admin, ListenerPorts: []int{listener}, UpstreamPort: b.up.port, Version: "stop"}).write(bootPath); err != nil {
-		return nil, err
-	}
-	p, err := b.startEnvoy("stop-envoy", bootPath)
-	if err != nil {
-		return nil, err
-	}
-	t := &stopTarget{p: p, listener: listener, ready: func() error {
-		_, err := pollReady(ctx, p, admin, time.Millisecond, startTimeout)
+	t := &stopTarget{p: p, listener: s.listener(), ready: func() error {
+		_, err := pollReady(ctx, p, s.admin, time.Millisecond, startTimeout)
 		return err
 	}}
 	return b.stopUnderLoad(ctx, t)

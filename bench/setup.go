@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"time"
+)
+
+// site is a work folder with an Envoy bootstrap in it, on ports that were
+// free a moment ago: what every scenario sets up before it starts anything.
+type site struct {
+	dir       string
+	admin     int   // Envoy's admin port
+	listeners []int // Envoy's HTTP listeners
+	spare     []int // further ports, picked with the others so that none repeats
+	boot      bootstrap
+	bootPath  string
+}
+
+// newSite makes the work folder name, picks 1+listeners+spare free ports
+// (admin, listeners, spare, in that order) and writes a bootstrap with
+// x-config-version version to envoy.yaml in it.
+func (b *bench) newSite(name, version string, listeners, spare int) (*site, error) {
+	dir, err := b.dir(name)
+	if err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(1 + listeners + spare)
+	if err != nil {
+		return nil, err
+	}
+	s := &site{dir: dir, admin: ports[0], listeners: ports[1 : 1+listeners], spare: ports[1+listeners:],
+		bootPath: filepath.Join(dir, "envoy.yaml")}
+	s.boot = bootstrap{AdminPort: s.admin, ListenerPorts: s.listeners, UpstreamPort: b.up.port, Version: version}
+	if err := s.boot.write(s.bootPath); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// listener is the site's first (most often only) listener.
+func (s *site) listener() int { return s.listeners[0] }
+
+// quickDrain is the drain of the scenarios that do not measure one: short,
+// so that quitting and hot restarts are quick.
+var quickDrain = agentConfig{DrainDuration: time.Second, ParentShutdown: 2 * time.Second, TerminationDrain: time.Second}
+
+// agentSetup is what differs between the scenarios that run the agent.
+type agentSetup struct {
+	version  string      // the bootstrap's x-config-version
+	drain    agentConfig // the agent's drain settings (the rest is the run's)
+	procName string      // the agent's process (and log) name; "" sets up without starting it
+	env      []string    // the agent's environment beyond NOTIFY_SOCKET
+	ready    bool        // wait for READY=1 before setupAgent returns
+}
+
+// agentRun is an agent's site: its bootstrap, its configuration, its
+// notify socket and, once started, the agent.
+type agentRun struct {
+	*site
+	status  int         // the agent's status port
+	drain   agentConfig // the drain settings of agentSetup
+	cfgPath string
+	ns      *notifySocket
+	p       *proc // nil until started
+}
+
+// setupAgent makes the site name with one listener and a status port,
+// listens on a notify socket in it and, unless o.procName is "", starts the
+// agent there (and with o.ready waits for its READY=1). On an error it
+// leaves nothing open; otherwise the caller closes the run (close) or at
+// least its notify socket.
+func (b *bench) setupAgent(ctx context.Context, name string, o agentSetup) (*agentRun, error) {
+	s, err := b.newSite(name, o.version, 1, 1)
+	if err != nil {
+		return nil, err
+	}
+	r := &agentRun{site: s, status: s.spare[0], drain: o.drain, cfgPath: filepath.Join(s.dir, "agent.toml")}
+	if o.procName != "" {
+		if err := r.writeConfig(b); err != nil {
+			return nil, err
+		}
+	}
+	if r.ns, err = listenNotify(s.dir); err != nil {
+		return nil, err
+	}
+	if o.procName == "" {
+		return r, nil
+	}
+	if _, err := b.startAgentRun(r, o.procName, o.env...); err != nil {
+		r.ns.close()
+		return nil, err
+	}
+	if o.ready {
+		if err := r.waitReady(ctx); err != nil {
+			r.close(ctx)
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// writeConfig writes the agent's configuration, with a base id of its own.
+func (r *agentRun) writeConfig(b *bench) error {
+	cfg := r.drain
+	cfg.EnvoyBin, cfg.BootstrapPath, cfg.AdminPort, cfg.StatusPort = b.envoyBin, r.bootPath, r.admin, r.status
+	cfg.BaseID, cfg.RunDir = newBaseID(), filepath.Join(r.dir, "run")
+	return cfg.write(r.cfgPath)
+}
+
+// startAgentRun starts the agent of r as name, with NOTIFY_SOCKET and env,
+// and makes it r.p.
+func (b *bench) startAgentRun(r *agentRun, name string, env ...string) (*proc, error) {
+	p, err := b.startAgent(name, r.cfgPath, append([]string{"NOTIFY_SOCKET=" + r.ns.path}, env...)...)
+	if err != nil {
+		return nil, err
+	}
+	r.p = p
+	return p, nil
+}
+
+// waitReady waits for the agent's first READY=1.
+func (r *agentRun) waitReady(ctx context.Context) error {
+	_, err := r.ns.waitFor(ctx, r.p, "READY=1", 0, startTimeout)
+	return err
+}
+
+// close quits the agent, if it was started, even when ctx has ended, and
+// closes the notify socket.
+func (r *agentRun) close(ctx context.Context) {
+	if r.p != nil {
+		_ = quitAgent(context.WithoutCancel(ctx), r.p, r.status)
+	}
+	r.ns.close()
+}
+
+// setupEnvoy makes the site name with that many listeners and starts a
+// bare Envoy on it, called procName.
+func (b *bench) setupEnvoy(name, procName, version string, listeners int) (*site, *proc, error) {
+	s, err := b.newSite(name, version, listeners, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := b.startEnvoy(procName, s.bootPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, p, nil
+}
