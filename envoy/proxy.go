@@ -50,6 +50,8 @@ type Envoy struct {
 
 	restartMu  sync.Mutex  // serializes hot restarts
 	restarting atomic.Bool // a hot restart is under way
+
+	snapshots atomic.Uint64 // numbers each bootstrap copy, so no two epochs share a file
 }
 
 // NewProxy returns the Proxy for cfg. Its dynamic type is *Envoy.
@@ -91,13 +93,13 @@ func (e *Envoy) Epoch() int {
 
 // Args returns the command line (without the binary) that epoch would run with.
 func (e *Envoy) Args(epoch int) []string {
-	return e.cfg.args(epoch, e.adminAddressPath(epoch))
+	return e.config().args(epoch, e.adminAddressPath(epoch))
 }
 
 func (e *Envoy) ensureRunDir() (string, error) {
 	e.runDirOnce.Do(func() {
-		if e.cfg.RunDir != "" {
-			e.runDir = e.cfg.RunDir
+		if dir := e.config().RunDir; dir != "" {
+			e.runDir = dir
 			e.runDirErr = os.MkdirAll(e.runDir, 0o750)
 			return
 		}
@@ -232,17 +234,28 @@ func (e *Envoy) startEpoch(cfg ProxyConfig, source string, epoch int) (*process,
 
 // snapshotBootstrap copies the bootstrap at source into the run folder for
 // epoch, keeping the file name of original (Envoy picks the format by its
-// extension). The copy is private (0600): bootstraps may hold secrets.
+// extension). The copy is private (0600): bootstraps may hold secrets. Every
+// copy gets a name of its own (a sequence number), created exclusively and
+// never through a symbolic link: the clean-up of an epoch that failed must
+// not remove the copy that a later epoch with the same number runs from.
 func (e *Envoy) snapshotBootstrap(source, original string, epoch int) (string, error) {
 	data, err := os.ReadFile(source)
 	if err != nil {
 		return "", fmt.Errorf("read envoy bootstrap: %w", err)
 	}
-	path := filepath.Join(e.runDir, fmt.Sprintf("epoch-%d-%s", epoch, filepath.Base(original)))
-	if err := os.WriteFile(path+".tmp", data, 0o600); err != nil {
+	seq := e.snapshots.Add(1)
+	path := filepath.Join(e.runDir, fmt.Sprintf("epoch-%d-%d-%s", epoch, seq, filepath.Base(original)))
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
 		return "", fmt.Errorf("copy envoy bootstrap: %w", err)
 	}
-	if err := os.Rename(path+".tmp", path); err != nil {
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		_ = os.Remove(path)
+		return "", fmt.Errorf("copy envoy bootstrap: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		_ = os.Remove(path)
 		return "", fmt.Errorf("copy envoy bootstrap: %w", err)
 	}
 	return path, nil
@@ -276,10 +289,10 @@ func (e *Envoy) stopAll() {
 }
 
 func (e *Envoy) quitGrace() time.Duration {
-	if e.cfg.QuitGrace <= 0 {
-		return DefaultQuitGrace
+	if g := e.config().QuitGrace; g > 0 {
+		return g
 	}
-	return e.cfg.QuitGrace
+	return DefaultQuitGrace
 }
 
 // stop ends p: POST /quitquitquit (Envoy flushes its logs and stats), SIGTERM
@@ -335,7 +348,8 @@ func (e *Envoy) checkAdminAddress(p *process) error {
 	for {
 		b, err := os.ReadFile(p.adminAddressPath)
 		if err == nil && len(strings.TrimSpace(string(b))) > 0 {
-			return checkAdminAddress(strings.TrimSpace(string(b)), e.cfg.AdminPort, e.cfg.AllowRemoteAdmin)
+			cfg := e.config()
+			return checkAdminAddress(strings.TrimSpace(string(b)), cfg.AdminPort, cfg.AllowRemoteAdmin)
 		}
 		select {
 		case <-p.done:
@@ -371,7 +385,7 @@ func (e *Envoy) Drain(skipExit bool) error {
 	defer cancel()
 	return errors.Join(
 		e.admin.HealthcheckFail(ctx),
-		e.admin.DrainListeners(ctx, e.cfg.Sidecar, true, skipExit),
+		e.admin.DrainListeners(ctx, e.config().Sidecar, true, skipExit),
 	)
 }
 
@@ -386,13 +400,14 @@ func (e *Envoy) Cleanup() {
 		}
 	}
 	e.mu.Unlock()
-	if !e.cfg.DisableHotRestart && alive == 0 && e.serving() != nil {
-		if err := removeSharedMemory(e.cfg.BaseID); err != nil {
+	cfg := e.config()
+	if !cfg.DisableHotRestart && alive == 0 && e.serving() != nil {
+		if err := removeSharedMemory(cfg.BaseID); err != nil {
 			e.log.Warnf("remove envoy's shared memory: %v", err)
 		}
 	}
-	if e.cfg.ConfigCleanup && e.cfg.ConfigPath != "" {
-		if err := os.Remove(e.cfg.ConfigPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if cfg.ConfigCleanup && cfg.ConfigPath != "" {
+		if err := os.Remove(cfg.ConfigPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 			e.log.Warnf("remove envoy config: %v", err)
 		}
 	}
@@ -412,11 +427,12 @@ func (e *Envoy) Cleanup() {
 // old file's mode. Envoy reads its bootstrap only at start, so the new
 // content takes effect at the next start or hot restart.
 func (e *Envoy) UpdateConfig(cfg []byte) error {
+	target := e.config().ConfigPath
 	mode := os.FileMode(0o640)
-	if fi, err := os.Stat(e.cfg.ConfigPath); err == nil {
+	if fi, err := os.Stat(target); err == nil {
 		mode = fi.Mode().Perm()
 	}
-	dir := filepath.Dir(e.cfg.ConfigPath)
+	dir := filepath.Dir(target)
 	f, err := os.CreateTemp(dir, ".envoy-config-*")
 	if err != nil {
 		return fmt.Errorf("update envoy config: %w", err)
@@ -437,7 +453,7 @@ func (e *Envoy) UpdateConfig(cfg []byte) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("update envoy config: %w", err)
 	}
-	if err := os.Rename(f.Name(), e.cfg.ConfigPath); err != nil {
+	if err := os.Rename(f.Name(), target); err != nil {
 		return fmt.Errorf("update envoy config: %w", err)
 	}
 	return nil

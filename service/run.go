@@ -149,7 +149,7 @@ func (s *supervisor) applyLogSettings(cfg *Config) {
 }
 
 func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) error {
-	cfg, log := s.cfg, s.log
+	cfg, log := s.config(), s.log
 	s.stderr = stderr
 	s.proxy = envoy.NewEnvoy(s.proxyConfig(cfg))
 	s.reloader = newReloader(s.reload)
@@ -232,10 +232,11 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 // READY=1 and returns true. Otherwise Envoy is gone when it returns: it
 // exited or was not LIVE in time (an error), or a stop came first (nil).
 func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-chan error, stopAgent context.CancelFunc) (live bool, err error) {
-	deadline := time.NewTimer(s.cfg.Agent.StartTimeout.D())
+	startTimeout := s.config().Agent.StartTimeout.D()
+	deadline := time.NewTimer(startTimeout)
 	defer deadline.Stop()
 	// A start_timeout beyond the unit's TimeoutStartSec must not be cut short.
-	s.notify.ExtendTimeout(s.cfg.Agent.StartTimeout.D() + 10*time.Second)
+	s.notify.ExtendTimeout(startTimeout + 10*time.Second)
 	poll := readyPollMin
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -252,12 +253,12 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 			}
 			return false, err
 		case <-deadline.C:
-			s.log.Errorf("envoy was not LIVE within start_timeout %s (state %s); stopping it", s.cfg.Agent.StartTimeout.D(), state)
+			s.log.Errorf("envoy was not LIVE within start_timeout %s (state %s); stopping it", startTimeout, state)
 			lines := s.proxy.LastLines()
 			s.agent.DisableDraining()
 			stopAgent()
 			<-runErr
-			return false, &StartError{Reason: fmt.Sprintf("envoy was not LIVE within start_timeout %s (its state: %s)", s.cfg.Agent.StartTimeout.D(), state), LastLines: lines}
+			return false, &StartError{Reason: fmt.Sprintf("envoy was not LIVE within start_timeout %s (its state: %s)", startTimeout, state), LastLines: lines}
 		case <-ctx.Done():
 			return false, s.abortStart("the agent's context ended", runErr, stopAgent)
 		case sig := <-s.sigs:
@@ -414,7 +415,8 @@ func (s *supervisor) isLive() bool {
 }
 
 func (s *supervisor) liveStatus() string {
-	return fmt.Sprintf("live: Envoy pid %d, epoch %d, admin %s:%d", s.proxy.Pid(), s.proxy.Epoch(), s.cfg.Agent.Localhost, s.cfg.Envoy.AdminPort)
+	cfg := s.config()
+	return fmt.Sprintf("live: Envoy pid %d, epoch %d, admin %s:%d", s.proxy.Pid(), s.proxy.Epoch(), cfg.Agent.Localhost, cfg.Envoy.AdminPort)
 }
 
 // ready is /healthz/ready: Envoy answers LIVE and no drain has begun.

@@ -1,0 +1,62 @@
+package envoy
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// A failed epoch's clean-up removes its bootstrap copy by name when Envoy is
+// reaped, which can be after the epoch that restores the admin API (the same
+// epoch number) has written its own copy. Each copy must therefore be a file
+// of its own, and a file planted in the run folder must never be written
+// through.
+func TestBootstrapCopiesNeverShareAFile(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src.yaml")
+	if err := os.WriteFile(src, []byte("admin: {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := NewEnvoy(ProxyConfig{RunDir: filepath.Join(dir, "run")})
+	if _, err := e.ensureRunDir(); err != nil {
+		t.Fatal(err)
+	}
+	failed, err := e.snapshotBootstrap(src, "/etc/envoy/envoy.yaml", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore, err := e.snapshotBootstrap(src, "/etc/envoy/envoy.yaml", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failed == restore {
+		t.Fatalf("two copies for epoch 1 share the file %s", failed)
+	}
+	if filepath.Ext(restore) != ".yaml" {
+		t.Errorf("copy %s lost the bootstrap's extension (Envoy picks the format by it)", restore)
+	}
+	// The failed epoch's clean-up runs late.
+	if err := os.Remove(failed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(restore); err != nil {
+		t.Fatalf("removing the failed epoch's copy took the restoring epoch's: %v", err)
+	}
+
+	// A symbolic link planted under the next name is not followed.
+	target := filepath.Join(dir, "target")
+	if err := os.WriteFile(target, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	next := filepath.Join(e.runDir, "epoch-2-3-envoy.yaml")
+	if err := os.Symlink(target, next); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.snapshotBootstrap(src, "/etc/envoy/envoy.yaml", 2); !errors.Is(err, os.ErrExist) {
+		t.Fatalf("copy over a planted link: %v, want a refusal (file exists)", err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep" {
+		t.Fatalf("the link's target was overwritten: %q", b)
+	}
+}
