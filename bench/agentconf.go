@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // agentConfig is the envoy-agent TOML configuration a scenario runs with.
@@ -54,5 +56,5 @@ func (c agentConfig) write(path string) error {
 	if err := os.MkdirAll(c.RunDir, 0o755); err != nil {
 		return fmt.Errorf("agent run_dir: %w", err)
 	}
-	return writeAtomic(path, []byte(c.toml()))
+	return envoykit.WriteFileAtomic(path, []byte(c.toml()))
 }

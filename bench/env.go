@@ -7,10 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/childenv"
+
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // bench is what every scenario shares: the binaries, a work folder, the
@@ -22,7 +25,7 @@ type bench struct {
 	work     string // temporary: bootstraps, configs, run folders
 	logDir   string // child logs, kept in the output folder
 	sp       *spawner
-	up       *upstream
+	up       *envoykit.Upstream
 	progress io.Writer
 	t0       time.Time
 	seq      atomic.Int32
@@ -46,36 +49,17 @@ func (b *bench) logPath(name string) string {
 	return filepath.Join(b.logDir, name+".log")
 }
 
-// childEnv is the bench's environment without anything systemd-related,
-// plus extra (NOTIFY_SOCKET=..., WATCHDOG_USEC=...).
-func childEnv(extra ...string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		switch k {
-		case "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID":
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(env, extra...)
-}
-
-// envoyArgs is a bare Envoy's command line, as a plain unit would run it,
-// with the same worker count and log level as the agent's Envoy and a base
-// id of its own (hot restart is on by default in Envoy, and other Envoys on
-// this host may use base id 0).
-func envoyArgs(bootstrapPath string, baseID uint32) []string {
-	return []string{"-c", bootstrapPath, "--concurrency", "1", "-l", "warning",
-		"--base-id", strconv.FormatUint(uint64(baseID), 10)}
-}
-
+// startEnvoy starts a bare Envoy as a plain unit would run it, with the
+// same worker count and log level as the agent's Envoy
+// (envoykit.BareArgs).
 func (b *bench) startEnvoy(name, bootstrapPath string) (*proc, error) {
-	return b.sp.start(name, b.logPath(name), childEnv(), b.envoyBin, envoyArgs(bootstrapPath, newBaseID())...)
+	return b.sp.start(name, b.logPath(name), childenv.Clean(os.Environ()), b.envoyBin, envoykit.BareArgs(bootstrapPath, envoykit.BaseID())...)
 }
 
+// startAgent starts `envoy-agent run` on configPath with env added to a
+// clean environment (NOTIFY_SOCKET=..., WATCHDOG_USEC=...).
 func (b *bench) startAgent(name, configPath string, env ...string) (*proc, error) {
-	return b.sp.start(name, b.logPath(name), childEnv(env...), b.agentBin, "run", "--config", configPath)
+	return b.sp.start(name, b.logPath(name), childenv.Clean(os.Environ(), env...), b.agentBin, "run", "--config", configPath)
 }
 
 // agentHas reports whether the agent's usage lists the command.

@@ -66,7 +66,7 @@ func renderReload(w writer, r *Results) {
 		return
 	}
 	a, bl := s.Agent, s.Baseline
-	w("A fixed-rate keep-alive load (%d Go workers, %.0f requests/s in all, 2 s timeout) through Envoy while the bootstrap is rewritten %d times with a new `x-config-version` response header, with a %.1f s pause after each change. Time per change: until `envoy-agent reload` returned, or until the restarted Envoy answered `/ready` (1 ms polls). The picture is `reload.svg`.\n\n",
+	w("A fixed-rate keep-alive load (vegeta, %d kept-alive connections, %.0f requests/s in all, 2 s timeout, a silent retry counted as a failure) through Envoy while the bootstrap is rewritten %d times with a new `x-config-version` response header, with a %.1f s pause after each change. Time per change: until `envoy-agent reload` returned, or until the restarted Envoy answered `/ready` (1 ms polls). The picture is `reload.svg`.\n\n",
 		s.Workers, s.RateRPS, max(a.Changes, bl.Changes), s.GapMs/1000)
 	na := a.NotAvailable
 	cell := func(v string) string {
@@ -110,7 +110,7 @@ func renderReload(w writer, r *Results) {
 		note = " The agent's side is n/a: this agent build has no `envoy-agent reload` command yet."
 	}
 	w("\n")
-	meaning(w, "failed requests are what clients saw during config changes (latency counts failed requests too, at their time to fail; Go's client retries an idempotent GET once on a connection the server closed, as most clients do). "+
+	meaning(w, "failed requests are what clients saw during config changes (latency counts failed requests too, at their time to fail; a request that Go's client would have retried silently on a new connection, after its kept-alive one turned out closed, counts as failed (\"retried\"), as curl, wrk and Python's http.client see it). "+
 		"A hot restart hands the listening sockets to the new Envoy, so no request should fail; a stop-and-start leaves nothing listening for as long as Envoy takes to stop and start.%s", note)
 }
 

@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // scenario is one measurement; it fills its part of Results.
@@ -72,10 +74,10 @@ func runAll(ctx context.Context, o options, progress io.Writer) (*Results, error
 	}
 	b.sp = newSpawner()
 	defer b.sp.killAll()
-	if b.up, err = startUpstream(); err != nil {
+	if b.up, err = envoykit.StartUpstream(); err != nil {
 		return nil, err
 	}
-	defer b.up.close()
+	defer b.up.Close()
 
 	r := &Results{
 		Date: time.Now().UTC().Format(time.RFC3339),

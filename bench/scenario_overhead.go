@@ -50,7 +50,7 @@ func (b *bench) scenarioOverhead(ctx context.Context) (*OverheadResult, error) {
 		AgentCPUSeconds:   round6((a1 - a0).Seconds()),
 		AgentCPUTicksSecs: round6((at1 - at0).Seconds()),
 		EnvoyCPUSeconds:   round6((e1 - e0).Seconds()),
-		WatchdogPings:     ns.count("WATCHDOG=1", from, to),
+		WatchdogPings:     ns.Count("WATCHDOG=1", from, to),
 		AgentThreads:      threads(p.pid()),
 	}
 	r.AgentCPUPercent = round6(100 * (a1 - a0).Seconds() / span.Seconds())

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 const (
@@ -114,25 +116,25 @@ func (b *bench) reloadBaseline(ctx context.Context) (*ReloadSide, error) {
 // times rewrites the site's bootstrap with a new x-config-version and calls
 // change.
 func (b *bench) changeUnderLoad(ctx context.Context, method string, s *site, change func(context.Context) error) (*ReloadSide, error) {
-	listener, boot := s.listener(), s.boot
+	listener := s.listener()
 	if code, _, err := get(ctx, oneShot(2*time.Second), localURL(listener, "/")); err != nil || code != 200 {
 		return nil, fmt.Errorf("envoy does not proxy before the load: status %d, %v", code, err)
 	}
 	limit := reloadWarmup + reloadTail + time.Duration(b.o.reloads)*(reloadGap+changeLimit)
-	l := startLoad(ctx, loadSpec{url: localURL(listener, "/"), workers: b.o.workers, rate: b.o.rate, max: limit, timeout: 2 * time.Second})
+	l := b.startLoad(listener, limit)
 	side := &ReloadSide{Available: true, Method: method, Changes: b.o.reloads, VersionsWant: b.o.reloads + 1}
 	var changeDs []time.Duration
 	var err error
 	sleep(ctx, reloadWarmup)
 	for i := 1; i <= b.o.reloads && ctx.Err() == nil; i++ {
-		boot.Version = fmt.Sprintf("v%d", i)
-		if err = boot.write(s.bootPath); err != nil {
+		s.boot.ResponseHeader = fmt.Sprintf("v%d", i)
+		if err = s.writeBootstrap(); err != nil {
 			break
 		}
 		t := time.Now()
 		cerr := change(ctx)
 		d := time.Since(t)
-		ev := Event{StartMs: ms(t.Sub(l.start)), EndMs: ms(time.Since(l.start)), OK: cerr == nil}
+		ev := Event{StartMs: ms(t.Sub(l.Start())), EndMs: ms(time.Since(l.Start())), OK: cerr == nil}
 		if cerr != nil {
 			ev.Error = cerr.Error()
 			b.logf("reload %d (%s): %v", i, method, cerr)
@@ -148,8 +150,8 @@ func (b *bench) changeUnderLoad(ctx context.Context, method string, s *site, cha
 		sleep(ctx, reloadGap)
 	}
 	sleep(ctx, reloadTail)
-	samples := l.stop()
-	side.LoadMs = ms(time.Since(l.start))
+	samples := l.Stop()
+	side.LoadMs = ms(time.Since(l.Start()))
 	side.Load = loadStats(samples)
 	side.ChangeMs = dist(changeDs)
 	side.VersionsSeen = len(side.Load.Versions)
@@ -165,20 +167,20 @@ func (b *bench) changeUnderLoad(ctx context.Context, method string, s *site, cha
 }
 
 // loadStats sums samples up.
-func loadStats(samples []sample) LoadStats {
+func loadStats(samples []envoykit.Sample) LoadStats {
 	s := LoadStats{FailedBy: map[string]int{}, Versions: map[string]int{}}
 	lats := make([]time.Duration, 0, len(samples))
 	for _, x := range samples {
 		s.Sent++
-		lats = append(lats, x.lat)
-		if x.ok {
+		lats = append(lats, x.Latency)
+		if x.OK {
 			s.OK++
-			if x.version != "" {
-				s.Versions[x.version]++
+			if x.Version != "" {
+				s.Versions[x.Version]++
 			}
 		} else {
 			s.Failed++
-			s.FailedBy[x.err]++
+			s.FailedBy[x.Err]++
 		}
 	}
 	s.Latency = dist(lats)
@@ -186,14 +188,14 @@ func loadStats(samples []sample) LoadStats {
 }
 
 // buckets counts outcomes per slice of send time.
-func buckets(samples []sample, width time.Duration) []Bucket {
+func buckets(samples []envoykit.Sample, width time.Duration) []Bucket {
 	if len(samples) == 0 {
 		return nil
 	}
-	out := make([]Bucket, int(samples[len(samples)-1].at/width)+1)
+	out := make([]Bucket, int(samples[len(samples)-1].At/width)+1)
 	for _, x := range samples {
-		i := int(x.at / width)
-		if x.ok {
+		i := int(x.At / width)
+		if x.OK {
 			out[i].OK++
 		} else {
 			out[i].Failed++

@@ -21,7 +21,7 @@ func (b *bench) scenarioStart(ctx context.Context) (*StartResult, error) {
 		return nil, err
 	}
 	ns := run.ns
-	defer ns.close()
+	defer ns.Close()
 
 	// agentStart starts the agent once and returns exec to READY=1. With
 	// probe, the bench also polls Envoy's /ready every 1ms meanwhile and
@@ -31,7 +31,7 @@ func (b *bench) scenarioStart(ctx context.Context) (*StartResult, error) {
 		if err := run.writeConfig(b); err != nil {
 			return 0, 0, err
 		}
-		mark := ns.mark()
+		mark := ns.Mark()
 		p, err := b.startAgentRun(run, "start-agent")
 		if err != nil {
 			return 0, 0, err
@@ -43,7 +43,7 @@ func (b *bench) scenarioStart(ctx context.Context) (*StartResult, error) {
 				live <- at
 			}()
 		}
-		at, err := ns.waitFor(ctx, p, "READY=1", mark, startTimeout)
+		at, err := waitNotify(ctx, ns, p, "READY=1", mark, startTimeout)
 		if probe && err == nil {
 			if liveAt := <-live; !liveAt.IsZero() {
 				gap = at.Sub(liveAt)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 const (
@@ -39,13 +41,13 @@ func startSlow(port, n int) (wait func() []slowResult) {
 			c := oneShot(slowFor + 8*time.Second)
 			resp, err := c.Get(localURL(port, fmt.Sprintf("/slow?d=%s&i=%d", slowFor, i)))
 			if err != nil {
-				out[i] = slowResult{err: errClass(err), closed: time.Now()}
+				out[i] = slowResult{err: envoykit.ErrClass(err.Error()), closed: time.Now()}
 				return
 			}
 			_, err = readAll(resp)
 			out[i] = slowResult{ok: err == nil && resp.StatusCode == http.StatusOK, closed: time.Now()}
 			if err != nil {
-				out[i].err = errClass(err)
+				out[i].err = envoykit.ErrClass(err.Error())
 			} else if resp.StatusCode != http.StatusOK {
 				out[i].err = fmt.Sprintf("http_%d", resp.StatusCode)
 			}
@@ -93,7 +95,7 @@ func (b *bench) stopAgentTarget(ctx context.Context, name string, exitOnZero boo
 		return nil, err
 	}
 	return &stopTarget{p: run.p, listener: run.listener(), ready: func() error {
-		defer run.ns.close()
+		defer run.ns.Close()
 		return run.waitReady(ctx)
 	}}, nil
 }
@@ -125,14 +127,17 @@ func (b *bench) stopUnderLoad(ctx context.Context, t *stopTarget) (*StopSide, er
 	if err := t.ready(); err != nil {
 		return nil, err
 	}
-	l := startLoad(ctx, loadSpec{url: localURL(t.listener, "/"), workers: b.o.workers, rate: b.o.rate, max: stopLimit + 5*time.Second, timeout: 2 * time.Second})
+	l := b.startLoad(t.listener, stopLimit+5*time.Second)
 	sleep(ctx, time.Second)
 	waitSlow := startSlow(t.listener, slowRequests)
-	sleep(ctx, 300*time.Millisecond) // they are in flight, at the upstream
+	if err := b.waitSlowInFlight(ctx, slowRequests); err != nil {
+		l.Stop()
+		return nil, err
+	}
 	sigAt := time.Now()
 	t.p.signal(syscall.SIGTERM)
 	werr := t.p.wait(ctx, stopLimit)
-	samples := l.stop()
+	samples := l.Stop()
 	slow := waitSlow()
 	if werr != nil {
 		return nil, t.p.failure(werr)
@@ -144,21 +149,21 @@ func (b *bench) stopUnderLoad(ctx context.Context, t *stopTarget) (*StopSide, er
 			side.SlowFailedBy[s.err]++
 		}
 	}
-	sig, exit := sigAt.Sub(l.start), t.p.exited.Sub(l.start)
-	var before, during []sample
+	sig, exit := sigAt.Sub(l.Start()), t.p.exited.Sub(l.Start())
+	var before, during []envoykit.Sample
 	for _, s := range samples {
 		switch {
-		case s.at < sig:
+		case s.At < sig:
 			before = append(before, s)
-		case s.at < exit:
+		case s.At < exit:
 			during = append(during, s)
 		}
 	}
 	side.LoadBeforeSignal, side.LoadDuringDrain = loadStats(before), loadStats(during)
 	side.FirstFailMs = -1
 	for _, s := range during {
-		if !s.ok {
-			side.FirstFailMs = ms(s.at - sig)
+		if !s.OK {
+			side.FirstFailMs = ms(s.At - sig)
 			break
 		}
 	}
@@ -180,13 +185,16 @@ func (b *bench) stopOnZero(ctx context.Context) (*ZeroConnResult, error) {
 	if err := t.ready(); err != nil {
 		return nil, err
 	}
-	l := startLoad(ctx, loadSpec{url: localURL(t.listener, "/"), workers: b.o.workers, rate: b.o.rate, max: 5 * time.Second, timeout: 2 * time.Second})
+	l := b.startLoad(t.listener, 5*time.Second)
 	sleep(ctx, time.Second)
 	waitSlow := startSlow(t.listener, slowRequests/2)
-	sleep(ctx, 300*time.Millisecond)
+	if err := b.waitSlowInFlight(ctx, slowRequests/2); err != nil {
+		l.Stop()
+		return nil, err
+	}
 	sigAt := time.Now()
 	t.p.signal(syscall.SIGTERM)
-	l.stop() // closes its keep-alive connections
+	l.Stop() // closes its keep-alive connections
 	lastClose := time.Now()
 	slow := waitSlow()
 	werr := t.p.wait(ctx, stopLimit)
@@ -211,6 +219,23 @@ func (b *bench) stopOnZero(ctx context.Context) (*ZeroConnResult, error) {
 	z.DelayMs = ms(t.p.exited.Sub(from))
 	b.logf("stop on zero connections: last close %.0fms, exit %.0fms after SIGTERM: %.0fms later", z.LastCloseMs, z.ExitMs, z.DelayMs)
 	return z, nil
+}
+
+// waitSlowInFlight waits until the upstream holds n slow requests: they
+// are in flight through Envoy.
+func (b *bench) waitSlowInFlight(ctx context.Context, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for b.up.SlowInFlight() < n {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("only %d of %d slow requests reached the upstream: %w", b.up.SlowInFlight(), n, ctx.Err())
+		case <-tick.C:
+		}
+	}
+	return nil
 }
 
 func exitStatus(p *proc) string {

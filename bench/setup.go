@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // site is a work folder with an Envoy bootstrap in it, on ports that were
@@ -13,7 +17,7 @@ type site struct {
 	admin     int   // Envoy's admin port
 	listeners []int // Envoy's HTTP listeners
 	spare     []int // further ports, picked with the others so that none repeats
-	boot      bootstrap
+	boot      envoykit.BootstrapOptions
 	bootPath  string
 }
 
@@ -25,17 +29,24 @@ func (b *bench) newSite(name, version string, listeners, spare int) (*site, erro
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(1 + listeners + spare)
+	ports, err := envoykit.FreePorts(1 + listeners + spare)
 	if err != nil {
 		return nil, err
 	}
 	s := &site{dir: dir, admin: ports[0], listeners: ports[1 : 1+listeners], spare: ports[1+listeners:],
 		bootPath: filepath.Join(dir, "envoy.yaml")}
-	s.boot = bootstrap{AdminPort: s.admin, ListenerPorts: s.listeners, UpstreamPort: b.up.port, Version: version}
-	if err := s.boot.write(s.bootPath); err != nil {
+	s.boot = envoykit.BootstrapOptions{Ports: envoykit.Ports{Admin: s.admin, Listener: s.listeners[0], Upstream: b.up.Port},
+		ExtraListeners: s.listeners[1:], ResponseHeader: version}
+	if err := s.writeBootstrap(); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// writeBootstrap (re)writes the site's bootstrap, atomically.
+func (s *site) writeBootstrap() error {
+	_, err := envoykit.WriteBootstrap(s.dir, filepath.Base(s.bootPath), s.boot)
+	return err
 }
 
 // listener is the site's first (most often only) listener.
@@ -61,7 +72,7 @@ type agentRun struct {
 	status  int         // the agent's status port
 	drain   agentConfig // the drain settings of agentSetup
 	cfgPath string
-	ns      *notifySocket
+	ns      *envoykit.NotifySocket
 	p       *proc // nil until started
 }
 
@@ -81,14 +92,14 @@ func (b *bench) setupAgent(ctx context.Context, name string, o agentSetup) (*age
 			return nil, err
 		}
 	}
-	if r.ns, err = listenNotify(s.dir); err != nil {
+	if r.ns, err = envoykit.ListenNotify(); err != nil {
 		return nil, err
 	}
 	if o.procName == "" {
 		return r, nil
 	}
 	if _, err := b.startAgentRun(r, o.procName, o.env...); err != nil {
-		r.ns.close()
+		r.ns.Close()
 		return nil, err
 	}
 	if o.ready {
@@ -104,14 +115,14 @@ func (b *bench) setupAgent(ctx context.Context, name string, o agentSetup) (*age
 func (r *agentRun) writeConfig(b *bench) error {
 	cfg := r.drain
 	cfg.EnvoyBin, cfg.BootstrapPath, cfg.AdminPort, cfg.StatusPort = b.envoyBin, r.bootPath, r.admin, r.status
-	cfg.BaseID, cfg.RunDir = newBaseID(), filepath.Join(r.dir, "run")
+	cfg.BaseID, cfg.RunDir = envoykit.BaseID(), filepath.Join(r.dir, "run")
 	return cfg.write(r.cfgPath)
 }
 
 // startAgentRun starts the agent of r as name, with NOTIFY_SOCKET and env,
 // and makes it r.p.
 func (b *bench) startAgentRun(r *agentRun, name string, env ...string) (*proc, error) {
-	p, err := b.startAgent(name, r.cfgPath, append([]string{"NOTIFY_SOCKET=" + r.ns.path}, env...)...)
+	p, err := b.startAgent(name, r.cfgPath, append([]string{"NOTIFY_SOCKET=" + r.ns.Path}, env...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -121,8 +132,24 @@ func (b *bench) startAgentRun(r *agentRun, name string, env ...string) (*proc, e
 
 // waitReady waits for the agent's first READY=1.
 func (r *agentRun) waitReady(ctx context.Context) error {
-	_, err := r.ns.waitFor(ctx, r.p, "READY=1", 0, startTimeout)
+	_, err := waitNotify(ctx, r.ns, r.p, "READY=1", 0, startTimeout)
 	return err
+}
+
+// waitNotify waits for a datagram from the mark-th on with a line starting
+// with kv from p, and returns when it arrived; it fails when p exits first
+// or timeout passes.
+func waitNotify(ctx context.Context, ns *envoykit.NotifySocket, p *proc, kv string, mark int, timeout time.Duration) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	m, err := ns.WaitFor(ctx, kv, mark, p.done)
+	switch {
+	case errors.Is(err, envoykit.ErrAborted):
+		return time.Time{}, p.failure(fmt.Errorf("%s exited (%v) before it sent %s", p.name, p.err, kv))
+	case err != nil:
+		return time.Time{}, p.failure(fmt.Errorf("%s: %w", p.name, err))
+	}
+	return m.At, nil
 }
 
 // close quits the agent, if it was started, even when ctx has ended, and
@@ -131,7 +158,7 @@ func (r *agentRun) close(ctx context.Context) {
 	if r.p != nil {
 		_ = quitAgent(context.WithoutCancel(ctx), r.p, r.status)
 	}
-	r.ns.close()
+	r.ns.Close()
 }
 
 // setupEnvoy makes the site name with that many listeners and starts a
@@ -146,4 +173,12 @@ func (b *bench) setupEnvoy(name, procName, version string, listeners int) (*site
 		return nil, nil, err
 	}
 	return s, p, nil
+}
+
+// startLoad starts the run's fixed-rate load (b.o.rate requests per second
+// on b.o.workers kept-alive connections, 2 s per request) through the
+// listener, for at most limit.
+func (b *bench) startLoad(listener int, limit time.Duration) *envoykit.Load {
+	return envoykit.StartLoad(envoykit.LoadOptions{URL: localURL(listener, "/"), Rate: b.o.rate,
+		Connections: b.o.workers, Duration: limit, Timeout: 2 * time.Second})
 }

@@ -4,28 +4,12 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"gonum.org/v1/gonum/stat"
 )
 
 // ms is a duration in milliseconds, as results.json holds them.
 func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
-
-// quantile is the q-quantile (0..1) of ds by the nearest-rank method.
-func quantile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[max(0, min(i, len(s)-1))]
-}
-
-func maxOf(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	return slices.Max(ds)
-}
 
 // Dist summarises durations, in milliseconds.
 type Dist struct {
@@ -36,11 +20,19 @@ type Dist struct {
 	Min    float64 `json:"min_ms"`
 }
 
+// dist summarises ds; its quantiles are gonum's empirical ones (the nearest
+// rank: a value that was measured, never an interpolation).
 func dist(ds []time.Duration) Dist {
 	if len(ds) == 0 {
 		return Dist{}
 	}
-	return Dist{N: len(ds), Median: ms(quantile(ds, 0.5)), P99: ms(quantile(ds, 0.99)), Max: ms(maxOf(ds)), Min: ms(slices.Min(ds))}
+	xs := make([]float64, len(ds))
+	for i, d := range ds {
+		xs[i] = float64(d)
+	}
+	slices.Sort(xs)
+	q := func(p float64) float64 { return ms(time.Duration(stat.Quantile(p, stat.Empirical, xs, nil))) }
+	return Dist{N: len(ds), Median: q(0.5), P99: q(0.99), Max: ms(time.Duration(xs[len(xs)-1])), Min: ms(time.Duration(xs[0]))}
 }
 
 func round3(x float64) float64 { return math.Round(x*1e3) / 1e3 }

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
+)
+
+// A smoke run of the benchmark with the real Envoy and the agent built from
+// this tree: the start and reload scenarios, at their smallest, produce the
+// table, results.json and reload.svg, with the numbers each scenario
+// promises.
+func TestBenchSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the benchmark smoke run takes about 20 s")
+	}
+	envoyBin, err := envoykit.FindEnvoy("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := filepath.Join(t.TempDir(), "envoy-agent")
+	if out, err := exec.Command("go", "build", "-o", agent, "../cmd/envoy-agent").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"-agent", agent, "-envoy", envoyBin, "-out", out, "-starts", "10", "-reloads", "1",
+		"-rate", "100", "-scenarios", "start,reload"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("bench exited %d:\n%s", code, stderr.String())
+	}
+	for _, want := range []string{"## 1. Start: exec to ready", "## 2. Reload under load"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("the table lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res Results
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("results.json: %v", err)
+	}
+	if res.Start == nil || res.Start.Agent.N != 10 || res.Start.Baseline.N != 10 || res.Start.Agent.Median <= 0 {
+		t.Errorf("start scenario: %+v, want 10 timed starts a side", res.Start)
+	}
+	if res.Reload == nil {
+		t.Fatalf("no reload scenario in results.json")
+	}
+	agentSide := res.Reload.Agent
+	if agentSide.ChangesOK != 1 || agentSide.Load.Sent == 0 || agentSide.VersionsSeen != 2 {
+		t.Errorf("agent reload: %d/1 changes worked, %d sent, %d versions answered; want 1, >0, 2", agentSide.ChangesOK, agentSide.Load.Sent, agentSide.VersionsSeen)
+	}
+	svg, err := os.ReadFile(filepath.Join(out, "reload.svg"))
+	if err != nil || !bytes.Contains(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("succeeded")) {
+		t.Errorf("reload.svg is not the plot (%v): %.200s", err, svg)
+	}
+}

@@ -1,0 +1,155 @@
+package envoykit
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"text/template"
+	"time"
+)
+
+// BootstrapOptions shape a bootstrap: HTTP listeners on 127.0.0.1 that route
+// everything to the upstream.
+type BootstrapOptions struct {
+	Ports
+	// ExtraListeners are more listeners like the first one, on these ports.
+	ExtraListeners []int
+	// InitDelay keeps Envoy INITIALIZING for about this long: CDS from an
+	// xDS server that is not there, with this initial fetch timeout.
+	InitDelay time.Duration
+	// AdminAddress overrides the admin bind address (default 127.0.0.1).
+	AdminAddress string
+	// ResponseHeader, when set, is added to every proxied response as
+	// x-config-version.
+	ResponseHeader string
+}
+
+var bootstrapTmpl = template.Must(template.New("bootstrap").Parse(`node: { id: envoy-agent-kit, cluster: envoy-agent-kit }
+admin:
+  address:
+    socket_address: { address: {{.AdminAddress}}, port_value: {{.Admin}} }
+{{- if .InitDelay}}
+dynamic_resources:
+  cds_config:
+    resource_api_version: V3
+    initial_fetch_timeout: {{.InitDelaySeconds}}s
+    api_config_source:
+      api_type: GRPC
+      transport_api_version: V3
+      grpc_services:
+      - envoy_grpc: { cluster_name: xds }
+{{- end}}
+static_resources:
+  listeners:
+{{- range $i, $port := .ListenerPorts}}
+  - name: ingress{{if $i}}_{{$i}}{{end}}
+    address:
+      socket_address: { address: 127.0.0.1, port_value: {{$port}} }
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress{{if $i}}_{{$i}}{{end}}
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              {{- if $.ResponseHeader}}
+              response_headers_to_add:
+              - header: { key: x-config-version, value: "{{$.ResponseHeader}}" }
+              {{- end}}
+              routes:
+              - match: { prefix: "/" }
+                route: { cluster: upstream, timeout: 0s }
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+{{- end}}
+  clusters:
+  - name: upstream
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: upstream
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: { address: 127.0.0.1, port_value: {{.Upstream}} }
+{{- if .InitDelay}}
+  - name: xds
+    type: STATIC
+    connect_timeout: 0.25s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: { http2_protocol_options: {} }
+    load_assignment:
+      cluster_name: xds
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: { address: 127.0.0.1, port_value: 1 }
+{{- end}}
+`))
+
+// RenderBootstrap returns the bootstrap YAML for o.
+func RenderBootstrap(o BootstrapOptions) ([]byte, error) {
+	if o.AdminAddress == "" {
+		o.AdminAddress = "127.0.0.1"
+	}
+	data := struct {
+		BootstrapOptions
+		InitDelaySeconds float64
+		ListenerPorts    []int
+	}{o, o.InitDelay.Seconds(), append([]int{o.Listener}, o.ExtraListeners...)}
+	var b bytes.Buffer
+	if err := bootstrapTmpl.Execute(&b, data); err != nil {
+		return nil, fmt.Errorf("bootstrap template: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+// WriteBootstrap writes the bootstrap for o to dir/name, atomically (a
+// rename: an agent reloading meanwhile never reads half a file), and
+// returns its path.
+func WriteBootstrap(dir, name string, o BootstrapOptions) (string, error) {
+	b, err := RenderBootstrap(o)
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, name)
+	return p, WriteFileAtomic(p, b)
+}
+
+// WriteFileAtomic writes data to path through a temporary file in the same
+// folder and a rename, mode 0644.
+func WriteFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(f.Name())
+	_, werr := f.Write(data)
+	cerr := f.Chmod(0o644)
+	if err := f.Close(); werr != nil || cerr != nil || err != nil {
+		return fmt.Errorf("write %s: %w", path, firstErr(werr, cerr, err))
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

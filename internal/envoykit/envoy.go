@@ -1,0 +1,115 @@
+package envoykit
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/childenv"
+)
+
+// ReadyPoll is how often WaitReady asks Envoy's /ready: the finest a poller
+// can reasonably measure a start with.
+const ReadyPoll = time.Millisecond
+
+// BareArgs is a bare Envoy's command line, as a plain unit would run it: one
+// worker, log level warning, and a base id of its own (hot restart is on by
+// default in Envoy, and another Envoy on the host may hold base id 0).
+func BareArgs(bootstrap string, baseID uint32) []string {
+	return []string{"-c", bootstrap, "--concurrency", "1", "-l", "warning",
+		"--base-id", strconv.FormatUint(uint64(baseID), 10)}
+}
+
+// Process is an Envoy (or agent) the kit started, in its own process group.
+type Process struct {
+	Args []string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // set before done closes
+}
+
+// Start runs bin with args, the environment cleaned of systemd's
+// service-only variables plus env, and output to out (nil: discarded).
+func Start(bin string, args []string, out io.Writer, env ...string) (*Process, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = childenv.Clean(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	p := &Process{Args: args, cmd: cmd, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+// StartEnvoy runs a bare Envoy on bootstrap (BareArgs).
+func StartEnvoy(bin, bootstrap string, baseID uint32, out io.Writer) (*Process, error) {
+	return Start(bin, BareArgs(bootstrap, baseID), out)
+}
+
+// Pid is the process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed once the process has exited and been reaped.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Err is how the process ended; valid once Done is closed.
+func (p *Process) Err() error { <-p.done; return p.err }
+
+// Signal sends sig to the process group.
+func (p *Process) Signal(sig syscall.Signal) {
+	select {
+	case <-p.done:
+	default:
+		_ = syscall.Kill(-p.Pid(), sig)
+	}
+}
+
+// Kill ends the process group and waits for the process.
+func (p *Process) Kill() {
+	p.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// WaitReady polls Envoy's admin GET /ready every ReadyPoll until it answers
+// 200, and returns when it did; it fails when the process exits or timeout
+// passes.
+func (p *Process) WaitReady(adminPort int, timeout time.Duration) error {
+	_, err := WaitReady(context.Background(), adminPort, timeout, p.done)
+	return err
+}
+
+// WaitReady polls GET /ready on the admin port every ReadyPoll until it
+// answers 200 and returns the time it did; it fails when abort closes
+// (nil: never), ctx ends or timeout passes.
+func WaitReady(ctx context.Context, adminPort int, timeout time.Duration, abort <-chan struct{}) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil}}
+	url := "http://127.0.0.1:" + strconv.Itoa(adminPort) + "/ready"
+	tick := time.NewTicker(ReadyPoll)
+	defer tick.Stop()
+	for {
+		if resp, err := client.Get(url); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return time.Now(), nil
+			}
+		}
+		select {
+		case <-abort:
+			return time.Time{}, fmt.Errorf("envoy exited before its /ready answered 200")
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("envoy's /ready did not answer 200 within %s: %w", timeout, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}

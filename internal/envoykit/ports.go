@@ -1,0 +1,79 @@
+package envoykit
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+)
+
+// Ports below the kernel's ephemeral range (32768 and up by default): the
+// many client connections a test or a benchmark opens take their local
+// ports from that range, and could take a port between its check here and
+// Envoy's bind.
+const (
+	portLow  = 10000
+	portHigh = 32000
+)
+
+var (
+	handedOutMu sync.Mutex
+	handedOut   = map[int]bool{} // never hand the same port out twice in one process
+)
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and
+// that this process has not handed out before.
+func FreePort() (int, error) {
+	for range 1000 {
+		port := portLow + rand.IntN(portHigh-portLow)
+		handedOutMu.Lock()
+		taken := handedOut[port]
+		handedOutMu.Unlock()
+		if taken {
+			continue
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		handedOutMu.Lock()
+		handedOut[port] = true
+		handedOutMu.Unlock()
+		return port, nil
+	}
+	return 0, errors.New("no free port below 32000 after 1000 tries")
+}
+
+// FreePorts returns n distinct free ports.
+func FreePorts(n int) ([]int, error) {
+	ports := make([]int, n)
+	for i := range ports {
+		p, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = p
+	}
+	return ports, nil
+}
+
+// BaseID returns a hot-restart base id unlikely to collide with another
+// Envoy on the host (hot restart's domain sockets and shared memory are
+// named after it, host-wide).
+func BaseID() uint32 { return 1000 + rand.Uint32N(60000) }
+
+// Ports are the ports of one Envoy and its agent.
+type Ports struct {
+	Admin, Listener, Upstream, Status, Prometheus int
+}
+
+// NewPorts picks free ports for everything but the upstream.
+func NewPorts() (Ports, error) {
+	ps, err := FreePorts(4)
+	if err != nil {
+		return Ports{}, err
+	}
+	return Ports{Admin: ps[0], Listener: ps[1], Status: ps[2], Prometheus: ps[3]}, nil
+}

@@ -1,0 +1,61 @@
+package envoykit
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// MaxSlow bounds how long GET /slow may be asked to wait, so that no request
+// of a test or benchmark can hang it.
+const MaxSlow = 30 * time.Second
+
+// Upstream is the HTTP server behind Envoy: GET / answers at once, GET
+// /slow?d=2s answers after d (at most MaxSlow).
+type Upstream struct {
+	Port   int
+	srv    *http.Server
+	slowIn atomic.Int64
+}
+
+// StartUpstream starts an Upstream on a port of the kernel's choosing on
+// 127.0.0.1 (Envoy, not the clients, connects to it).
+func StartUpstream() (*Upstream, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("upstream: %w", err)
+	}
+	u := &Upstream{Port: ln.Addr().(*net.TCPAddr).Port}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		u.slowIn.Add(1)
+		defer u.slowIn.Add(-1)
+		d, _ := time.ParseDuration(r.URL.Query().Get("d"))
+		t := time.NewTimer(min(d, MaxSlow))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			fmt.Fprintln(w, "slow ok")
+		case <-r.Context().Done():
+		}
+	})
+	u.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = u.srv.Serve(ln) }()
+	return u, nil
+}
+
+// SlowInFlight is how many GET /slow requests the upstream is holding now.
+func (u *Upstream) SlowInFlight() int { return int(u.slowIn.Load()) }
+
+// Close stops the upstream, cutting requests still in flight after a second.
+func (u *Upstream) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if u.srv.Shutdown(ctx) != nil {
+		_ = u.srv.Close()
+	}
+}
