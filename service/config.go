@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -299,7 +300,7 @@ func (c *Config) check(ps *problems) {
 		ps.add("envoy.admin_port", "must be set (1-65535)")
 	}
 	base, comps := envoy.SplitLogLevel(e.LogLevel)
-	if base != "" && !contains(envoyLogLevels, base) {
+	if base != "" && !slices.Contains(envoyLogLevels, base) {
 		ps.add("envoy.log_level", "unknown level %q (one of %s)", base, strings.Join(envoyLogLevels, ", "))
 	}
 	for _, comp := range append(strings.Split(comps, ","), strings.Split(e.ComponentLogLevel, ",")...) {
@@ -311,7 +312,7 @@ func (c *Config) check(ps *problems) {
 		if strings.Contains(e.LogLevel, comp) {
 			key = "envoy.log_level"
 		}
-		if !ok || strings.TrimSpace(name) == "" || !contains(envoyLogLevels, strings.TrimSpace(lvl)) {
+		if !ok || strings.TrimSpace(name) == "" || !slices.Contains(envoyLogLevels, strings.TrimSpace(lvl)) {
 			ps.add(key, "bad component level %q: want component:level, such as \"upstream:debug\"", comp)
 		}
 	}
@@ -361,7 +362,7 @@ func (c *Config) check(ps *problems) {
 	if a.StartTimeout.D() <= 0 {
 		ps.add("agent.start_timeout", "must be more than 0")
 	}
-	if !contains(agentLogLevels, a.LogLevel) {
+	if !slices.Contains(agentLogLevels, a.LogLevel) {
 		ps.add("agent.log_level", "unknown level %q (one of %s)", a.LogLevel, strings.Join(agentLogLevels, ", "))
 	}
 	if a.LogFormat != "text" && a.LogFormat != "json" {
@@ -405,15 +406,6 @@ func checkReadable(p string) error {
 		return fmt.Errorf("%s is not a regular file", p)
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // ProxyConfig maps the [envoy] table onto the envoy package's ProxyConfig.

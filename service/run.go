@@ -195,7 +195,11 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	// The watchdog runs from the start: systemd arms it when it forks us,
 	// not at READY. Until Envoy is LIVE the agent vouches for itself (the
 	// start timeout bounds that); after, only Envoy's admin answers count.
-	if wd := watchdogInterval(); wd > 0 {
+	wd, err := watchdogInterval()
+	if err != nil {
+		log.Errorf("%v: no watchdog pings will be sent, so systemd will restart the unit when WatchdogSec= passes", err)
+	}
+	if wd > 0 {
 		log.Infof("watchdog on: pinging every %s while Envoy's admin API answers", wd/2)
 		go runWatchdog(serveCtx, wd, s.watchdogAlive, s.notify.Watchdog)
 	}

@@ -2,19 +2,22 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
 )
 
-// watchdogInterval is systemd's WatchdogSec for this process, 0 when the
-// watchdog is off.
-func watchdogInterval() time.Duration {
+// watchdogInterval is systemd's WatchdogSec for this process: 0 and no
+// error when the watchdog is off (or meant for another process), 0 and an
+// error when WATCHDOG_USEC or WATCHDOG_PID cannot be read, in which case
+// systemd expects pings that the agent cannot time.
+func watchdogInterval() (time.Duration, error) {
 	d, err := daemon.SdWatchdogEnabled(false)
 	if err != nil {
-		return 0
+		return 0, fmt.Errorf("systemd's watchdog settings: %w", err)
 	}
-	return d
+	return d, nil
 }
 
 // runWatchdog pings systemd's watchdog every interval/2 while alive answers
