@@ -51,8 +51,9 @@ func reloadPanel(title string, s ReloadSide, bucketMs int, maxN float64) *plot.P
 	p.Title.Text = fmt.Sprintf("%s: %d sent, %d failed, %d/%d changes worked", title, s.Load.Sent, s.Load.Failed, s.ChangesOK, s.Changes)
 	p.X.Label.Text = "seconds since the load began"
 	p.Y.Label.Text = fmt.Sprintf("requests per %d ms", bucketMs)
-	p.Y.Min, p.Y.Max = 0, maxN*1.1
+	p.Y.Min, p.Y.Max = 0, maxN*1.45 // headroom for the legend above the bars
 	p.Legend.Top = true
+	p.Legend.XOffs = -vg.Millimeter * 4
 	if s.NotAvailable != "" {
 		p.Title.Text = title + ": " + s.NotAvailable
 		return p
