@@ -4,6 +4,7 @@ go 1.26.4
 
 require (
 	github.com/BurntSushi/toml v1.6.0
+	github.com/agnivade/levenshtein v1.2.2
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/goreleaser/nfpm/v2 v2.47.0
 	github.com/prometheus/client_golang v1.25.0

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/agnivade/levenshtein"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -248,7 +249,7 @@ func suggest(k toml.Key) string {
 	}
 	best, bestD := "", 3
 	for _, cand := range keys {
-		if d := editDistance(k[len(k)-1], cand); d < bestD {
+		if d := levenshtein.ComputeDistance(k[len(k)-1], cand); d < bestD {
 			best, bestD = cand, d
 		}
 	}
