@@ -94,6 +94,8 @@ type supervisor struct {
 	live      bool
 	reloading bool
 	hrVersion string // the serving Envoy's hot-restart version
+
+	installed installedEnvoy // is the Envoy at binary_path the running one? (installedenvoy.go)
 }
 
 func (s *supervisor) config() *Config {
@@ -207,6 +209,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	if live, err := s.waitLive(ctx, started, runErr, stopAgent); !live {
 		return err
 	}
+	go s.watchInstalledEnvoy(serveCtx)
 	done := ctx.Done()
 	for {
 		select {
@@ -420,7 +423,11 @@ func (s *supervisor) isLive() bool {
 
 func (s *supervisor) liveStatus() string {
 	cfg := s.config()
-	return fmt.Sprintf("live: Envoy pid %d, epoch %d, admin %s:%d", s.proxy.Pid(), s.proxy.Epoch(), cfg.Agent.Localhost, cfg.Envoy.AdminPort)
+	status := fmt.Sprintf("live: Envoy pid %d, epoch %d, admin %s:%d", s.proxy.Pid(), s.proxy.Epoch(), cfg.Agent.Localhost, cfg.Envoy.AdminPort)
+	if note := s.checkInstalledEnvoy(); note != "" {
+		status += "; " + note
+	}
+	return status
 }
 
 // ready is /healthz/ready: Envoy answers LIVE and no drain has begun.

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+)
+
+// lastStatus is the STATUS= of the last datagram that had one.
+func (p *agentProc) lastStatus() string {
+	status := ""
+	for _, m := range p.ns.Messages() {
+		for _, line := range strings.Split(m.Text, "\n") {
+			if v, ok := strings.CutPrefix(line, "STATUS="); ok {
+				status = v
+			}
+		}
+	}
+	return status
+}
+
+// waitStatus waits until the latest STATUS= has every one of want (the
+// agent looks at the installed Envoy every 5 s).
+func (p *agentProc) waitStatus(within time.Duration, want ...string) string {
+	p.t.Helper()
+	has := func() bool {
+		s := p.lastStatus()
+		for _, w := range want {
+			if !strings.Contains(s, w) {
+				return false
+			}
+		}
+		return true
+	}
+	if !testenvoy.Eventually(within, has) {
+		p.t.Fatalf("STATUS= never had %q within %s; the last one: %q", want, within, p.lastStatus())
+	}
+	return p.lastStatus()
+}
+
+// replaceFile puts data at path as a package manager does: a new file
+// renamed over the old one, so a running Envoy keeps its own.
+func replaceFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNoticesTheInstalledEnvoyIsNotTheRunningOne(t *testing.T) {
+	t.Parallel()
+	real, err := os.ReadFile(testenvoy.Binary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// binary_path is a copy of the real Envoy that the test replaces, as an
+	// upgrade without a package trigger (or by hand) would.
+	bin := filepath.Join(t.TempDir(), "envoy")
+	if err := os.WriteFile(bin, real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := startAgent(t, procOptions{envoy: map[string]string{
+		"binary_path": strconv.Quote(bin), "drain_duration": `"1s"`, "parent_shutdown_duration": `"2s"`,
+	}})
+	if s := p.lastStatus(); strings.Contains(s, "installed Envoy") {
+		t.Fatalf("STATUS= at start says %q", s)
+	}
+	l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/"), 2)
+	defer l.Stop()
+
+	// The same release as a new file: a reload can switch to it.
+	replaceFile(t, bin, real)
+	s := p.waitStatus(30*time.Second, "the installed Envoy "+bin, "differs from the running one: a reload switches to it with no dropped connection")
+	t.Logf("replaced by the same hot-restart version: STATUS=%q", s)
+	if !strings.Contains(p.stderr.String(), "differs from the running one") {
+		t.Errorf("the log does not say the installed Envoy differs")
+	}
+	if code, out := p.reload(); code != 0 {
+		t.Fatalf("reload: exit %d: %s", code, out)
+	}
+	if s := p.lastStatus(); strings.Contains(s, "installed Envoy") || !strings.Contains(s, "reloaded") {
+		t.Fatalf("STATUS= after the reload into the installed Envoy: %q", s)
+	}
+
+	// A stand-in for an Envoy of another hot-restart version (no real one is
+	// at hand: releases 1.36 to 1.40 all have 11.104): a script that answers
+	// --hot-restart-version differently and --version as the real one.
+	standIn := "#!/bin/sh\n[ \"$1\" = --hot-restart-version ] && { echo 10.96 >&2; exit 0; }\nexec " + testenvoy.Binary(t) + " \"$@\"\n"
+	replaceFile(t, bin, []byte(standIn))
+	s = p.waitStatus(30*time.Second, "hot-restart version 10.96) differs from the running one (hot-restart version 11.",
+		"a restart switches to it with a drain")
+	t.Logf("replaced by another hot-restart version: STATUS=%q", s)
+	code, out := p.reload()
+	if code != 3 || !strings.Contains(out, "hot-restart version 10.96") {
+		t.Fatalf("reload onto another hot-restart version: exit %d: %s", code, out)
+	}
+	if s := p.lastStatus(); !strings.Contains(s, "a restart switches to it with a drain") || !strings.Contains(s, "last reload failed") {
+		t.Fatalf("STATUS= after the refused reload: %q", s)
+	}
+
+	// Removed (a package removed while the agent runs).
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	s = p.waitStatus(30*time.Second, "the installed Envoy "+bin+" is gone", "the running one keeps serving")
+	t.Logf("removed: STATUS=%q", s)
+
+	time.Sleep(200 * time.Millisecond) // some load after the last change
+	l.Stop()
+	if l.Failed() != 0 || l.OK() == 0 {
+		t.Fatalf("%d requests failed, %d ok (last error: %s)", l.Failed(), l.OK(), l.LastErr())
+	}
+}

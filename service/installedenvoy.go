@@ -1,0 +1,166 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
+)
+
+// The agent notices by itself when the Envoy installed at binary_path is no
+// longer the one running, and says so in STATUS= and the log: a package
+// upgrade reloads it through the package's trigger, but binary_path may be
+// a path no package owns, replaced by hand or by a configuration tool. It
+// does not reload by itself: a reload also applies the configuration files
+// as they are at that moment, which is the operator's (or the package
+// manager's) call to make.
+
+// installedEnvoyCheckInterval is how often the agent compares the installed
+// Envoy with the running one: two stat calls, so cheap, and often enough
+// that `systemctl status` tells of a replaced binary within seconds.
+const installedEnvoyCheckInterval = 5 * time.Second
+
+// installedEnvoyProbeTimeout bounds asking a newly installed binary for its
+// versions: the first exec of a 100 MB binary from a cold page cache can take
+// seconds on a busy host.
+const installedEnvoyProbeTimeout = 10 * time.Second
+
+// installedEnvoy is what the last comparison found. The binary's versions
+// are asked once per installed file, and a change of the outcome is logged
+// once.
+type installedEnvoy struct {
+	mu        sync.Mutex
+	probed    os.FileInfo // the installed file the versions below are from
+	release   string      // its Envoy release, e.g. "1.40.0"
+	hrVersion string      // its hot-restart version
+	probeErr  error       // why it could not tell them
+	note      string      // the last outcome; "" when the running Envoy is the installed one
+	unknown   bool        // the running Envoy's binary could not be looked at (logged once)
+}
+
+// checkInstalledEnvoy compares the Envoy installed at binary_path with the
+// serving one and returns what STATUS= should add ("" when they are the same
+// file, or when there is nothing to compare). A changed outcome is logged.
+func (s *supervisor) checkInstalledEnvoy() string {
+	ie := &s.installed
+	ie.mu.Lock()
+	defer ie.mu.Unlock()
+	pid := s.proxy.Pid()
+	if pid == 0 {
+		return ""
+	}
+	// /proc/PID/exe names the file Envoy was started from, even once that
+	// file is replaced or deleted.
+	running, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		if !ie.unknown {
+			ie.unknown = true
+			s.log.WithField("pid", pid).Warnf("cannot tell which Envoy binary is running (%v): a replaced binary_path will not be noticed", err)
+		}
+		return ""
+	}
+	path := s.config().Envoy.BinaryPath
+	note := s.installedNote(path, running)
+	if note != ie.note {
+		if note != "" {
+			s.log.WithField("binary_path", path).Warnf("%s", note)
+		} else {
+			s.log.WithField("binary_path", path).Infof("the running Envoy is the one installed at %s again", path)
+		}
+		ie.note = note
+	}
+	return note
+}
+
+// installedNote says how the file at path differs from running, or "". The
+// caller holds s.installed.mu.
+func (s *supervisor) installedNote(path string, running os.FileInfo) string {
+	ie := &s.installed
+	installed, err := os.Stat(path)
+	if err != nil {
+		return fmt.Sprintf("the installed Envoy %s is gone (%v): the running one keeps serving, but a restart would fail", path, unwrapPathError(err))
+	}
+	if os.SameFile(installed, running) {
+		return ""
+	}
+	if ie.probed == nil || !os.SameFile(ie.probed, installed) || !ie.probed.ModTime().Equal(installed.ModTime()) {
+		ctx, cancel := context.WithTimeout(context.Background(), installedEnvoyProbeTimeout)
+		ie.release, ie.hrVersion, ie.probeErr = probeEnvoy(ctx, path)
+		cancel()
+		ie.probed = installed
+	}
+	if ie.probeErr != nil {
+		return fmt.Sprintf("the installed Envoy %s differs from the running one and cannot tell its versions (%v): the running one keeps serving", path, ie.probeErr)
+	}
+	if runningHR := s.hotRestartVersion(); runningHR != "" && ie.hrVersion != runningHR {
+		return fmt.Sprintf("the installed Envoy %s (%s, hot-restart version %s) differs from the running one (hot-restart version %s) and cannot hot restart from it: a restart switches to it with a drain", path, ie.release, ie.hrVersion, runningHR)
+	}
+	return fmt.Sprintf("the installed Envoy %s (%s) differs from the running one: a reload switches to it with no dropped connection", path, ie.release)
+}
+
+// probeEnvoy asks an Envoy binary for its release and its hot-restart
+// version.
+func probeEnvoy(ctx context.Context, path string) (release, hrVersion string, err error) {
+	hrVersion, err = envoy.HotRestartVersion(ctx, path)
+	if err != nil {
+		return "", "", err
+	}
+	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	if err != nil {
+		return "", "", fmt.Errorf("%s --version: %w", path, err)
+	}
+	return envoyRelease(string(out)), hrVersion, nil
+}
+
+// envoyRelease is the release in `envoy --version` output or in
+// /server_info's version ("<commit>/1.40.0/Clean/RELEASE/BoringSSL"), or
+// the text itself when it has another shape.
+func envoyRelease(version string) string {
+	version = strings.TrimSpace(version)
+	if _, v, ok := strings.Cut(version, "version: "); ok {
+		version = v
+	}
+	if parts := strings.Split(version, "/"); len(parts) >= 2 {
+		return parts[1]
+	}
+	return version
+}
+
+// unwrapPathError is err without the path, which the message names already.
+func unwrapPathError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// watchInstalledEnvoy checks the installed Envoy every
+// installedEnvoyCheckInterval while Envoy serves, and refreshes STATUS= when
+// the outcome changes. Reloads and stops set STATUS= themselves.
+func (s *supervisor) watchInstalledEnvoy(ctx context.Context) {
+	t := time.NewTicker(installedEnvoyCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !s.isLive() || s.isReloading() || s.agent.Draining() {
+			continue
+		}
+		s.installed.mu.Lock()
+		before := s.installed.note
+		s.installed.mu.Unlock()
+		if s.checkInstalledEnvoy() != before {
+			s.notify.Status(s.liveStatus())
+		}
+	}
+}
