@@ -2,8 +2,9 @@
 # End-to-end tests of the envoy-agent .deb in a real systemd (`make e2e`; DESIGN.md section 10).
 #
 # Boots Debian bookworm with systemd as PID 1 under systemd-nspawn (private network, volatile
-# overlay over a cached debootstrap rootfs), puts the real Envoy at /usr/bin/envoy, installs the
-# package with dpkg and drives it with systemctl only. Also checks the unit with systemd-analyze,
+# overlay over a cached debootstrap rootfs), installs the Envoy package (`make package-envoy`) and
+# the envoy-agent package with dpkg and drives them with dpkg and systemctl only; upgrades and
+# downgrades the Envoy package under load. Also checks the unit with systemd-analyze,
 # a dpkg install without a running systemd, and the .rpm (inspection, and an install into a
 # scratch root with Debian's rpm).
 #
@@ -11,7 +12,8 @@
 # on any failure. Needs root. Inputs (environment, all optional):
 #   DIST       directory with the packages from `make package` (dist)
 #   PKG_STAGE  directory with the generated config.toml, for the upgrade package (.cache/package)
-#   ENVOY_BIN  the Envoy binary to test with (default: envoy on PATH)
+#   E2E_ENVOY_FROM, E2E_ENVOY_TO  the Envoy releases whose packages (DIST/envoy_<ver>-1_amd64.deb,
+#              DIST/envoy-<ver>-1.x86_64.rpm) are installed first and upgraded to (1.39.3, 1.40.0)
 #   NFPM_CONFIG the nfpm configuration for the upgrade package (packaging/nfpm.yaml)
 #   BINARY     the envoy-agent binary for the upgrade package (bin/envoy-agent)
 #   E2E_ROOTFS cached rootfs (.cache/rootfs-bookworm); rebuilt when missing or stale
@@ -22,7 +24,8 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo" || exit 1
 DIST=${DIST:-dist}
 PKG_STAGE=${PKG_STAGE:-.cache/package}
-ENVOY_BIN=${ENVOY_BIN:-$(command -v envoy)}
+ENVOY_FROM=${E2E_ENVOY_FROM:-1.39.3}
+ENVOY_TO=${E2E_ENVOY_TO:-1.40.0}
 NFPM_CONFIG=${NFPM_CONFIG:-packaging/nfpm.yaml}
 BINARY=${BINARY:-bin/envoy-agent}
 ROOTFS=${E2E_ROOTFS:-$repo/.cache/rootfs-bookworm}
@@ -185,6 +188,7 @@ cleanup() {
 		wait "$nspawn_pid" 2>/dev/null
 	fi
 	mountpoint -q "$work/rpmroot/root" 2>/dev/null && umount "$work/rpmroot/root"
+	mountpoint -q "$work/rpmroot-envoy/root" 2>/dev/null && umount "$work/rpmroot-envoy/root"
 	if [ "${E2E_KEEP:-0}" = 1 ] || mountpoint -q "$work/rpmroot/root" 2>/dev/null; then
 		echo "logs kept in $work"
 	else
@@ -264,8 +268,8 @@ prepare_share() {
 	deb=$(ls -t "$DIST"/envoy-agent_*.deb 2>/dev/null | head -n1)
 	rpm=$(ls -t "$DIST"/envoy-agent-*.rpm 2>/dev/null | head -n1)
 	[ -n "$deb" ] || { echo "no .deb in $DIST (run make package)"; return 1; }
-	[ -x "$ENVOY_BIN" ] || { echo "no Envoy binary at $ENVOY_BIN (run make envoy)"; return 1; }
-	cp "$deb" "$share/envoy-agent.deb" && cp "$ENVOY_BIN" "$share/envoy" || return 1
+	prepare_envoy_packages || return 1
+	cp "$deb" "$share/envoy-agent.deb" || return 1
 	bootstrap v1 >"$share/v1.yaml" && bootstrap v2 >"$share/v2.yaml" && bootstrap v2 bad >"$share/bad.yaml" || return 1
 	# The upgrade: the same binary, packaged as a newer version.
 	version=$(dpkg-deb -f "$deb" Version)
@@ -274,7 +278,7 @@ prepare_share() {
 	PKG_STAGE=$PKG_STAGE timeout 300 go run ./packaging/cmd/mkpkg -config "$NFPM_CONFIG" \
 		-version "$upversion" -binary "$BINARY" -out "$work/upgrade" || return 1
 	cp "$work"/upgrade/envoy-agent_*.deb "$share/envoy-agent-upgrade.deb"
-	echo "detail: $(basename "$deb"), upgrade to $upversion, Envoy $("$ENVOY_BIN" --version 2>&1 | sed -n 's|.*version: [0-9a-f]*/\([^/]*\)/.*|\1|p')"
+	echo "detail: $(basename "$deb"), upgrade to $upversion, Envoy packages $ENVOY_FROM and $ENVOY_TO"
 }
 
 unit_security() {
@@ -300,13 +304,15 @@ offline_install() {
 		test -z "$(pgrep -x envoy-agent)"
 		dpkg -P envoy-agent
 		test -z "$(getent passwd envoy-agent)"
+		test -z "$(pgrep -x envoy)"
 		test ! -e /etc/systemd/system/multi-user.target.wants/envoy-agent.service
 		test ! -e /etc/envoy-agent' </dev/null
 }
 
+# Both packages in one dpkg run, as `apt install ./envoy_*.deb ./envoy-agent_*.deb` does.
 install_deb() {
-	ct_run install -m 0755 /mnt/e2e/envoy /usr/bin/envoy || return 1
-	T=180 ct_run dpkg -i /mnt/e2e/envoy-agent.deb </dev/null
+	T=180 ct_run dpkg -i /mnt/e2e/envoy-from.deb /mnt/e2e/envoy-agent.deb </dev/null || return 1
+	echo "detail: $(ct_run dpkg-query -W -f '${Package} ${Version}, ' envoy envoy-agent)$(ct_run envoy --version | grep -o 'version: [^ ]*')"
 }
 
 enabled_active() {
@@ -547,6 +553,10 @@ rpm_scratch_root() {
 	umount "$R"
 }
 
+# The Envoy package's steps.
+# shellcheck source=test/e2e/envoy_package.sh
+. "$repo/test/e2e/envoy_package.sh"
+
 # --- main ----------------------------------------------------------------------------------------
 
 [ "$(id -u)" = 0 ] || { echo "FAIL e2e needs root"; echo "0 passed, 1 failed"; exit 1; }
@@ -556,6 +566,7 @@ step "unit: systemd-analyze security --offline=yes is OK or better" unit_securit
 if setup_step "setup: packages, Envoy and test bootstraps staged" prepare_share &&
 	setup_step "setup: bookworm rootfs" ensure_rootfs; then
 	step "chroot: dpkg -i/-P without a running systemd (image build) succeeds, starts nothing" offline_install
+	step "chroot: the Envoy package with and without envoy-agent, upgraded (trigger), no systemd: starts nothing" envoy_offline
 	if setup_step "boot: systemd is PID 1 in the container" boot; then
 		if step "install: dpkg -i the .deb" install_deb; then
 			step "unit is enabled and active after install" enabled_active
@@ -564,12 +575,17 @@ if setup_step "setup: packages, Envoy and test bootstraps staged" prepare_share 
 			step "traffic passes (edited config, bootstrap v1 on port 80)" edit_config
 			step "reload: edited bootstrap switches v1 -> v2, zero failed requests" reload_good
 			step "reload: a bad bootstrap fails systemctl reload, traffic continues" reload_bad
+			step "envoy package: dpkg -i $ENVOY_FROM -> $ENVOY_TO under load, trigger reloads, 0 failed, /server_info $ENVOY_TO" envoy_upgrade
+			step "envoy package: dpkg -i $ENVOY_TO -> $ENVOY_FROM (downgrade) under load, 0 failed, /server_info $ENVOY_FROM" envoy_downgrade
+			step "envoy replaced by hand: STATUS= and the log say so, systemctl reload switches" envoy_by_hand
 			step "stop: a slow request in flight completes, clean stop, drain in the journal" stop_draining
+			step "envoy package upgraded while envoy-agent is stopped: starts nothing, fails nothing" envoy_upgrade_stopped
 			step "kill -9 of Envoy: the unit restarts by itself" kill9
 			step "SIGSTOP of Envoy: the watchdog restarts the unit" sigstop
 			step "upgrade: newer package keeps the edited config, unit restarted" upgrade
 			step "remove: nothing left running" remove
 			step "purge: nothing of ours left on disk" purge
+			step "envoy package without envoy-agent: downgrade and purge succeed" envoy_without_agent
 		fi
 		if [ $failed -gt 0 ]; then
 			echo "--- journal of $UNIT (last 60 lines)"
@@ -580,6 +596,8 @@ if setup_step "setup: packages, Envoy and test bootstraps staged" prepare_share 
 	fi
 	step "rpm: contents, scriptlets and %config(noreplace) flags" rpm_inspect
 	step "rpm: install, upgrade, erase in a scratch root (Debian's rpm)" rpm_scratch_root
+	step "rpm: the Envoy packages' files, provides, %posttrans (no file triggers)" rpm_envoy_inspect
+	step "rpm: Envoy installed, upgraded, downgraded, erased in a scratch root" rpm_envoy_scratch_root
 fi
 
 echo "$passed passed, $failed failed"

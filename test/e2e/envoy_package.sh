@@ -1,0 +1,196 @@
+# shellcheck shell=bash
+# The e2e steps of the Envoy package (`make package-envoy`), sourced by test/e2e/run.sh, whose
+# helpers (ct_run, client_start, fail, ...) they use: Envoy upgraded and downgraded through dpkg
+# under load while the agent serves, a binary replaced by hand, the package installed with the
+# agent stopped, absent or in a chroot, and the .rpm as far as Debian's rpm goes.
+
+# prepare_envoy_packages: the two releases' packages into the share.
+prepare_envoy_packages() {
+	local v
+	for v in "$ENVOY_FROM" "$ENVOY_TO"; do
+		[ -f "$DIST/envoy_$v-1_amd64.deb" ] && [ -f "$DIST/envoy-$v-1.x86_64.rpm" ] ||
+			{ echo "no Envoy $v packages in $DIST (run make package-envoy ENVOY_VERSION=$v)"; return 1; }
+	done
+	cp "$DIST/envoy_$ENVOY_FROM-1_amd64.deb" "$share/envoy-from.deb" &&
+		cp "$DIST/envoy_$ENVOY_TO-1_amd64.deb" "$share/envoy-to.deb" || return 1
+	envoy_rpm_from=$DIST/envoy-$ENVOY_FROM-1.x86_64.rpm
+	envoy_rpm_to=$DIST/envoy-$ENVOY_TO-1.x86_64.rpm
+}
+
+server_version() { # the serving Envoy's release, from its /server_info
+	ct_run curl -sS --max-time 5 http://127.0.0.1:15000/server_info |
+		sed -n 's|.*"version": "[0-9a-f]*/\([^/]*\)/.*|\1|p'
+}
+
+one_envoy() { # only one Envoy process is left (the replaced epoch has exited)
+	[ "$(ct_run pgrep -c -x envoy)" = 1 ]
+}
+
+pkg_states() { # "envoy ii, envoy-agent ii": dpkg's state of the packages
+	ct_run dpkg-query -W -f '${Package} ${db:Status-Abbrev}\n' envoy envoy-agent 2>/dev/null |
+		awk '{printf "%s%s %s", sep, $1, $2; sep=", "}'
+}
+
+# envoy_switch NAME DEB RELEASE: dpkg -i DEB under load; the trigger must hot-restart the agent's
+# Envoy into it with no failed request. The load runs until the replaced epoch has exited.
+envoy_switch() {
+	local name=$1 deb=$2 want=$3 pid0 pid1 out rc v exe start=$SECONDS
+	pid0=$(envoy_pid)
+	client_start "$name" || return 1
+	out=$(T=180 ct_run dpkg -i "/mnt/e2e/$deb" </dev/null 2>&1)
+	rc=$?
+	echo "$out"
+	v=$(server_version)
+	pid1=$(envoy_pid)
+	exe=$(ct_run readlink "/proc/$pid1/exe")
+	wait_for 30 one_envoy || echo "the replaced Envoy epoch did not exit within 30s"
+	client_stop "$name"
+	local crc=$?
+	echo "detail: dpkg -i exit $rc in $((SECONDS - start))s, /server_info $v, Envoy pid $pid0 -> $pid1 running $exe; $(pkg_states)"
+	echo "detail: StatusText=\"$(prop StatusText)\""
+	[ $rc -eq 0 ] || fail "dpkg -i failed"
+	echo "$out" | grep -q 'reloading envoy-agent.service' || fail "the trigger did not reload the agent"
+	[ $crc -eq 0 ] || fail "requests failed"
+	[ "$v" = "$want" ] || fail "/server_info says $v, want $want"
+	[ "$pid1" != "$pid0" ] && [ "$exe" = /usr/bin/envoy ] || fail "the serving Envoy (pid $pid1) runs $exe"
+	[ "$(pkg_states)" = "envoy ii, envoy-agent ii" ] || fail "package states: $(pkg_states)"
+	unit_is active || fail "unit $(prop ActiveState)"
+	! prop StatusText | grep -q 'installed Envoy' || fail "STATUS= still says the installed Envoy differs"
+}
+
+envoy_upgrade() {
+	envoy_switch envoy-upgrade envoy-to.deb "$ENVOY_TO"
+}
+
+envoy_downgrade() {
+	envoy_switch envoy-downgrade envoy-from.deb "$ENVOY_FROM"
+}
+
+status_has() { # status_has TEXT: the unit's STATUS= has TEXT
+	prop StatusText | grep -qF "$1"
+}
+
+# A binary replaced without dpkg (no trigger): the agent notices by itself and says so; a
+# `systemctl reload` switches to it. dpkg -i then puts the packaged release back (a reinstall of
+# the same version fires the trigger too).
+envoy_by_hand() {
+	local since
+	since=$(cursor)
+	ct_sh "set -e; dpkg-deb --fsys-tarfile /mnt/e2e/envoy-to.deb | tar -xO ./usr/bin/envoy >/usr/bin/envoy.e2e-new
+		chmod 0755 /usr/bin/envoy.e2e-new; mv /usr/bin/envoy.e2e-new /usr/bin/envoy" || return 1
+	local start=$SECONDS
+	wait_for 30 status_has "differs from the running one: a reload switches to it" ||
+		fail "STATUS= did not tell of the replaced binary: \"$(prop StatusText)\""
+	echo "detail: noticed after $((SECONDS - start))s: StatusText=\"$(prop StatusText)\""
+	journal_after "$since" | grep -m1 'differs from the running one' | sed 's/^/journal: /'
+	journal_after "$since" | grep -q 'differs from the running one' || fail "the log does not say it"
+	T=120 ct_run systemctl reload "$UNIT" || fail "systemctl reload failed"
+	local v
+	v=$(server_version)
+	echo "detail: after systemctl reload /server_info $v"
+	[ "$v" = "$ENVOY_TO" ] || fail "/server_info says $v, want $ENVOY_TO"
+	! status_has 'installed Envoy' || fail "STATUS= still says it: \"$(prop StatusText)\""
+	local out
+	out=$(T=180 ct_run dpkg -i /mnt/e2e/envoy-from.deb </dev/null 2>&1) || { echo "$out"; fail "dpkg -i failed"; }
+	v=$(server_version)
+	echo "detail: dpkg -i $ENVOY_FROM again: /server_info $v"
+	[ "$v" = "$ENVOY_FROM" ] || fail "/server_info says $v after the reinstall, want $ENVOY_FROM"
+}
+
+# With the unit stopped (after the stop step), an upgrade of Envoy starts nothing and fails nothing.
+envoy_upgrade_stopped() {
+	unit_is inactive || fail "the unit is $(prop ActiveState), want inactive (the stop step ran before)"
+	local out rc
+	out=$(T=180 ct_run dpkg -i /mnt/e2e/envoy-to.deb </dev/null 2>&1)
+	rc=$?
+	echo "$out"
+	echo "detail: dpkg -i exit $rc; unit $(prop ActiveState); $(pkg_states); $(ct_run envoy --version | grep -o 'version: [^ ]*')"
+	[ $rc -eq 0 ] || fail "dpkg -i failed"
+	echo "$out" | grep -q 'Processing triggers for envoy-agent' || fail "the trigger did not run"
+	! echo "$out" | grep -q 'reloading' || fail "the trigger reloaded a stopped unit"
+	unit_is inactive || fail "the unit is $(prop ActiveState)"
+	! ct_run pgrep -x envoy || fail "an Envoy was started"
+	[ "$(pkg_states)" = "envoy ii, envoy-agent ii" ] || fail "package states: $(pkg_states)"
+	[ -z "$(ct_run dpkg --audit)" ] || fail "dpkg --audit: $(ct_run dpkg --audit)"
+}
+
+# With envoy-agent purged (after the purge step): a downgrade and a purge of Envoy succeed.
+envoy_without_agent() {
+	T=180 ct_run dpkg -i /mnt/e2e/envoy-from.deb </dev/null || fail "dpkg -i failed"
+	local v
+	v=$(ct_run dpkg-query -W -f '${Version}' envoy)
+	T=180 ct_run dpkg -P envoy </dev/null || fail "dpkg -P envoy failed"
+	echo "detail: downgraded to $v, purged"
+	[ "$v" = "$ENVOY_FROM-1" ] || fail "version $v"
+	! ct_run test -e /usr/bin/envoy || fail "/usr/bin/envoy is still there"
+	! ct_run test -e /usr/share/doc/envoy || fail "/usr/share/doc/envoy is still there"
+	! ct_run pgrep -x envoy || fail "an Envoy is running"
+}
+
+# In the rootfs with no systemd running (an image build): the Envoy package installed with and
+# without the agent, upgraded with it (the trigger runs), then both purged; nothing starts.
+envoy_offline() {
+	timeout 180 systemd-nspawn -D "$ROOTFS" --register=no --keep-unit --volatile=overlay --private-network \
+		--machine="envoy-agent-e2e-offline-envoy-$$" --bind-ro="$share:/mnt/e2e" --pipe /bin/sh -exc '
+		test ! -d /run/systemd/system
+		dpkg -i /mnt/e2e/envoy-from.deb
+		dpkg -P envoy
+		dpkg -i /mnt/e2e/envoy-agent.deb
+		dpkg -i /mnt/e2e/envoy-from.deb
+		dpkg -i /mnt/e2e/envoy-to.deb 2>&1 | tee /tmp/upgrade.out
+		grep -q "Processing triggers for envoy-agent" /tmp/upgrade.out
+		test "$(dpkg-query -W -f "\${db:Status-Abbrev}" envoy envoy-agent)" = "ii ii "
+		test -z "$(dpkg --audit)"
+		test -z "$(pgrep -x envoy)" && test -z "$(pgrep -x envoy-agent)"
+		/usr/bin/envoy --version
+		dpkg -P envoy envoy-agent
+		test ! -e /usr/bin/envoy' </dev/null
+}
+
+rpm_envoy_inspect() {
+	local f out
+	for f in "$envoy_rpm_from" "$envoy_rpm_to"; do
+		out=$(rpm -qp --qf '%{NAME} %{VERSION}-%{RELEASE} %{LICENSE}\n' "$f") || return 1
+		echo "$out"
+		rpm -qpl "$f" | tee "$work/envoy-rpm.files"
+		grep -qx /usr/bin/envoy "$work/envoy-rpm.files" || fail "/usr/bin/envoy missing"
+		grep -qx /usr/share/licenses/envoy/LICENSE "$work/envoy-rpm.files" || fail "the license is missing"
+		rpm -qp --provides "$f" | tee "$work/envoy-rpm.provides"
+		grep -qx 'envoy-hot-restart-11\.104' "$work/envoy-rpm.provides" || fail "no envoy-hot-restart-11.104 provide"
+	done
+	rpm -qp --scripts --filetriggers "$envoy_rpm_to" | tee "$work/envoy-rpm.scripts"
+	grep -q '^posttrans scriptlet' "$work/envoy-rpm.scripts" || fail "no %posttrans"
+	grep -q 'systemctl reload "$UNIT"' "$work/envoy-rpm.scripts" || fail "%posttrans does not reload envoy-agent"
+	rpm -qp --filetriggers "$envoy_rpm_to" >"$work/envoy-rpm.filetriggers"
+	rpm -qp --filetriggers "$rpm" >>"$work/envoy-rpm.filetriggers"
+	echo "detail: $(rpm -qp --qf '%{NAME}-%{VERSION}' "$envoy_rpm_from") and $(rpm -qp --qf '%{NAME}-%{VERSION}' "$envoy_rpm_to"), provides envoy-hot-restart-11.104, %posttrans reloads an active envoy-agent; file triggers: $(wc -l <"$work/envoy-rpm.filetriggers") (rpmpack writes none)"
+}
+
+# Install, upgrade, downgrade and erase the Envoy .rpm beside envoy-agent's in a scratch root (an
+# overlay of the bookworm rootfs, no systemd): %posttrans runs and does nothing.
+rpm_envoy_scratch_root() {
+	[ -n "$rpm" ] || fail "no .rpm in $DIST"
+	local r=$work/rpmroot-envoy
+	mkdir -p "$r/upper" "$r/work" "$r/root"
+	mount -t overlay overlay -o "lowerdir=$ROOTFS,upperdir=$r/upper,workdir=$r/work" "$r/root" || return 1
+	trap 'umount "$r/root"' EXIT
+	local R=$r/root
+	timeout 60 rpm --root "$R" --initdb || return 1
+	timeout 120 rpm --root "$R" -i --nodeps "$rpm" || return 1
+	timeout 120 rpm --root "$R" -i "$envoy_rpm_from" 2>&1 | tee "$work/envoy-rpm.out" || return 1
+	local v1 v2 v3
+	v1=$("$R/usr/bin/envoy" --version | grep -o 'version: [^ ]*')
+	timeout 120 rpm --root "$R" -U "$envoy_rpm_to" 2>&1 | tee -a "$work/envoy-rpm.out" || return 1
+	v2=$("$R/usr/bin/envoy" --version | grep -o 'version: [^ ]*')
+	timeout 120 rpm --root "$R" -U --oldpackage "$envoy_rpm_from" 2>&1 | tee -a "$work/envoy-rpm.out" || return 1
+	v3=$(rpm --root "$R" -q envoy)
+	# Debian's rpm warns on every install (use Alien instead); anything else is the scriptlets'.
+	local said
+	said=$(grep -v -e 'should not be used directly' -e 'assuming you know what you are doing' "$work/envoy-rpm.out")
+	echo "detail: installed $v1, upgraded to $v2, downgraded to $v3; scriptlet output: ${said:-none}"
+	[ "$v3" = "envoy-$ENVOY_FROM-1.x86_64" ] || fail "rpm -q envoy: $v3"
+	echo "$v2" | grep -q "/$ENVOY_TO/" || fail "the upgrade did not install $ENVOY_TO"
+	[ -z "$said" ] || fail "%posttrans said something without systemd"
+	timeout 120 rpm --root "$R" -e envoy envoy-agent || return 1
+	test ! -e "$R/usr/bin/envoy" || fail "erase left /usr/bin/envoy"
+}
