@@ -25,10 +25,14 @@ package-envoy: $(ENVOY_WHEEL_BIN)
 	HOT_RESTART_VERSION=$$hr go run ./packaging/cmd/mkpkg -config packaging/envoy/nfpm.yaml \
 	    -version "$(ENVOY_VERSION)" -binary $(ENVOY_WHEEL_BIN) -out $(DIST)
 
-# Both Envoy packages the end-to-end test installs, upgrades and downgrades.
-e2e-envoy-packages:
-	$(MAKE) --no-print-directory package-envoy ENVOY_VERSION=$(E2E_ENVOY_FROM)
-	$(MAKE) --no-print-directory package-envoy ENVOY_VERSION=$(ENVOY_VERSION)
+# Both Envoy packages the end-to-end test installs, upgrades and downgrades (amd64, as the test
+# is), built only when missing or older than their packaging files.
+ENVOY_PKG_INPUTS := packaging/envoy/nfpm.yaml packaging/envoy/posttrans.sh packaging/envoy/copyright \
+                    packaging/envoy/LICENSE
+$(DIST)/envoy_%-1_amd64.deb $(DIST)/envoy-%-1.x86_64.rpm: $(ENVOY_PKG_INPUTS)
+	$(MAKE) --no-print-directory package-envoy ENVOY_VERSION=$*
+
+e2e-envoy-packages: $(foreach v,$(E2E_ENVOY_FROM) $(ENVOY_VERSION),$(DIST)/envoy_$(v)-1_amd64.deb $(DIST)/envoy-$(v)-1.x86_64.rpm)
 
 e2e: e2e-envoy-packages
 e2e: export E2E_ENVOY_FROM := $(E2E_ENVOY_FROM)

@@ -13,6 +13,11 @@ prepare_envoy_packages() {
 	done
 	cp "$DIST/envoy_$ENVOY_FROM-1_amd64.deb" "$share/envoy-from.deb" &&
 		cp "$DIST/envoy_$ENVOY_TO-1_amd64.deb" "$share/envoy-to.deb" || return 1
+	# The stand-in of another hot-restart version (a script: no Envoy release at hand has one).
+	mkdir -p "$work/stand-in"
+	timeout 300 go run ./packaging/cmd/mkpkg -config test/e2e/envoy-stand-in.yaml -formats deb \
+		-version "$ENVOY_TO+e2e.stand.in" -out "$work/stand-in" >/dev/null || return 1
+	cp "$work"/stand-in/envoy_*.deb "$share/envoy-stand-in.deb" || return 1
 	envoy_rpm_from=$DIST/envoy-$ENVOY_FROM-1.x86_64.rpm
 	envoy_rpm_to=$DIST/envoy-$ENVOY_TO-1.x86_64.rpm
 }
@@ -95,6 +100,44 @@ envoy_by_hand() {
 	v=$(server_version)
 	echo "detail: dpkg -i $ENVOY_FROM again: /server_info $v"
 	[ "$v" = "$ENVOY_FROM" ] || fail "/server_info says $v after the reinstall, want $ENVOY_FROM"
+}
+
+# An Envoy package of another hot-restart version (a stand-in, see test/e2e/envoy-stand-in.sh),
+# installed under load: the trigger's reload is refused, dpkg succeeds, the serving Envoy keeps
+# serving, and STATUS= and the log say that a restart switches with a drain. Reinstalling the
+# real package then reloads into it, and STATUS= is clean again.
+envoy_other_hot_restart_version() {
+	local since v0 v out rc start=$SECONDS
+	since=$(cursor)
+	ct_sh "set -e; mkdir -p /var/lib/e2e; dpkg-deb --fsys-tarfile /mnt/e2e/envoy-to.deb | tar -xO ./usr/bin/envoy >/var/lib/e2e/envoy
+		chmod 0755 /var/lib/e2e/envoy" || return 1
+	v0=$(server_version)
+	client_start envoy-stand-in || return 1
+	out=$(T=180 ct_run dpkg -i /mnt/e2e/envoy-stand-in.deb </dev/null 2>&1)
+	rc=$?
+	echo "$out"
+	wait_for 15 status_has "cannot hot restart from it: a restart switches to it with a drain"
+	local status
+	status=$(prop StatusText)
+	v=$(server_version)
+	client_stop envoy-stand-in
+	local crc=$?
+	echo "detail: dpkg -i exit $rc in $((SECONDS - start))s; /server_info $v0 -> $v; $(pkg_states); StatusText=\"$status\""
+	journal_after "$since" | grep -m1 'cannot hot restart from it' | sed 's/^/journal: /'
+	[ $rc -eq 0 ] || fail "dpkg -i failed"
+	echo "$out" | grep -q 'the reload was refused' || fail "the trigger's reload was not refused"
+	[ $crc -eq 0 ] || fail "requests failed"
+	[ "$v" = "$v0" ] || fail "the serving Envoy changed: $v0 -> $v"
+	echo "$status" | grep -q "the installed Envoy /usr/bin/envoy ($ENVOY_TO, hot-restart version 99.1) differs from the running one (hot-restart version 11.104) and cannot hot restart from it: a restart switches to it with a drain" ||
+		fail "STATUS= does not say the installed Envoy differs and a restart switches with a drain"
+	journal_after "$since" | grep -q 'a restart switches to it with a drain' || fail "the log does not say it"
+	[ "$(pkg_states)" = "envoy ii, envoy-agent ii" ] || fail "package states: $(pkg_states)"
+	out=$(T=180 ct_run dpkg -i /mnt/e2e/envoy-from.deb </dev/null 2>&1) || { echo "$out"; fail "dpkg -i of the real package failed"; }
+	v=$(server_version)
+	echo "detail: the real $ENVOY_FROM package again: /server_info $v, StatusText=\"$(prop StatusText)\""
+	[ "$v" = "$ENVOY_FROM" ] || fail "/server_info says $v"
+	! status_has 'installed Envoy' || fail "STATUS= still says the installed Envoy differs"
+	ct_run rm -rf /var/lib/e2e
 }
 
 # With the unit stopped (after the stop step), an upgrade of Envoy starts nothing and fails nothing.
