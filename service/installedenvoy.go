@@ -35,13 +35,19 @@ const installedEnvoyProbeTimeout = 10 * time.Second
 // are asked once per installed file, and a change of the outcome is logged
 // once.
 type installedEnvoy struct {
-	mu        sync.Mutex
-	probed    os.FileInfo // the installed file the versions below are from
-	release   string      // its Envoy release, e.g. "1.40.0"
-	hrVersion string      // its hot-restart version
-	probeErr  error       // why it could not tell them
-	note      string      // the last outcome; "" when the running Envoy is the installed one
-	unknown   bool        // the running Envoy's binary could not be looked at (logged once)
+	mu sync.Mutex
+	// pid is the serving Envoy the agent last looked at, and startedFrom the
+	// file at binary_path when it first did (at READY=1 or at the end of the
+	// reload that started it): a wrapper script that execs Envoy is never
+	// the running executable, but it is what binary_path held then.
+	pid         int
+	startedFrom os.FileInfo
+	probed      os.FileInfo // the installed file the versions below are from
+	release     string      // its Envoy release, e.g. "1.40.0"
+	hrVersion   string      // its hot-restart version
+	probeErr    error       // why it could not tell them
+	note        string      // the last outcome; "" when the running Envoy is the installed one
+	unknown     bool        // the running Envoy's binary could not be looked at (logged once)
 }
 
 // checkInstalledEnvoy compares the Envoy installed at binary_path with the
@@ -66,6 +72,12 @@ func (s *supervisor) checkInstalledEnvoy() string {
 		return ""
 	}
 	path := s.config().Envoy.BinaryPath
+	if pid != ie.pid {
+		ie.pid, ie.startedFrom = pid, nil
+		if fi, err := os.Stat(path); err == nil {
+			ie.startedFrom = fi
+		}
+	}
 	note := s.installedNote(path, running)
 	if note != ie.note {
 		if note != "" {
@@ -86,10 +98,10 @@ func (s *supervisor) installedNote(path string, running os.FileInfo) string {
 	if err != nil {
 		return fmt.Sprintf("the installed Envoy %s is gone (%v): the running one keeps serving, but a restart would fail", path, unwrapPathError(err))
 	}
-	if os.SameFile(installed, running) {
+	if os.SameFile(installed, running) || sameContent(installed, ie.startedFrom) {
 		return ""
 	}
-	if ie.probed == nil || !os.SameFile(ie.probed, installed) || !ie.probed.ModTime().Equal(installed.ModTime()) {
+	if !sameContent(ie.probed, installed) {
 		ctx, cancel := context.WithTimeout(context.Background(), installedEnvoyProbeTimeout)
 		ie.release, ie.hrVersion, ie.probeErr = probeEnvoy(ctx, path)
 		cancel()
@@ -102,6 +114,12 @@ func (s *supervisor) installedNote(path string, running os.FileInfo) string {
 		return fmt.Sprintf("the installed Envoy %s (%s, hot-restart version %s) differs from the running one (hot-restart version %s) and cannot hot restart from it: a restart switches to it with a drain", path, ie.release, ie.hrVersion, runningHR)
 	}
 	return fmt.Sprintf("the installed Envoy %s (%s) differs from the running one: a reload switches to it with no dropped connection", path, ie.release)
+}
+
+// sameContent is true when a and b are the same file, not rewritten in
+// place since (a script can be; a running executable cannot).
+func sameContent(a, b os.FileInfo) bool {
+	return a != nil && b != nil && os.SameFile(a, b) && a.ModTime().Equal(b.ModTime()) && a.Size() == b.Size()
 }
 
 // probeEnvoy asks an Envoy binary for its release and its hot-restart

@@ -91,6 +91,18 @@ func TestNoticesTheInstalledEnvoyIsNotTheRunningOne(t *testing.T) {
 		t.Fatalf("STATUS= after the reload into the installed Envoy: %q", s)
 	}
 
+	// A wrapper script that execs the real Envoy: never the running
+	// executable, but what binary_path held when its Envoy started, so once
+	// reloaded into it nothing is reported.
+	replaceFile(t, bin, []byte("#!/bin/sh\nexec "+testenvoy.Binary(t)+" \"$@\"\n"))
+	p.waitStatus(30*time.Second, "differs from the running one: a reload switches to it")
+	if code, out := p.reload(); code != 0 {
+		t.Fatalf("reload into the wrapper: exit %d: %s", code, out)
+	}
+	if s := p.lastStatus(); strings.Contains(s, "installed Envoy") || !strings.Contains(s, "reloaded") {
+		t.Fatalf("STATUS= after the reload into a wrapper script: %q", s)
+	}
+
 	// A stand-in for an Envoy of another hot-restart version (no real one is
 	// at hand: releases 1.36 to 1.40 all have 11.104): a script that answers
 	// --hot-restart-version differently and --version as the real one.
