@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"strings"
@@ -64,6 +65,9 @@ func (s *supervisor) checkInstalledEnvoy() string {
 	// /proc/PID/exe names the file Envoy was started from, even once that
 	// file is replaced or deleted.
 	running, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "" // that Envoy has just exited: the agent hears of it from its wait
+	}
 	if err != nil {
 		if !ie.unknown {
 			ie.unknown = true
