@@ -140,6 +140,35 @@ envoy_other_hot_restart_version() {
 	ct_run rm -rf /var/lib/e2e
 }
 
+# The Envoy package removed while the agent serves: the trigger's reload is refused (no binary),
+# dpkg succeeds, the serving Envoy keeps serving and STATUS= says the installed Envoy is gone.
+# Installing the package again reloads into it.
+envoy_removed_while_serving() {
+	local v0 v out rc status
+	v0=$(server_version)
+	client_start envoy-removed || return 1
+	out=$(T=180 ct_run dpkg -r envoy </dev/null 2>&1)
+	rc=$?
+	echo "$out"
+	wait_for 15 status_has "the installed Envoy /usr/bin/envoy is gone"
+	status=$(prop StatusText)
+	v=$(server_version)
+	client_stop envoy-removed
+	local crc=$?
+	echo "detail: dpkg -r exit $rc; /server_info $v0 -> $v; StatusText=\"$status\""
+	[ $rc -eq 0 ] || fail "dpkg -r failed"
+	echo "$out" | grep -q 'the reload was refused' || fail "the trigger's reload was not refused"
+	[ $crc -eq 0 ] || fail "requests failed"
+	[ -n "$v" ] && [ "$v" = "$v0" ] || fail "the serving Envoy changed: $v0 -> $v"
+	echo "$status" | grep -q 'is gone (no such file or directory): the running one keeps serving' ||
+		fail "STATUS= does not say the installed Envoy is gone"
+	out=$(T=180 ct_run dpkg -i /mnt/e2e/envoy-from.deb </dev/null 2>&1) || { echo "$out"; fail "dpkg -i failed"; }
+	echo "$out" | grep -q 'reloading envoy-agent.service' || fail "the trigger did not reload the agent"
+	echo "detail: installed again: /server_info $(server_version), StatusText=\"$(prop StatusText)\""
+	! status_has 'installed Envoy' || fail "STATUS= still says the installed Envoy differs"
+	unit_is active
+}
+
 # With the unit stopped (after the stop step), an upgrade of Envoy starts nothing and fails nothing.
 envoy_upgrade_stopped() {
 	unit_is inactive || fail "the unit is $(prop ActiveState), want inactive (the stop step ran before)"

@@ -579,6 +579,7 @@ if setup_step "setup: packages, Envoy and test bootstraps staged" prepare_share 
 			step "envoy package: dpkg -i $ENVOY_TO -> $ENVOY_FROM (downgrade) under load, 0 failed, /server_info $ENVOY_FROM" envoy_downgrade
 			step "envoy replaced by hand: STATUS= and the log say so, systemctl reload switches" envoy_by_hand
 			step "envoy package of another hot-restart version (stand-in): reload refused, 0 failed, STATUS= says restart" envoy_other_hot_restart_version
+			step "envoy package removed while the agent serves: dpkg -r succeeds, Envoy keeps serving, STATUS= says gone" envoy_removed_while_serving
 			step "stop: a slow request in flight completes, clean stop, drain in the journal" stop_draining
 			step "envoy package upgraded while envoy-agent is stopped: starts nothing, fails nothing" envoy_upgrade_stopped
 			step "kill -9 of Envoy: the unit restarts by itself" kill9
