@@ -370,7 +370,7 @@ func (s *supervisor) stop(why string, stopAgent context.CancelFunc) {
 	if s.isReloading() {
 		s.log.Infof("waiting for the reload under way to end before draining")
 	}
-	s.report.drainBegan("stop")
+	s.report.drainBegan("stop", s.config().Agent.TerminationDrainDuration.D())
 	s.reloader.close()
 	s.setLive(false)
 	s.metrics.draining.Set(1)
@@ -390,7 +390,7 @@ func (s *supervisor) finish(err error) error {
 }
 
 func (s *supervisor) drainNow() {
-	s.report.drainBegan("endless")
+	s.report.drainBegan("endless", 0)
 	s.metrics.draining.Set(1)
 	s.setLive(false)
 	s.agent.DrainNow()

@@ -120,6 +120,7 @@ type statusRecord struct {
 	counts     ReloadCounts
 	drain      *DrainStatus
 	drainStart time.Time
+	drainLimit time.Duration // termination_drain_duration of a stop's drain
 }
 
 func (r *statusRecord) agentStarted(version string) {
@@ -139,13 +140,14 @@ func (r *statusRecord) reloadDone(start time.Time, res ReloadResult) {
 	}
 }
 
-func (r *statusRecord) drainBegan(kind string) {
+// drainBegan records a drain: kind "stop", bounded by limit, or "endless".
+func (r *statusRecord) drainBegan(kind string, limit time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.drain != nil {
 		return
 	}
-	r.drainStart = time.Now()
+	r.drainStart, r.drainLimit = time.Now(), limit
 	r.drain = &DrainStatus{Kind: kind, Started: r.drainStart.UTC().Format(time.RFC3339Nano)}
 }
 
@@ -186,8 +188,14 @@ func (s *supervisor) statusReport(ctx context.Context) StatusReport {
 	}
 	if r.drain != nil {
 		d := *r.drain
-		if !d.Done && d.Kind == "endless" {
-			d.ElapsedSeconds = seconds(now.Sub(r.drainStart))
+		if !d.Done {
+			// Between the drain's polls (and before the first), the time is
+			// now's; the connection count stays the last poll's.
+			elapsed := now.Sub(r.drainStart)
+			d.ElapsedSeconds = seconds(elapsed)
+			if d.Kind == "stop" && r.drainLimit > 0 {
+				d.RemainingSeconds = seconds(max(r.drainLimit-elapsed, 0))
+			}
 		}
 		rep.Drain = &d
 	}

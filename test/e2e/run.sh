@@ -651,8 +651,8 @@ instances_start() {
 
 instances_reload_one() {
 	istatus b || fail "status of b"
-	local b_before a_envoy0 b_main
-	b_before=$(jq -c '[.epochs, .envoy.serving_epoch, .agent.pid, .reloads]' "$work/status-b.json")
+	local b_before a_envoy0 b_main stable='[[.epochs[] | {epoch, pid, role, started}], .envoy.serving_epoch, .agent.pid, .reloads]'
+	b_before=$(jq -c "$stable" "$work/status-b.json")
 	b_main=$(iprop b MainPID)
 	a_envoy0=$(ienvoy_pid a)
 	iclient_start a && iclient_start b || return 1
@@ -673,7 +673,7 @@ instances_reload_one() {
 		and .epochs[0].pid == $(ienvoy_pid a) and .epochs[0].pid != $a_envoy0
 		and ([.epochs[] | select(.epoch == 0)] | all(.pid == $a_envoy0 and .role == \"draining\"))
 		and .last_reload.ok == true and .last_reload.epoch == 1 and .reloads.ok == 1"
-	[ "$(jq -c '[.epochs, .envoy.serving_epoch, .agent.pid, .reloads]' "$work/status-b.json")" = "$b_before" ] ||
+	[ "$(jq -c "$stable" "$work/status-b.json")" = "$b_before" ] ||
 		{ echo "before: $b_before"; cat "$work/status-b.json"; fail "b's epochs, pid or reloads changed"; }
 	jcheck b '.last_reload == null and .envoy.serving_epoch == 0'
 	[ "$(iprop b MainPID)" = "$b_main" ] || fail "b's MainPID changed"
@@ -715,9 +715,11 @@ instances_stop_one() {
 		fail "the slow request never became active"
 	T=90 ct_run systemctl stop envoy-agent@a &
 	local stop=$!
-	# While it drains, status says so.
-	wait_for 10 sh -c "nsenter --target $ct --mount --uts --ipc --net --pid --cgroup -- envoy-agent status --config /etc/envoy-agent/a.toml --json >'$work/status-a.json'; jq -e '.state == \"draining\" and .drain.kind == \"stop\"' '$work/status-a.json'" ||
-		{ cat "$work/status-a.json"; fail "status of a never said draining"; }
+	# While it drains, status says so, with the request in flight counted by the drain's poll.
+	wait_for 10 sh -c "nsenter --target $ct --mount --uts --ipc --net --pid --cgroup -- envoy-agent status --config /etc/envoy-agent/a.toml --json >'$work/status-a.json'
+		jq -e '.state == \"draining\" and .drain.kind == \"stop\" and .drain.active_connections >= 1 and .drain.elapsed_seconds > 0
+			and .drain.remaining_seconds > 0 and .drain.done == false and .epochs[0].role == \"draining\"' '$work/status-a.json'" ||
+		{ cat "$work/status-a.json"; fail "status of a never said draining with the request in flight"; }
 	local drain
 	drain=$(jq -c '.drain' "$work/status-a.json")
 	wait "$stop" || fail "systemctl stop envoy-agent@a failed"
