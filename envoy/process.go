@@ -18,6 +18,7 @@ type process struct {
 	cmd              *exec.Cmd
 	pid              int
 	started          time.Time
+	replaced         time.Time // when a newer epoch took over serving; guarded by Envoy.mu
 	adminAddressPath string
 	snapshot         string // the copy of the bootstrap this epoch runs
 	tail             *logTail

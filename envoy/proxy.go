@@ -176,6 +176,9 @@ func (e *Envoy) serving() *process {
 
 func (e *Envoy) setServing(p *process) {
 	e.mu.Lock()
+	if e.cur != nil && e.cur != p {
+		e.cur.replaced = time.Now()
+	}
 	e.cur = p
 	e.mu.Unlock()
 	e.admin.Reconnect()

@@ -132,6 +132,7 @@ func (s *supervisor) reload() ReloadResult {
 	s.metrics.reloadSeconds.Set(took.Seconds())
 	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
 	res := ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds()}
+	defer func() { s.report.reloadDone(start, res) }()
 	if err != nil {
 		s.metrics.reloadFailures.Inc()
 		res.Error = err.Error()

@@ -32,13 +32,14 @@ type Options struct {
 type StartError struct {
 	Reason    string
 	LastLines []string
+	Hints     []string // per line of LastLines: what to change in the configuration, or ""
 }
 
 func (e *StartError) Error() string {
 	if len(e.LastLines) == 0 {
 		return e.Reason
 	}
-	return e.Reason + "; Envoy's last log lines:\n  " + strings.Join(e.LastLines, "\n  ")
+	return e.Reason + "; Envoy's last log lines:\n  " + withHints(e.LastLines, e.Hints)
 }
 
 // readyPoll is how the agent polls Envoy's /ready while it starts: every
@@ -89,6 +90,7 @@ type supervisor struct {
 	stderr   io.Writer
 
 	lastExtend time.Duration // drain time of the last EXTEND_TIMEOUT_USEC; the drain's goroutine only
+	report     statusRecord  // what GET /status reports of past events
 
 	mu        sync.Mutex
 	live      bool
@@ -153,6 +155,7 @@ func (s *supervisor) applyLogSettings(cfg *Config) {
 func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) error {
 	cfg, log := s.config(), s.log
 	s.stderr = stderr
+	s.report.agentStarted(version)
 	s.proxy = envoy.NewEnvoy(s.proxyConfig(cfg))
 	s.reloader = newReloader(s.reload)
 	a := cfg.Agent
@@ -165,23 +168,35 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	// the start with nothing to clean up.
 	serveCtx, stopServing := context.WithCancel(context.Background())
 	defer stopServing()
+	held, err := claimResources(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer held.Close()
 	statusLn, err := net.Listen("tcp", net.JoinHostPort(a.Localhost, strconv.Itoa(int(a.StatusPort))))
 	if err != nil {
-		return fmt.Errorf("agent.status_port: %w", err)
+		return portInUse(cfg, "agent.status_port", a.StatusPort, err)
 	}
 	var promLn net.Listener
 	if a.PrometheusPort != 0 {
 		promLn, err = net.Listen("tcp", net.JoinHostPort(a.PrometheusAddress, strconv.Itoa(int(a.PrometheusPort))))
 		if err != nil {
 			statusLn.Close()
-			return fmt.Errorf("agent.prometheus_port: %w", err)
+			return portInUse(cfg, "agent.prometheus_port", a.PrometheusPort, err)
 		}
+	}
+	if err := checkAdminPortFree(ctx, cfg); err != nil {
+		statusLn.Close()
+		if promLn != nil {
+			promLn.Close()
+		}
+		return err
 	}
 
 	agentCtx, stopAgent := context.WithCancel(context.Background())
 	defer stopAgent()
 	quit := func() { s.agent.DisableDraining(); stopAgent() }
-	status := &statusServer{log: log, ready: s.ready, quit: quit, drain: s.drainNow, reload: s.requestReload}
+	status := &statusServer{log: log, ready: s.ready, quit: quit, drain: s.drainNow, reload: s.requestReload, report: s.handleStatus}
 	go serveHTTP(serveCtx, statusLn, status.handler(), log)
 	if promLn != nil {
 		go serveHTTP(serveCtx, promLn, s.metrics.mergedHandler(s.proxy.Admin(), log), log)
@@ -253,7 +268,8 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 		case err := <-runErr:
 			var ee *envoy.ExitError
 			if errors.As(err, &ee) {
-				return false, &StartError{Reason: fmt.Sprintf("envoy exited before it was LIVE: %v", ee.Err), LastLines: ee.LastLines}
+				return false, &StartError{Reason: fmt.Sprintf("envoy exited before it was LIVE: %v", ee.Err), LastLines: ee.LastLines,
+					Hints: startHints(s.config(), ee.LastLines)}
 			}
 			if err == nil {
 				err = errors.New("envoy exited before it was LIVE")
@@ -357,6 +373,7 @@ func (s *supervisor) stop(why string, stopAgent context.CancelFunc) {
 	if s.isReloading() {
 		s.log.Infof("waiting for the reload under way to end before draining")
 	}
+	s.report.drainBegan("stop", s.config().Agent.TerminationDrainDuration.D())
 	s.reloader.close()
 	s.setLive(false)
 	s.metrics.draining.Set(1)
@@ -376,6 +393,7 @@ func (s *supervisor) finish(err error) error {
 }
 
 func (s *supervisor) drainNow() {
+	s.report.drainBegan("endless", 0)
 	s.metrics.draining.Set(1)
 	s.setLive(false)
 	s.agent.DrainNow()
@@ -385,6 +403,7 @@ func (s *supervisor) drainNow() {
 // drainProgress keeps STATUS= current during a drain and extends systemd's
 // stop timeout so that it never cuts a configured drain short.
 func (s *supervisor) drainProgress(p envoy.DrainProgress) {
+	s.report.drainProgress(p)
 	s.metrics.drainSeconds.Set(p.Elapsed.Seconds())
 	conns := "unknown"
 	if p.ActiveConnections >= 0 {

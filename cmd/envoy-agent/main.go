@@ -27,6 +27,14 @@ const (
 	exitBadConfig = 3 // the configuration is invalid; nothing was started
 )
 
+// Exit codes of `envoy-agent status`, as LSB init scripts' status action
+// has them, documented in README.md.
+const (
+	exitStatusRunning    = 0 // the agent answered (starting, live, reloading or draining)
+	exitStatusNotRunning = 3 // no agent answers: stopped
+	exitStatusUnknown    = 4 // the configuration file cannot be read, or the answer is not a status
+)
+
 const defaultConfig = "/etc/envoy-agent/config.toml"
 
 const usage = `envoy-agent supervises one Envoy under systemd.
@@ -35,6 +43,8 @@ Usage:
   envoy-agent run      [--config FILE]   start Envoy, notify systemd, drain on SIGTERM
   envoy-agent validate [--config FILE]   check the configuration and Envoy's bootstrap
   envoy-agent reload   [--config FILE]   make the running agent apply its edited files
+  envoy-agent status   [--config FILE] [--json]
+                                         what the running agent and its Envoy are doing
   envoy-agent version                    print the version
   envoy-agent help                       print this help
 
@@ -71,6 +81,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return code
 		}
 		return exitCode(service.RequestReload(context.Background(), path, stdout), stderr)
+	case "status":
+		return statusCommand(rest, stdout, stderr)
 	case "version":
 		fs := flag.NewFlagSet("version", flag.ContinueOnError)
 		fs.SetOutput(stderr)
@@ -144,3 +156,45 @@ func exitCode(err error, stderr io.Writer) int {
 }
 
 func indent(s string) string { return "  " + strings.ReplaceAll(s, "\n", "\n  ") }
+
+// statusCommand is `envoy-agent status [--config FILE] [--json]`.
+func statusCommand(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", defaultConfig, "the agent's TOML configuration `file`")
+	asJSON := fs.Bool("json", false, "print the status report as JSON (schema_version 1, documented in README.md)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: envoy-agent status [--config FILE] [--json]\n\n%s\n\nFlags:\n",
+			"Show what the agent running with this configuration and its Envoy are doing: state, epochs,\n"+
+				"versions, connections, listeners, the drain and the last reload.\n"+
+				"Exit status: 0 running, 3 not running (stopped), 4 unknown (unreadable file or answer).")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "envoy-agent status: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	err := service.RequestStatus(context.Background(), *path, *asJSON, stdout)
+	var nr *service.NotRunningError
+	var ce *service.ConfigError
+	switch {
+	case err == nil:
+		return exitStatusRunning
+	case errors.As(err, &nr):
+		return exitStatusNotRunning
+	case errors.As(err, &ce):
+		fmt.Fprintf(stderr, "envoy-agent: invalid configuration:\n%s\n", indent(ce.Error()))
+		return exitStatusUnknown
+	default:
+		fmt.Fprintf(stderr, "envoy-agent: %v\n", err)
+		return exitStatusUnknown
+	}
+}

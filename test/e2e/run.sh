@@ -556,6 +556,210 @@ rpm_scratch_root() {
 # The Envoy package's steps.
 # shellcheck source=test/e2e/envoy_package.sh
 . "$repo/test/e2e/envoy_package.sh"
+# --- several instances: envoy-agent@.service and envoy-agent status --------------------------------
+
+# Two instances of the template beside the plain unit, each with its own ports and base_id:
+# NAME listener admin status base_id.
+INSTANCES="a 8081 15001 15021 1
+b 8082 15002 15022 2"
+
+inst() { # inst NAME FIELD: one field (listener, admin, status, base) of an instance
+	echo "$INSTANCES" | awk -v n="$1" -v f="$2" '$1 == n { print $(f == "listener" ? 2 : f == "admin" ? 3 : f == "status" ? 4 : 5) }'
+}
+
+iprop() { # iprop NAME PROPERTY: one property of envoy-agent@NAME
+	ct_run systemctl show -p "$2" --value "envoy-agent@$1.service"
+}
+
+# inst_files NAME BODY [BASE_ID]: /etc/envoy-agent/NAME.toml and NAME.yaml (answering BODY).
+inst_files() {
+	local n=$1 body=$2 base=${3:-$(inst "$1" base)}
+	bootstrap "$body" | sed -e "s/port_value: 80 }/port_value: $(inst "$n" listener) }/" \
+		-e "s/port_value: 15000 }/port_value: $(inst "$n" admin) }/" >"$share/inst-$n.yaml" || return 1
+	cat >"$share/inst-$n.toml" <<-TOML
+		[envoy]
+		binary_path = "/usr/bin/envoy"
+		config_path = "$n.yaml"
+		admin_port = $(inst "$n" admin)
+		base_id = $base
+		drain_duration = "3s"
+		parent_shutdown_duration = "6s"
+		[agent]
+		status_port = $(inst "$n" status)
+		prometheus_port = 0
+		termination_drain_duration = "20s"
+		min_drain_duration = "1s"
+		exit_on_zero_active_connections = true
+	TOML
+	ct_sh "install -m 0640 -g envoy-agent /mnt/e2e/inst-$n.toml /etc/envoy-agent/$n.toml &&
+		install -m 0640 -g envoy-agent /mnt/e2e/inst-$n.yaml /etc/envoy-agent/$n.yaml"
+}
+
+iget() { # iget NAME: one request to instance NAME's listener; prints "CODE BODY"
+	ct_run curl -sS --max-time 10 -w ' %{http_code}' "http://127.0.0.1:$(inst "$1" listener)/" | awk '{print $NF, $1}'
+}
+
+# istatus NAME: `envoy-agent status --json` for instance NAME, saved as $work/status-NAME.json;
+# returns the command's exit code.
+istatus() {
+	ct_run envoy-agent status --config "/etc/envoy-agent/$1.toml" --json >"$work/status-$1.json"
+}
+
+# jcheck NAME JQ-EXPR: the last saved status of NAME satisfies the jq expression.
+jcheck() {
+	jq -e "$2" "$work/status-$1.json" >/dev/null || { cat "$work/status-$1.json"; fail "status of $1: want $2"; }
+}
+
+# iclient_start NAME: a client sending requests back to back to instance NAME, until iclient_stop.
+iclient_start() {
+	T=300 ct_sh "rm -f /run/e2e-iclient-$1-stop; while [ ! -e /run/e2e-iclient-$1-stop ]; do
+		curl -s --max-time 5 -w ' %{http_code}\n' http://127.0.0.1:$(inst "$1" listener)/ | awk '{print \$NF, \$1}'
+		sleep 0.02; done" >"$work/iclient-$1" 2>&1 &
+	echo "$!" >"$work/iclient-$1.pid"
+	echo "$!" >>"$work/bg.pids"
+	wait_for 10 test -s "$work/iclient-$1"
+}
+
+# iclient_stop NAME: stops the client; fails if any request failed.
+iclient_stop() {
+	ct_sh "touch /run/e2e-iclient-$1-stop"
+	wait_for 15 gone "$(cat "$work/iclient-$1.pid")" || kill "$(cat "$work/iclient-$1.pid")" 2>/dev/null
+	local total bad
+	total=$(wc -l <"$work/iclient-$1")
+	bad=$(grep -cvE '^200 [ab][12]$' "$work/iclient-$1")
+	echo "detail: $1: $total requests, $bad failed ($(sort "$work/iclient-$1" | uniq -c | awk '{printf "%s%s x%s", sep, $2" "$3, $1; sep=", "}'))"
+	[ "$total" -ge 10 ] || fail "$1: too few requests"
+	[ "$bad" -eq 0 ] || { grep -vE '^200 [ab][12]$' "$work/iclient-$1" | sort | uniq -c; fail "$1: failed requests"; }
+}
+
+ienvoy_pid() { # ienvoy_pid NAME: the newest Envoy that instance NAME's agent runs
+	ct_run pgrep -n -P "$(iprop "$1" MainPID)" -x envoy
+}
+
+instances_start() {
+	ct_run test -f /lib/systemd/system/envoy-agent@.service || fail "the package has no envoy-agent@.service"
+	local out
+	out=$(ct_run systemd-analyze verify envoy-agent@a.service 2>&1)
+	[ -z "$out" ] || { echo "$out"; fail "systemd-analyze verify envoy-agent@a.service is not clean"; }
+	inst_files a a1 && inst_files b b1 || return 1
+	T=120 ct_run systemctl start envoy-agent@a envoy-agent@b || { ct_run journalctl -u 'envoy-agent@*' -n 30 --no-pager; return 1; }
+	[ "$(iget a)" = "200 a1" ] && [ "$(iget b)" = "200 b1" ] || fail "a answered \"$(iget a)\", b \"$(iget b)\""
+	local n
+	for n in a b; do
+		istatus "$n" || fail "envoy-agent status for $n exited $?"
+		jcheck "$n" ".schema_version == 1 and .state == \"live\" and .agent.instance == \"$n\"
+			and .agent.pid == $(iprop "$n" MainPID) and .envoy.base_id == $(inst "$n" base)
+			and (.epochs | length) == 1 and .epochs[0].epoch == 0 and .epochs[0].role == \"serving\"
+			and .epochs[0].pid == $(ienvoy_pid "$n") and .envoy.listeners[0].address == \"127.0.0.1:$(inst "$n" listener)\"
+			and .last_reload == null"
+		ct_run test -d "/run/envoy-agent-$n" || fail "no /run/envoy-agent-$n"
+	done
+	echo "detail: a: MainPID $(iprop a MainPID), Envoy $(ienvoy_pid a); b: MainPID $(iprop b MainPID), Envoy $(ienvoy_pid b); plain unit $(prop ActiveState)"
+	echo "detail: $(ct_run envoy-agent status --config /etc/envoy-agent/a.toml | head -n1)"
+}
+
+instances_reload_one() {
+	istatus b || fail "status of b"
+	local b_before a_envoy0 b_main stable='[[.epochs[] | {epoch, pid, role, started}], .envoy.serving_epoch, .agent.pid, .reloads]'
+	b_before=$(jq -c "$stable" "$work/status-b.json")
+	b_main=$(iprop b MainPID)
+	a_envoy0=$(ienvoy_pid a)
+	iclient_start a && iclient_start b || return 1
+	inst_files a a2 || return 1
+	local start=$SECONDS rc
+	T=120 ct_run systemctl reload envoy-agent@a
+	rc=$?
+	echo "detail: systemctl reload envoy-agent@a exit $rc in $((SECONDS - start))s"
+	istatus a
+	istatus b
+	sleep 2 # traffic after the switch, on both
+	iclient_stop a || return 1
+	iclient_stop b || return 1
+	[ $rc -eq 0 ] || fail "systemctl reload envoy-agent@a failed"
+	grep -qx '200 a1' "$work/iclient-a" && grep -qx '200 a2' "$work/iclient-a" || fail "a's client did not see a1 -> a2"
+	[ "$(iget a)" = "200 a2" ] || fail "a answers $(iget a)"
+	jcheck a ".state == \"live\" and .envoy.serving_epoch == 1 and .epochs[0].epoch == 1 and .epochs[0].role == \"serving\"
+		and .epochs[0].pid == $(ienvoy_pid a) and .epochs[0].pid != $a_envoy0
+		and ([.epochs[] | select(.epoch == 0)] | all(.pid == $a_envoy0 and .role == \"draining\"))
+		and .last_reload.ok == true and .last_reload.epoch == 1 and .reloads.ok == 1"
+	[ "$(jq -c "$stable" "$work/status-b.json")" = "$b_before" ] ||
+		{ echo "before: $b_before"; cat "$work/status-b.json"; fail "b's epochs, pid or reloads changed"; }
+	jcheck b '.last_reload == null and .envoy.serving_epoch == 0'
+	[ "$(iprop b MainPID)" = "$b_main" ] || fail "b's MainPID changed"
+	echo "detail: a: epoch 0 pid $a_envoy0 -> epoch 1 pid $(jq .epochs[0].pid "$work/status-a.json") in $(jq .last_reload.took_ms "$work/status-a.json") ms; b: epoch 0 pid $(jq .epochs[0].pid "$work/status-b.json") untouched"
+}
+
+instances_clash() {
+	# c: b's base_id, ports of its own.
+	INSTANCES="$INSTANCES
+c 8083 15003 15023 2"
+	inst_files c c1 || return 1
+	local since rc
+	since=$(cursor)
+	T=60 ct_run systemctl start envoy-agent@c
+	rc=$?
+	ct_run journalctl -u envoy-agent@c.service --after-cursor "$since" --no-pager -o cat >"$work/clash.journal"
+	local msg
+	msg=$(grep -m1 'envoy.base_id' "$work/clash.journal")
+	echo "detail: start exit $rc, ExecMainStatus $(iprop c ExecMainStatus), journal: $msg"
+	[ $rc -ne 0 ] || fail "envoy-agent@c started with b's base_id"
+	echo "$msg" | grep -q "/etc/envoy-agent/c.toml:5: envoy.base_id: base_id 2 is already used by envoy-agent@b (pid $(iprop b MainPID), /etc/envoy-agent/b.toml)" ||
+		{ cat "$work/clash.journal"; fail "the error does not name envoy-agent@b and envoy.base_id"; }
+	[ "$(iprop c ExecMainStatus)" = 3 ] || fail "exit status $(iprop c ExecMainStatus), want 3"
+	[ "$(iprop c NRestarts)" = 0 ] || fail "systemd restarted envoy-agent@c"
+	ct_run systemctl reset-failed envoy-agent@c.service
+	[ "$(iget b)" = "200 b1" ] || fail "b answers $(iget b)"
+}
+
+instances_stop_one() {
+	local b_main b_envoy
+	b_main=$(iprop b MainPID)
+	b_envoy=$(ienvoy_pid b)
+	iclient_start b || return 1
+	ct_run curl -sS --max-time 30 -w ' %{http_code}' -H 'x-envoy-fault-delay-request: 3000' \
+		"http://127.0.0.1:$(inst a listener)/slow" >"$work/islow.out" 2>&1 &
+	local slow=$!
+	echo "$slow" >>"$work/bg.pids"
+	wait_for 5 sh -c "nsenter --target $ct --mount --uts --ipc --net --pid --cgroup -- curl -s 'http://127.0.0.1:$(inst a admin)/stats?filter=http.e2e.downstream_rq_active' | grep -q ': [1-9]'" ||
+		fail "the slow request never became active"
+	T=90 ct_run systemctl stop envoy-agent@a &
+	local stop=$!
+	# While it drains, status says so, with the request in flight counted by the drain's poll.
+	wait_for 10 sh -c "nsenter --target $ct --mount --uts --ipc --net --pid --cgroup -- envoy-agent status --config /etc/envoy-agent/a.toml --json >'$work/status-a.json'
+		jq -e '.state == \"draining\" and .drain.kind == \"stop\" and .drain.active_connections >= 1 and .drain.elapsed_seconds > 0
+			and .drain.remaining_seconds > 0 and .drain.done == false and .epochs[0].role == \"draining\"' '$work/status-a.json'" ||
+		{ cat "$work/status-a.json"; fail "status of a never said draining with the request in flight"; }
+	local drain
+	drain=$(jq -c '.drain' "$work/status-a.json")
+	wait "$stop" || fail "systemctl stop envoy-agent@a failed"
+	wait_for 30 gone "$slow"
+	istatus a
+	local rc=$?
+	istatus b || fail "status of b"
+	iclient_stop b || return 1
+	echo "detail: a while stopping: drain $drain; slow request: $(cat "$work/islow.out"); a afterwards: exit $rc, $(jq -r .state "$work/status-a.json")"
+	grep -q '^a2 200' "$work/islow.out" || fail "the in-flight request to a did not complete"
+	[ "$(iprop a ActiveState)" = inactive ] && [ "$(iprop a Result)" = success ] || fail "a: $(iprop a ActiveState) $(iprop a Result)"
+	[ $rc -eq 3 ] || fail "envoy-agent status of a stopped agent exited $rc, want 3"
+	jcheck a '.state == "stopped" and (.error | length) > 0'
+	jcheck b ".state == \"live\" and .epochs[0].pid == $b_envoy and .agent.pid == $b_main and .reloads.ok == 0"
+	[ "$(iprop b MainPID)" = "$b_main" ] && [ "$(ienvoy_pid b)" = "$b_envoy" ] || fail "b was restarted"
+	ct_run test ! -e /run/envoy-agent-a || fail "/run/envoy-agent-a is left"
+	# The other instance goes too, so the steps after this one see only the plain unit.
+	T=90 ct_run systemctl stop envoy-agent@b || fail "systemctl stop envoy-agent@b failed"
+	! ct_run pgrep -u envoy-agent -f 'envoy-agent run --config /etc/envoy-agent/[ab].toml' || fail "an instance is still running"
+}
+
+unit_security_template() {
+	local out score
+	out=$(systemd-analyze security --offline=yes --no-pager systemd/envoy-agent@.service 2>&1) || { echo "$out"; return 1; }
+	score=$(echo "$out" | sed -n 's/.*Overall exposure level for envoy-agent@.*: \([0-9.]* [A-Z]*\).*/\1/p')
+	echo "detail: $score"
+	case "${score%% *}" in
+	0.* | 1.[0-4]) ;;
+	*) echo "$out" | grep '✗'; fail "exposure \"$score\" is above 1.4" ;;
+	esac
+}
 
 # --- main ----------------------------------------------------------------------------------------
 
@@ -563,6 +767,7 @@ rpm_scratch_root() {
 
 setup_step "host: systemd-container, debootstrap and rpm present" host_tools
 step "unit: systemd-analyze security --offline=yes is OK or better" unit_security
+step "template unit: systemd-analyze security --offline=yes is 1.4 or better" unit_security_template
 if setup_step "setup: packages, Envoy and test bootstraps staged" prepare_share &&
 	setup_step "setup: bookworm rootfs" ensure_rootfs; then
 	step "chroot: dpkg -i/-P without a running systemd (image build) succeeds, starts nothing" offline_install
@@ -580,6 +785,10 @@ if setup_step "setup: packages, Envoy and test bootstraps staged" prepare_share 
 			step "envoy replaced by hand: STATUS= and the log say so, systemctl reload switches" envoy_by_hand
 			step "envoy package of another hot-restart version (stand-in): reload refused, 0 failed, STATUS= says restart" envoy_other_hot_restart_version
 			step "envoy package removed while the agent serves: dpkg -r succeeds, Envoy keeps serving, STATUS= says gone" envoy_removed_while_serving
+			step "template: envoy-agent@a and @b start beside the plain unit, traffic through both, status --json" instances_start
+			step "template: reload @a under load, zero failed requests, @b untouched (pid, epoch)" instances_reload_one
+			step "template: @c with @b's base_id refused (exit 3), naming @b and envoy.base_id" instances_clash
+			step "template: stop @a drains (status: draining, then stopped, exit 3) while @b serves" instances_stop_one
 			step "stop: a slow request in flight completes, clean stop, drain in the journal" stop_draining
 			step "envoy package upgraded while envoy-agent is stopped: starts nothing, fails nothing" envoy_upgrade_stopped
 			step "kill -9 of Envoy: the unit restarts by itself" kill9

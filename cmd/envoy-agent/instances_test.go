@@ -1,0 +1,173 @@
+package main
+
+// Several agents on one host, and `envoy-agent status`: each test runs real
+// agents with the real Envoy (run them inside /work/bin/nsrun or another
+// private network namespace: Envoy's hot-restart sockets are per namespace).
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
+	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/service"
+)
+
+// TestTwoAgentsClash gives a second agent the base_id, or the admin port,
+// of one that runs: it must refuse to start (exit 3, nothing started) with
+// an error naming the running one's configuration and the key to change,
+// and the running one must keep serving.
+func TestTwoAgentsClash(t *testing.T) {
+	t.Parallel()
+	baseID := testenvoy.BaseID()
+	first := startAgent(t, procOptions{envoy: map[string]string{"base_id": fmt.Sprint(baseID)}})
+	tests := []struct {
+		name    string
+		opts    func() procOptions
+		key     string
+		message string
+	}{
+		{"same base_id", func() procOptions {
+			return procOptions{noWaitReady: true, envoy: map[string]string{"base_id": fmt.Sprint(baseID)}}
+		}, "envoy.base_id", fmt.Sprintf("base_id %d is already used by the envoy-agent running with %s (pid %d)", baseID, first.config, first.cmd.Process.Pid)},
+		{"same admin port", func() procOptions {
+			ports := testenvoy.NewPorts(t)
+			ports.Admin = first.ports.Admin
+			return procOptions{noWaitReady: true, envoy: map[string]string{"admin_port": strconv.Itoa(first.ports.Admin)},
+				bootstrapFile: testenvoy.WriteBootstrap(t, t.TempDir(), "envoy.yaml", testenvoy.BootstrapOptions{Ports: ports})}
+		}, "envoy.admin_port", fmt.Sprintf("port %d (Envoy's admin) is already used by the envoy-agent running with %s (pid %d)", first.ports.Admin, first.config, first.cmd.Process.Pid)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			second := startAgent(t, tt.opts())
+			code, _ := second.wait(second.started, 30*time.Second)
+			out := second.stderr.String()
+			if code != 3 || !strings.Contains(out, tt.message) || !strings.Contains(out, second.config+":") || !strings.Contains(out, ": "+tt.key+": ") {
+				t.Fatalf("second agent exited %d, want 3 naming %s and %q:\n%s", code, tt.key, tt.message, out)
+			}
+			t.Logf("the second agent's error:\n%s", out)
+			assertNoEnvoyFor(t, second.dir)
+			if first.healthz() != 200 || !testenvoy.Alive(first.envoyPid) {
+				t.Fatalf("the first agent stopped serving")
+			}
+		})
+	}
+}
+
+// TestBaseIDHeldByABareEnvoy: an Envoy that no agent runs holds the base id
+// (its hot-restart sockets are bound); the agent refuses before starting
+// its own Envoy, which would die with errno=98.
+func TestBaseIDHeldByABareEnvoy(t *testing.T) {
+	t.Parallel()
+	baseID := testenvoy.BaseID()
+	ports := testenvoy.NewPorts(t)
+	bare, err := envoykit.StartEnvoy(testenvoy.Binary(t), testenvoy.WriteBootstrap(t, t.TempDir(), "bare.yaml", testenvoy.BootstrapOptions{Ports: ports}), baseID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(bare.Kill)
+	if err := bare.WaitReady(ports.Admin, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p := startAgent(t, procOptions{noWaitReady: true, envoy: map[string]string{"base_id": fmt.Sprint(baseID)}})
+	code, _ := p.wait(p.started, 30*time.Second)
+	want := fmt.Sprintf("base_id %d is already used by an Envoy on this host that no envoy-agent runs (its hot-restart socket @envoy_domain_socket_", baseID)
+	if code != 3 || !strings.Contains(p.stderr.String(), want) {
+		t.Fatalf("exit %d, want 3 with %q:\n%s", code, want, p.stderr)
+	}
+	assertNoEnvoyFor(t, p.dir)
+}
+
+// TestStartHintBesideEnvoysError: a listener port taken at start; Envoy's
+// own line is followed by what to change.
+func TestStartHintBesideEnvoysError(t *testing.T) {
+	t.Parallel()
+	var ln net.Listener
+	p := startAgentWith(t, procOptions{noWaitReady: true}, func(ports testenvoy.Ports) {
+		var err error
+		if ln, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(ports.Listener)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer ln.Close()
+	code, _ := p.wait(p.started, 30*time.Second)
+	out := p.stderr.String()
+	envoyLine := fmt.Sprintf("cannot bind '127.0.0.1:%d': Address already in use\n  -> 127.0.0.1:%d", p.ports.Listener, p.ports.Listener)
+	if code != 1 || !strings.Contains(out, envoyLine) || !strings.Contains(out, "is in use by another process: change that listener's port in ") {
+		t.Fatalf("exit %d, want 1 with Envoy's line followed by a hint:\n%s", code, out)
+	}
+}
+
+func (p *agentProc) status(t *testing.T) (int, service.StatusReport, string) {
+	t.Helper()
+	code, stdout, stderr := runAgent(t, "status", "--config", p.config, "--json")
+	var rep service.StatusReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("status --json exit %d: not JSON (%v):\n%s%s", code, err, stdout, stderr)
+	}
+	return code, rep, stdout
+}
+
+// TestStatusFollowsTheAgent checks `envoy-agent status --json` against what
+// the test does: a start, a reload (two epochs), a failed reload, a drain,
+// the exit.
+func TestStatusFollowsTheAgent(t *testing.T) {
+	t.Parallel()
+	p := startAgent(t, procOptions{agent: map[string]string{"termination_drain_duration": `"30s"`, "min_drain_duration": `"30s"`}})
+	code, rep, out := p.status(t)
+	if code != 0 || rep.SchemaVersion != 1 || rep.State != "live" || len(rep.Epochs) != 1 || rep.Epochs[0].Pid != p.envoyPid ||
+		rep.Epochs[0].Role != "serving" || rep.Envoy == nil || rep.Envoy.HotRestartVersion == "" || !strings.Contains(rep.Envoy.Version, "/1.") ||
+		rep.LastReload != nil || rep.Agent.Pid != p.cmd.Process.Pid || rep.Agent.Config != p.config {
+		t.Fatalf("status after the start (exit %d):\n%s", code, out)
+	}
+	listener := fmt.Sprintf("127.0.0.1:%d", p.ports.Listener)
+	if len(rep.Envoy.Listeners) != 1 || rep.Envoy.Listeners[0].Address != listener || rep.Envoy.ActiveConnections == nil {
+		t.Fatalf("want the listener on %s and a connection count:\n%s", listener, out)
+	}
+	_, text, _ := runAgent(t, "status", "--config", p.config)
+	if !strings.Contains(text, ": live (") || !strings.Contains(text, fmt.Sprintf("epoch 0, pid %d, serving", p.envoyPid)) {
+		t.Fatalf("text status:\n%s", text)
+	}
+
+	if code, out := p.reload(); code != 0 {
+		t.Fatalf("reload: exit %d: %s", code, out)
+	}
+	code, rep, out = p.status(t)
+	if code != 0 || rep.State != "live" || len(rep.Epochs) != 2 || rep.Epochs[0].Epoch != 1 || rep.Epochs[0].Role != "serving" ||
+		rep.Epochs[1].Pid != p.envoyPid || rep.Epochs[1].Role != "draining" || rep.Epochs[1].DrainEndsInSeconds == nil ||
+		rep.Envoy.ServingEpoch != 1 || rep.LastReload == nil || !rep.LastReload.OK || rep.LastReload.Epoch != 1 || rep.Reloads.OK != 1 {
+		t.Fatalf("status after a reload (exit %d):\n%s", code, out)
+	}
+	writeFile(t, filepath.Join(p.dir, "envoy.yaml"), "static_resources: {listeners: [{name: broken}]\n")
+	if code, _ := p.reload(); code == 0 {
+		t.Fatal("a reload of an invalid bootstrap succeeded")
+	}
+	_, rep, out = p.status(t)
+	if rep.LastReload == nil || rep.LastReload.OK || rep.LastReload.Error == "" || rep.Reloads.Failed != 1 || rep.Envoy.ServingEpoch != 1 {
+		t.Fatalf("status after a failed reload:\n%s", out)
+	}
+
+	p.signal(syscall.SIGTERM)
+	if !testenvoy.Eventually(10*time.Second, func() bool {
+		_, rep, _ = p.status(t)
+		return rep.State == "draining" && rep.Drain != nil && rep.Drain.ElapsedSeconds > 0
+	}) {
+		t.Fatalf("no draining state with progress during the stop: %+v", rep)
+	}
+	if rep.Drain.Kind != "stop" || rep.Drain.Done || rep.Drain.RemainingSeconds <= 0 {
+		t.Fatalf("drain: %+v", *rep.Drain)
+	}
+	p.signal(syscall.SIGTERM) // ends the drain at once
+	p.wait(time.Now(), 20*time.Second)
+	code, rep, out = p.status(t)
+	if code != 3 || rep.State != "stopped" || rep.Error == "" {
+		t.Fatalf("status of a stopped agent (exit %d):\n%s", code, out)
+	}
+}

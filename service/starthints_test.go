@@ -1,0 +1,51 @@
+package service
+
+import (
+	"strings"
+	"testing"
+)
+
+// The lines are Envoy 1.40's own, provoked with the real Envoy (README,
+// "Running several Envoys on one host").
+func TestStartHints(t *testing.T) {
+	cfg := &Config{File: "/etc/envoy-agent/edge.toml"}
+	cfg.Envoy.AdminPort = 15001
+	cfg.Envoy.ConfigPath = "/etc/envoy-agent/edge.yaml"
+	tests := []struct {
+		name  string
+		lines []string
+		want  []string // per line: a substring of its hint, or "" for none
+	}{
+		{"base id taken", []string{
+			"[2026-12-03 09:06:34.932][17558][debug][init] [source/common/init/watcher_impl.cc:31] init manager Server destroyed",
+			"unable to bind domain socket with base_id=0, id=0, errno=98 (see --base-id option)",
+		}, []string{"", "base_id 0 is used by another Envoy on this host: set envoy.base_id in /etc/envoy-agent/edge.toml"}},
+		{"listener port taken", []string{
+			"[2026-12-03 09:07:43.594][19650][error][config] [source/common/listener_manager/listener_manager_impl.cc:1405] listener 'l' failed to bind or apply socket options: cannot bind '127.0.0.1:19080': Address already in use",
+			"[2026-12-03 09:07:43.597][19650][critical][main] [source/server/server.cc:449] error `cannot bind '127.0.0.1:19080': Address already in use` initializing config 'goo.gle/debugproto  ",
+			"cannot bind '127.0.0.1:19080': Address already in use",
+		}, []string{"", "", `127.0.0.1:19080 listener "l" is in use by another process: change that listener's port in /etc/envoy-agent/edge.yaml`}},
+		{"admin port taken", []string{
+			"[2026-12-03 09:07:43.729][19656][critical][main] [source/server/server.cc:449] error `cannot bind '127.0.0.1:15001': Address already in use` initializing config 'goo.gle/debugproto  ",
+			"cannot bind '127.0.0.1:15001': Address already in use",
+		}, []string{"", "change envoy.admin_port in /etc/envoy-agent/edge.toml and the admin address in /etc/envoy-agent/edge.yaml"}},
+		{"unreadable file", []string{
+			"[2026-12-03 09:07:43.955][19667][critical][main] [source/server/server.cc:449] error `unable to read file: /etc/envoy/cert.pem` initializing config 'goo.gle/debugonly   ",
+			"unable to read file: /etc/envoy/cert.pem",
+		}, []string{"", "cannot open /etc/envoy/cert.pem, named in /etc/envoy-agent/edge.yaml"}},
+		{"log file", []string{
+			"unable to open file '/proc/nope/access.log': No such file or directory",
+		}, []string{"cannot open /proc/nope/access.log"}},
+		{"nothing to say", []string{"[critical][main] error initializing configuration: route: unknown cluster 'x'"}, []string{""}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hints := startHints(cfg, tt.lines)
+			for i, want := range tt.want {
+				if (want == "") != (hints[i] == "") || !strings.Contains(hints[i], want) {
+					t.Errorf("line %d: hint %q, want one with %q", i, hints[i], want)
+				}
+			}
+		})
+	}
+}
