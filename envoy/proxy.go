@@ -43,10 +43,10 @@ type Envoy struct {
 	ownRunDir  bool
 
 	mu       sync.Mutex
-	cur      *process              // the serving epoch
-	procs    map[*process]struct{} // every epoch not yet reaped
-	closed   bool                  // Run is stopping Envoy: no new epochs
-	switched chan struct{}         // a hot restart changed cur
+	cur      *process               // the serving epoch
+	procs    map[*process]struct{}  // every epoch not yet reaped
+	closed   bool                   // Run is stopping Envoy: no new epochs
+	switched chan struct{}          // a hot restart changed cur
 	replaced map[*process]time.Time // epochs a hot restart replaced: when Envoy ends them at the latest
 
 	restartMu  sync.Mutex  // serializes hot restarts
