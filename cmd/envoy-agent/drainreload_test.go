@@ -4,15 +4,19 @@ package main
 // replaced, seen by clients that do not retry.
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
@@ -146,10 +150,16 @@ func TestReloadsSeenByClientsThatDoNotRetry(t *testing.T) {
 	addr := "127.0.0.1:" + strconv.Itoa(p.ports.Listener)
 	busy := testenvoy.LoadSpec{Path: "/", Workers: 2}
 	long := testenvoy.LoadSpec{Path: "/slow?d=1500ms", Workers: 2}
-	idle := testenvoy.LoadSpec{Path: "/", Idle: 700 * time.Millisecond, Workers: 4}
-	h1 := testenvoy.StartRawLoad(addr, busy, long)
-	h1idle := testenvoy.StartRawLoad(addr, idle)
-	h2 := testenvoy.StartH2Load(testenvoy.URL(p.ports.Listener, "/"), busy, long, idle)
+	// Idle for less than parent_shutdown_duration (2s): the next request
+	// reaches the replaced epoch, which answers it with Connection: close.
+	shortIdle := testenvoy.LoadSpec{Path: "/", Idle: 700 * time.Millisecond, Workers: 4}
+	// Idle for longer: the replaced epoch may exit (closing the connection)
+	// before the next request, which then fails.
+	longIdle := testenvoy.LoadSpec{Path: "/", Idle: 2500 * time.Millisecond, Workers: 6}
+	h1 := testenvoy.StartRawLoad(addr, busy, long, shortIdle)
+	h1idle := testenvoy.StartRawLoad(addr, longIdle)
+	h2 := testenvoy.StartH2Load(testenvoy.URL(p.ports.Listener, "/"), busy, long)
+	h2idle := testenvoy.StartH2Load(testenvoy.URL(p.ports.Listener, "/"), longIdle)
 	const reloads = 5
 	for i := 1; i <= reloads; i++ {
 		p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: fmt.Sprintf("v%d", i)})
@@ -162,23 +172,112 @@ func TestReloadsSeenByClientsThatDoNotRetry(t *testing.T) {
 	if !testenvoy.Eventually(20*time.Second, func() bool { return len(processesMentioning(p.dir+"/run/epoch-")) == 1 }) {
 		t.Errorf("replaced epochs still running: %v", processesMentioning(p.dir))
 	}
-	o1, o1idle, o2 := h1.Stop(), h1idle.Stop(), h2.Stop()
-	t.Logf("%d reloads; HTTP/1.1 busy and long: %s", reloads, o1)
-	t.Logf("HTTP/1.1 idle keep-alive (700ms between requests): %s; errors %q", o1idle, o1idle.Errors)
-	t.Logf("HTTP/2 busy, long and idle on shared connections: %s; errors %q", o2, o2.Errors)
-	if o1.OK == 0 || o1idle.OK == 0 || o2.OK == 0 {
-		t.Fatalf("a load made no request: %s / %s / %s", o1, o1idle, o2)
+	o1, o1idle, o2, o2idle := h1.Stop(), h1idle.Stop(), h2.Stop(), h2idle.Stop()
+	t.Logf("%d reloads; HTTP/1.1 busy, long, and idle 0.7s: %s", reloads, o1)
+	t.Logf("HTTP/1.1 idle 2.5s (parent_shutdown_duration 2s): %s; errors %q", o1idle, o1idle.Errors)
+	t.Logf("HTTP/2 busy and long: %s; idle 2.5s: %s; errors %q %q", o2, o2idle, o2.Errors, o2idle.Errors)
+	if o1.OK == 0 || o1idle.OK == 0 || o2.OK == 0 || o2idle.OK == 0 {
+		t.Fatalf("a load made no request: %s / %s / %s / %s", o1, o1idle, o2, o2idle)
 	}
 	if o1.Failed != 0 {
-		t.Errorf("busy or long HTTP/1.1 requests failed: %s %q", o1, o1.Errors)
+		t.Errorf("busy, long or briefly idle HTTP/1.1 requests failed: %s %q", o1, o1.Errors)
 	}
-	if o2.Failed != 0 {
-		t.Errorf("HTTP/2 requests failed: %s %q", o2, o2.Errors)
+	if o2.Failed != 0 || o2idle.Failed != 0 {
+		t.Errorf("HTTP/2 requests failed: %s, %s %q %q", o2, o2idle, o2.Errors, o2idle.Errors)
 	}
-	// Idle HTTP/1.1 connections: Envoy closes them only when the replaced
-	// epoch exits, and a client that writes on one at that moment fails
-	// (README, Reload). Such failures are allowed, but only those.
+	// HTTP/1.1 connections idle across the replaced epoch's exit: Envoy
+	// closes them then, and a client that writes on one without checking
+	// fails once (README, Reload). Such failures are allowed, only those.
 	if o1idle.FailedInFlight != 0 {
 		t.Errorf("HTTP/1.1 idle-connection workers failed on fresh or busy connections: %s %q", o1idle, o1idle.Errors)
+	}
+}
+
+// What an idle kept-alive connection gets during a stop's drain, with
+// Envoy 1.40: with the HTTP connection manager's defaults, nothing until
+// Envoy exits at the drain's end (no GOAWAY for HTTP/2: README, Stop, said
+// otherwise); with its idle_timeout, a GOAWAY (HTTP/2) or a close
+// (HTTP/1.1) once the connection has been idle that long.
+func TestStopDrainAndIdleConnections(t *testing.T) {
+	tests := []struct {
+		name        string
+		idleTimeout string // the HCM's common_http_protocol_options.idle_timeout, "" for Envoy's default (1h)
+		goaway      bool   // the idle HTTP/2 connection gets a GOAWAY before Envoy exits
+	}{
+		{"defaults", "", false},
+		{"idle_timeout 1s, drain_timeout 0.5s", "1s", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			bootstrap := filepath.Join(t.TempDir(), "envoy.yaml")
+			p := startAgentWith(t, procOptions{envoy: slowDrain, bootstrapFile: bootstrap,
+				agent: map[string]string{"min_drain_duration": `"4s"`, "termination_drain_duration": `"4s"`}},
+				func(ports testenvoy.Ports) {
+					y, err := envoykit.RenderBootstrap(testenvoy.BootstrapOptions{Ports: ports})
+					if err != nil {
+						t.Fatal(err)
+					}
+					text := string(y)
+					if tt.idleTimeout != "" {
+						text = strings.Replace(text, "stat_prefix: ingress\n", "stat_prefix: ingress\n          common_http_protocol_options: { idle_timeout: "+tt.idleTimeout+" }\n          drain_timeout: 0.5s\n", 1)
+					}
+					writeFile(t, bootstrap, text)
+				})
+			addr := "127.0.0.1:" + strconv.Itoa(p.ports.Listener)
+			h2, err := testenvoy.DialIdleH2(addr, "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h2.Close()
+			if !testenvoy.Eventually(5*time.Second, h2.Answered) {
+				t.Fatalf("the HTTP/2 request got no answer")
+			}
+			h1, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h1.Close()
+			br := bufio.NewReader(h1)
+			if _, err := io.WriteString(h1, "GET / HTTP/1.1\r\nHost: test\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("HTTP/1.1 request: %v %v", resp, err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			h1closed := make(chan time.Time, 1)
+			go func() { _, _ = br.ReadByte(); h1closed <- time.Now() }()
+
+			sent := p.signal(syscall.SIGTERM)
+			var h1at time.Time
+			select {
+			case h1at = <-h1closed:
+			case <-time.After(20 * time.Second):
+				t.Fatalf("the idle HTTP/1.1 connection was still open 20s after SIGTERM")
+			}
+			<-h2.Done()
+			code, took := p.wait(sent, 20*time.Second)
+			if code != 0 {
+				t.Fatalf("exit %d", code)
+			}
+			exited := sent.Add(took)
+			gaway := "none"
+			if !h2.GoAway().IsZero() {
+				gaway = h2.GoAway().Sub(sent).Round(time.Millisecond).String()
+			}
+			t.Logf("stop took %s; idle HTTP/2: GOAWAY %s, closed %s after SIGTERM; idle HTTP/1.1 closed %s after SIGTERM",
+				took.Round(time.Millisecond), gaway, h2.Closed().Sub(sent).Round(time.Millisecond), h1at.Sub(sent).Round(time.Millisecond))
+			// "Before the drain's end": more than a second before the agent exited.
+			early := func(at time.Time) bool { return !at.IsZero() && at.Before(exited.Add(-time.Second)) }
+			if got := early(h2.GoAway()); got != tt.goaway {
+				t.Errorf("idle HTTP/2 got a GOAWAY before the drain's end: %v, want %v", got, tt.goaway)
+			}
+			if got := early(h1at); got != tt.goaway {
+				t.Errorf("idle HTTP/1.1 closed before the drain's end: %v, want %v", got, tt.goaway)
+			}
+		})
 	}
 }
