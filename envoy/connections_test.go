@@ -1,6 +1,8 @@
 package envoy
 
 import (
+	"net"
+	"os"
 	"strings"
 	"testing"
 )
@@ -67,5 +69,37 @@ func TestParseSocketTableRefusesGarbage(t *testing.T) {
 		if _, err := parseSocketTable(strings.NewReader(text)); err == nil || !strings.HasPrefix(err.Error(), "line 1") {
 			t.Errorf("%q: %v; want an error naming line 1", text, err)
 		}
+	}
+}
+
+// On the kernel's own table: a listener of this process and one
+// connection accepted on it count as one downstream connection; the
+// client's end of it, also this process's, does not.
+func TestCountDownstreamOnTheKernelsTable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mine, err := socketInodes(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := readSocketTable(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := countDownstream(entries, mine, nil, 0); got != 1 {
+		t.Errorf("%d connections accepted on this process's listener, want 1", got)
 	}
 }
