@@ -65,6 +65,10 @@ func (e *HotRestartError) Unwrap() error { return e.Err }
 // both: it clears the mark and, if the admin API is gone, hot restarts the
 // old configuration into the same epoch number, which takes the listening
 // sockets and the admin port over with no dropped connection.
+//
+// Envoy keeps two generations: the new epoch ends at once any epoch older
+// than the one it replaces. Call WaitForDrainingEpochs first so that this
+// cuts no request.
 func (e *Envoy) HotRestart(ctx context.Context, cfg ProxyConfig) (int, error) {
 	return e.hotRestart(ctx, cfg, "")
 }
