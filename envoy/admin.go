@@ -104,9 +104,12 @@ func (c *AdminClient) Quit(ctx context.Context) error {
 	return c.post(ctx, "/quitquitquit")
 }
 
-// activeConnectionsPath asks only for the per-listener active connection
-// gauges that are in use.
-const activeConnectionsPath = `/stats?usedonly&filter=^listener\..*downstream_cx_active$`
+// activeConnectionsPath asks for the per-listener active connection gauges,
+// all of them: with usedonly, a new epoch hides the gauges of listeners it
+// has not used itself, although the old epoch's connections are merged into
+// them (at its stats flush). Envoy.ActiveConnections counts from the kernel
+// instead; this is its fallback.
+const activeConnectionsPath = `/stats?filter=^listener\..*downstream_cx_active$`
 
 // ActiveConnections sums the active downstream connections of Envoy's
 // listeners, leaving out the admin listener and the per-worker copies.

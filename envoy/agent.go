@@ -242,11 +242,23 @@ func (a *Agent) waitDrain(start time.Time, termination, minDrain time.Duration, 
 	}
 }
 
-// connections reads the active connection count, -1 when Envoy does not say.
+// connectionCounter is a Proxy that counts its own downstream connections
+// (every epoch's, for *Envoy).
+type connectionCounter interface {
+	ActiveConnections(context.Context) (int, error)
+}
+
+// connections reads the active connection count, -1 when Envoy does not
+// say: from the proxy when it can count them (every epoch's), otherwise
+// from the admin API's gauges.
 func (a *Agent) connections() int {
 	ctx, cancel := context.WithTimeout(context.Background(), max(a.pollInterval, 200*time.Millisecond))
 	defer cancel()
-	n, err := a.admin.ActiveConnections(ctx)
+	count := a.admin.ActiveConnections
+	if c, ok := a.proxy.(connectionCounter); ok {
+		count = c.ActiveConnections
+	}
+	n, err := count(ctx)
 	if err != nil {
 		return -1
 	}

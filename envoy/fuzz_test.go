@@ -1,19 +1,26 @@
 package envoy
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
 	"strings"
 	"testing"
 )
 
 // FuzzParseActiveConnections: any text from /stats gives a count or an
-// error naming the line, never a panic or a negative count.
+// error naming the line. A count is never negative, and it is additive:
+// appending one more listener gauge of k adds exactly k, appending the
+// admin listener's or a worker's copy adds nothing.
 func FuzzParseActiveConnections(f *testing.F) {
-	f.Add([]byte("listener.127.0.0.1_10000.downstream_cx_active: 3\nlistener.admin.downstream_cx_active: 1\n"))
-	f.Add([]byte("listener.x.worker_0.downstream_cx_active: 2\nhttp.ingress.downstream_cx_active: 9\n"))
-	f.Add([]byte("listener.x.downstream_cx_active: 18446744073709551615\n"))
-	f.Add([]byte("listener.x.downstream_cx_active 3"))
-	f.Add([]byte(""))
-	f.Fuzz(func(t *testing.T, body []byte) {
+	f.Add([]byte("listener.127.0.0.1_10000.downstream_cx_active: 3\nlistener.admin.downstream_cx_active: 1\n"), uint16(2))
+	f.Add([]byte("listener.x.worker_0.downstream_cx_active: 2\nhttp.ingress.downstream_cx_active: 9\n"), uint16(0))
+	f.Add([]byte("listener.x.downstream_cx_active: 18446744073709551615\n"), uint16(1))
+	f.Add([]byte("listener.x.downstream_cx_active 3"), uint16(5))
+	f.Add([]byte(""), uint16(7))
+	f.Fuzz(func(t *testing.T, body []byte, k uint16) {
 		n, err := ParseActiveConnections(body)
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "stats line ") {
@@ -24,11 +31,25 @@ func FuzzParseActiveConnections(f *testing.F) {
 		if n < 0 {
 			t.Fatalf("negative count %d", n)
 		}
+		sep := []byte("\n")
+		if len(body) == 0 || bytes.HasSuffix(body, sep) {
+			sep = nil
+		}
+		more := fmt.Appendf(append(append([]byte{}, body...), sep...),
+			"listener.fuzz_1.downstream_cx_active: %d\nlistener.admin.downstream_cx_active: 9\nlistener.fuzz_1.worker_0.downstream_cx_active: 9\n", k)
+		m, err := ParseActiveConnections(more)
+		if err != nil {
+			t.Fatalf("%q parsed, but not with one more gauge: %v", body, err)
+		}
+		if m != n+int(k) {
+			t.Fatalf("%q counts %d; with a gauge of %d more it counts %d", body, n, k, m)
+		}
 	})
 }
 
 // FuzzParseServerInfo: any answer of /server_info decodes or fails with an
-// error, never a panic.
+// error that says what failed. Only valid JSON decodes, and what decodes
+// is what encoding/json reads from it.
 func FuzzParseServerInfo(f *testing.F) {
 	f.Add([]byte(`{"version":"x/1.40.0","state":"LIVE","hot_restart_version":"11.104","command_line_options":{"base_id":"0","restart_epoch":1}}`))
 	f.Add([]byte(`{"command_line_options":{"restart_epoch":"one"}}`))
@@ -41,17 +62,56 @@ func FuzzParseServerInfo(f *testing.F) {
 			}
 			return
 		}
-		_ = si.State
+		if !json.Valid(body) {
+			t.Fatalf("%q is not JSON, yet it decoded", body)
+		}
+		var want ServerInfo
+		if err := json.Unmarshal(body, &want); err != nil || want != si {
+			t.Fatalf("%q decoded to %+v; encoding/json reads %+v (%v)", body, si, want, err)
+		}
 	})
 }
 
 // FuzzCheckAdminAddress: whatever Envoy writes to --admin-address-path is
-// accepted or refused with an error, never a panic.
+// accepted only when it is a loopback IP with port 15000, and refused
+// otherwise, never a panic.
 func FuzzCheckAdminAddress(f *testing.F) {
-	for _, s := range []string{"127.0.0.1:15000", "[::1]:15000", "0.0.0.0:15000", "garbage", ":", "[::1]"} {
+	for _, s := range []string{"127.0.0.1:15000", "[::1]:15000", "0.0.0.0:15000", "garbage", ":", "[::1]", "127.0.0.1:015000"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, addr string) {
-		_ = checkAdminAddress(addr, 15000, false)
+		err := checkAdminAddress(addr, 15000, false)
+		host, port, serr := net.SplitHostPort(addr)
+		ip, perr := netip.ParseAddr(host)
+		acceptable := serr == nil && port == "15000" && perr == nil && ip.IsLoopback()
+		if (err == nil) != acceptable {
+			t.Fatalf("checkAdminAddress(%q) = %v; want accepted: %v", addr, err, acceptable)
+		}
+	})
+}
+
+// FuzzParseHexAddrPort: an address of /proc/net/tcp parses only as an IPv4
+// or IPv6 address and a port, and formatting what it parsed back the
+// kernel's way gives an address that parses to the same.
+func FuzzParseHexAddrPort(f *testing.F) {
+	for _, s := range []string{"0100007F:1F90", "00000000000000000000000001000000:0050", "0000000000000000FFFF00000100007F:1F90", "zz:1", "0100007F", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ap, err := parseHexAddrPort(s)
+		if err != nil {
+			return
+		}
+		b := ap.Addr().AsSlice()
+		if ap.Addr().Is4() && len(strings.Split(s, ":")[0]) == 32 {
+			b = netip.AddrFrom16(ap.Addr().As16()).AsSlice() // it was v4-mapped
+		}
+		for i := 0; i < len(b); i += 4 {
+			b[i], b[i+1], b[i+2], b[i+3] = b[i+3], b[i+2], b[i+1], b[i]
+		}
+		again, err := parseHexAddrPort(fmt.Sprintf("%X:%04X", b, ap.Port()))
+		if err != nil || again != ap {
+			t.Fatalf("%q parsed to %v; formatted back it parses to %v, %v", s, ap, again, err)
+		}
 	})
 }

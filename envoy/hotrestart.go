@@ -65,7 +65,41 @@ func (e *HotRestartError) Unwrap() error { return e.Err }
 // both: it clears the mark and, if the admin API is gone, hot restarts the
 // old configuration into the same epoch number, which takes the listening
 // sockets and the admin port over with no dropped connection.
+//
+// Envoy keeps two generations: the new epoch ends at once any epoch older
+// than the one it replaces. Call WaitForDrainingEpochs first so that this
+// cuts no request.
 func (e *Envoy) HotRestart(ctx context.Context, cfg ProxyConfig) (int, error) {
+	return e.hotRestart(ctx, cfg, "")
+}
+
+// CopyBootstrap makes the private copy (0600, in the run folder) of the
+// bootstrap at path that HotRestartFrom then runs, so that the file a
+// caller validates is the very file the new epoch runs, whatever happens
+// to path meanwhile. Remove it if it is not handed to HotRestartFrom.
+func (e *Envoy) CopyBootstrap(path string) (string, error) {
+	if _, err := e.ensureRunDir(); err != nil {
+		return "", err
+	}
+	return e.snapshotBootstrap(path, path, e.Epoch()+1)
+}
+
+// HotRestartFrom is HotRestart running the copy that CopyBootstrap made
+// (cfg.ConfigPath stays the operator's file). The copy is the new epoch's
+// from then on: it is removed when the epoch ends, or at once on a failure.
+func (e *Envoy) HotRestartFrom(ctx context.Context, cfg ProxyConfig, copied string) (int, error) {
+	if copied == "" {
+		return 0, errors.New("hot restart: no bootstrap copy given")
+	}
+	return e.hotRestart(ctx, cfg, copied)
+}
+
+func (e *Envoy) hotRestart(ctx context.Context, cfg ProxyConfig, copied string) (int, error) {
+	defer func() {
+		if copied != "" { // refused before an epoch took it
+			_ = os.Remove(copied)
+		}
+	}()
 	e.restartMu.Lock()
 	defer e.restartMu.Unlock()
 	e.restarting.Store(true)
@@ -88,7 +122,14 @@ func (e *Envoy) HotRestart(ctx context.Context, cfg ProxyConfig) (int, error) {
 	}
 	next := old.epoch + 1
 	e.admin.Reconnect()
-	p, err := e.startEpoch(cfg, cfg.ConfigPath, next)
+	var p *process
+	var err error
+	if copied != "" {
+		p, err = e.startEpochFrom(cfg, copied, next)
+		copied = "" // the epoch's now, or removed by startEpochFrom
+	} else {
+		p, err = e.startEpoch(cfg, cfg.ConfigPath, next)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -101,8 +142,103 @@ func (e *Envoy) HotRestart(ctx context.Context, cfg ProxyConfig) (int, error) {
 	e.cfg = cfg
 	e.mu.Unlock()
 	e.setServing(p)
+	e.markReplaced(old, cfg)
 	e.log.Infof("envoy epoch %d (pid %d) is LIVE; epoch %d (pid %d) drains and exits", next, p.pid, old.epoch, old.pid)
 	return next, nil
+}
+
+// drainingEpochPoll is how often a reload that waits for a draining epoch
+// re-counts its connections: often enough that the wait ends within a
+// tenth of a second of the last connection closing, cheap (one read of
+// /proc per poll).
+const drainingEpochPoll = 100 * time.Millisecond
+
+// replacedExitGrace is how long past its parent_shutdown_duration a
+// replaced epoch may take to exit before a reload stops waiting for it
+// (Envoy tells it to exit then; it flushes its logs and stats first).
+const replacedExitGrace = 5 * time.Second
+
+// DrainingEpoch is an epoch that a hot restart replaced and that still
+// holds downstream connections.
+type DrainingEpoch struct {
+	Epoch, Pid  int
+	Connections int           // -1 when they cannot be counted
+	Left        time.Duration // until Envoy ends it (its parent_shutdown_duration)
+}
+
+// markReplaced records when Envoy will end old, which cfg's epoch replaced:
+// at cfg's parent shutdown time.
+func (e *Envoy) markReplaced(old *process, cfg ProxyConfig) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.replaced == nil {
+		e.replaced = map[*process]time.Time{}
+	}
+	for p := range e.replaced {
+		if p.exited() {
+			delete(e.replaced, p)
+		}
+	}
+	e.replaced[old] = time.Now().Add(durationOr(cfg.ParentShutdownDuration, DefaultParentShutdownDuration) + replacedExitGrace)
+}
+
+// WaitForDrainingEpochs waits until no epoch that a hot restart replaced
+// still holds a downstream connection: each has closed them all or exited.
+// Call it before HotRestart: Envoy keeps two generations at most, so
+// starting epoch N+2 ends epoch N at once, cutting whatever it still
+// serves. The wait for an epoch ends at the latest when Envoy itself ends
+// it (its parent_shutdown_duration, plus replacedExitGrace), or when ctx
+// ends (an error). report, when not nil, is called at every poll that
+// waits. It returns how long it waited.
+func (e *Envoy) WaitForDrainingEpochs(ctx context.Context, report func(DrainingEpoch)) (time.Duration, error) {
+	start := time.Now()
+	tick := time.NewTicker(drainingEpochPoll)
+	defer tick.Stop()
+	for {
+		d, waiting := e.drainingEpoch()
+		if !waiting {
+			return time.Since(start), nil
+		}
+		if report != nil {
+			report(d)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), fmt.Errorf("stopped waiting for epoch %d (pid %d, %d connections) to finish draining: %w", d.Epoch, d.Pid, d.Connections, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// drainingEpoch returns a replaced epoch that is still alive, before Envoy's
+// own deadline for it, and holds connections (or they cannot be counted).
+func (e *Envoy) drainingEpoch() (DrainingEpoch, bool) {
+	type old struct {
+		p        *process
+		deadline time.Time
+	}
+	var olds []old
+	e.mu.Lock()
+	for p := range e.procs {
+		if p != e.cur && !p.exited() {
+			olds = append(olds, old{p, e.replaced[p]})
+		}
+	}
+	e.mu.Unlock()
+	now := time.Now()
+	for _, o := range olds {
+		if !now.Before(o.deadline) {
+			continue // past Envoy's own deadline (or never replaced): not ours to wait for
+		}
+		n, err := e.epochConnections(o.p)
+		if err != nil {
+			n = -1
+		}
+		if n != 0 {
+			return DrainingEpoch{Epoch: o.p.epoch, Pid: o.p.pid, Connections: n, Left: o.deadline.Sub(now)}, true
+		}
+	}
+	return DrainingEpoch{}, false
 }
 
 // waitEpochLive waits until epoch p answers on the admin port as LIVE.
@@ -180,6 +316,7 @@ func (e *Envoy) recover(ctx context.Context, old *process, epoch int) string {
 	if err == nil {
 		if err = e.waitEpochLive(ctx, p, cfg); err == nil {
 			e.setServing(p)
+			e.markReplaced(old, cfg)
 			return fmt.Sprintf("the serving configuration was restored as epoch %d (pid %d), with its admin API", epoch, p.pid)
 		}
 		e.abandon(p)

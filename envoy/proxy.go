@@ -43,10 +43,11 @@ type Envoy struct {
 	ownRunDir  bool
 
 	mu       sync.Mutex
-	cur      *process              // the serving epoch
-	procs    map[*process]struct{} // every epoch not yet reaped
-	closed   bool                  // Run is stopping Envoy: no new epochs
-	switched chan struct{}         // a hot restart changed cur
+	cur      *process               // the serving epoch
+	procs    map[*process]struct{}  // every epoch not yet reaped
+	closed   bool                   // Run is stopping Envoy: no new epochs
+	switched chan struct{}          // a hot restart changed cur
+	replaced map[*process]time.Time // epochs a hot restart replaced: when Envoy ends them at the latest
 
 	restartMu  sync.Mutex  // serializes hot restarts
 	restarting atomic.Bool // a hot restart is under way
@@ -203,6 +204,13 @@ func (e *Envoy) startEpoch(cfg ProxyConfig, source string, epoch int) (*process,
 	if err != nil {
 		return nil, err
 	}
+	return e.startEpochFrom(cfg, snapshot, epoch)
+}
+
+// startEpochFrom starts epoch from snapshot, a private copy of the
+// bootstrap that the epoch then owns (it is removed when the epoch ends,
+// or now if it cannot start).
+func (e *Envoy) startEpochFrom(cfg ProxyConfig, snapshot string, epoch int) (*process, error) {
 	path := e.adminAddressPath(epoch)
 	_ = os.Remove(path)
 	runCfg := cfg

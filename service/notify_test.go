@@ -1,8 +1,10 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -86,10 +88,37 @@ func TestNotifierRepeatsNoStatus(t *testing.T) {
 }
 
 func TestNotifierWithoutSocketIsQuiet(t *testing.T) {
-	t.Setenv("NOTIFY_SOCKET", "")
-	n := newNotifier(testLogger())
-	n.Ready("x") // must neither fail nor block
-	n.Watchdog()
+	tests := []struct{ name, socket string }{
+		{"unset", ""},
+		// Not running under systemd is normal; a socket that went away is
+		// worth a warning.
+		{"missing socket", filepath.Join(t.TempDir(), "gone")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("NOTIFY_SOCKET", tt.socket)
+			var logged bytes.Buffer
+			l := logrus.New()
+			l.SetOutput(&logged)
+			n := newNotifier(l)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				n.Ready("x")
+				n.Status("y")
+				n.Watchdog()
+			}()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the notifier blocked with NOTIFY_SOCKET=%q", tt.socket)
+			}
+			warned := strings.Contains(logged.String(), "sd_notify")
+			if want := tt.socket != ""; warned != want {
+				t.Errorf("NOTIFY_SOCKET=%q: warned %v, want %v; log: %q", tt.socket, warned, want, logged.String())
+			}
+		})
+	}
 }
 
 func TestRunWatchdogPingsOnlyWhileAlive(t *testing.T) {

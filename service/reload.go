@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -19,13 +20,25 @@ type ReloadResult struct {
 	Error  string `json:"error,omitempty"`
 	Config bool   `json:"config_error,omitempty"` // refused for the configuration itself
 	TookMs int64  `json:"took_ms"`
+	// WaitedMs is the part of TookMs spent waiting for the epoch a previous
+	// reload replaced to finish its requests (see waitForDrainingEpochs).
+	WaitedMs int64 `json:"waited_ms,omitempty"`
+	// Note says what the reload waited for, for `envoy-agent reload`.
+	Note string `json:"note,omitempty"`
 }
 
 // reloader runs reloads one at a time. A request made while one runs
 // waits for the next run, which serves every request made meanwhile (they
 // are coalesced): each sees the files as they were when that run began.
+// Before it takes its batch, a run waits (wait) until no epoch that the
+// last reload replaced still serves requests, so that the requests made
+// during that wait join the run, and no epoch is cut in mid-request.
 type reloader struct {
-	run func() ReloadResult
+	run  func() ReloadResult
+	wait func(context.Context) (time.Duration, string, error) // may be nil
+
+	ctx    context.Context // ended by close: a stop ends a wait
+	cancel context.CancelFunc
 
 	mu      sync.Mutex
 	running bool
@@ -37,7 +50,8 @@ type reloader struct {
 func newReloader(run func() ReloadResult) *reloader {
 	idle := make(chan struct{})
 	close(idle)
-	return &reloader{run: run, idle: idle}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &reloader{run: run, idle: idle, ctx: ctx, cancel: cancel}
 }
 
 // request asks for a reload; the channel gets its result.
@@ -60,6 +74,15 @@ func (r *reloader) request() <-chan ReloadResult {
 
 func (r *reloader) loop() {
 	for {
+		var waited time.Duration
+		var note string
+		var waitErr error
+		r.mu.Lock()
+		asked := len(r.pending) > 0
+		r.mu.Unlock()
+		if asked && r.wait != nil {
+			waited, note, waitErr = r.wait(r.ctx)
+		}
 		r.mu.Lock()
 		batch := r.pending
 		r.pending = nil
@@ -70,16 +93,24 @@ func (r *reloader) loop() {
 			return
 		}
 		r.mu.Unlock()
-		res := r.run()
+		var res ReloadResult
+		if waitErr != nil {
+			res = ReloadResult{Error: waitErr.Error(), TookMs: waited.Milliseconds()}
+		} else {
+			res = r.run()
+			res.TookMs += waited.Milliseconds()
+		}
+		res.WaitedMs, res.Note = waited.Milliseconds(), note
 		for _, ch := range batch {
 			ch <- res
 		}
 	}
 }
 
-// close refuses new requests and waits for the reload under way, if any,
-// and those already asked for.
+// close refuses new requests, ends a wait for a draining epoch, and waits
+// for the reload under way, if any, and those already asked for.
 func (r *reloader) close() {
+	r.cancel()
 	r.mu.Lock()
 	r.closed = true
 	idle := r.idle
@@ -158,7 +189,19 @@ func (s *supervisor) reloadSteps() (int, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Agent.StartTimeout.D()+validateTimeout)
 	defer cancel()
-	if err := validateBootstrap(ctx, cfg); err != nil {
+	// One copy of the bootstrap: validated, then run. Reading the file twice
+	// would validate one text and run another if it changed in between.
+	copied, err := s.proxy.CopyBootstrap(cfg.Envoy.ConfigPath)
+	if err != nil {
+		return 0, errConfig{fmt.Errorf("envoy.config_path: %w", err)}
+	}
+	handed := false
+	defer func() {
+		if !handed {
+			_ = os.Remove(copied)
+		}
+	}()
+	if err := validateCopy(ctx, cfg, copied); err != nil {
 		return 0, err
 	}
 	version, err := envoy.HotRestartVersion(ctx, cfg.Envoy.BinaryPath)
@@ -174,7 +217,8 @@ func (s *supervisor) reloadSteps() (int, error) {
 	pc := s.proxyConfig(cfg)
 	startCtx, cancelStart := context.WithTimeout(context.Background(), cfg.Agent.StartTimeout.D())
 	defer cancelStart()
-	epoch, err := s.proxy.HotRestart(startCtx, pc)
+	handed = true
+	epoch, err := s.proxy.HotRestartFrom(startCtx, pc, copied)
 	if err != nil {
 		return 0, err
 	}
@@ -184,4 +228,51 @@ func (s *supervisor) reloadSteps() (int, error) {
 	s.setConfig(cfg)
 	s.setHotRestartVersion(version)
 	return epoch, nil
+}
+
+// validateCopy runs `envoy --mode validate` on copied, the private copy of
+// cfg's bootstrap that the new epoch will run; problems name the
+// operator's file, not the copy.
+func validateCopy(ctx context.Context, cfg *Config, copied string) error {
+	c := *cfg
+	c.Envoy.ConfigPath = copied
+	err := validateBootstrap(ctx, &c)
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		for i := range ce.Problems {
+			ce.Problems[i].File = strings.ReplaceAll(ce.Problems[i].File, copied, cfg.Envoy.ConfigPath)
+			ce.Problems[i].Msg = strings.ReplaceAll(ce.Problems[i].Msg, copied, cfg.Envoy.ConfigPath)
+		}
+	}
+	return err
+}
+
+// waitForDrainingEpochs is the reloader's wait: while the epoch that the
+// last reload replaced still has downstream connections (requests in
+// flight, or kept-alive connections), starting another epoch would end it
+// at once (Envoy keeps two generations), so the next reload waits, at
+// most until Envoy itself ends that epoch (parent_shutdown_duration after
+// it was replaced). STATUS= says so meanwhile; the note goes into the
+// reload's answer.
+func (s *supervisor) waitForDrainingEpochs(ctx context.Context) (time.Duration, string, error) {
+	var last envoy.DrainingEpoch
+	waited, err := s.proxy.WaitForDrainingEpochs(ctx, func(d envoy.DrainingEpoch) {
+		if last.Pid == 0 {
+			s.log.Infof("reload: waiting for epoch %d (pid %d, %d active connections) to finish draining, at most %s, before starting a new epoch",
+				d.Epoch, d.Pid, d.Connections, d.Left.Round(time.Second))
+			s.notify.ExtendTimeout(d.Left + 2*s.config().Agent.StartTimeout.D() + validateTimeout)
+		}
+		last = d
+		s.notify.Status(fmt.Sprintf("%s; reload waiting for epoch %d (pid %d) to finish draining: %d active connections, at most %s left",
+			s.liveStatus(), d.Epoch, d.Pid, d.Connections, d.Left.Round(time.Second)))
+	})
+	if last.Pid == 0 {
+		return 0, "", err
+	}
+	note := fmt.Sprintf("waited %s for epoch %d (pid %d) to finish draining before starting a new epoch", waited.Round(time.Millisecond), last.Epoch, last.Pid)
+	if err != nil {
+		return waited, note, fmt.Errorf("the agent is stopping: %w", err)
+	}
+	s.log.Infof("reload: %s", note)
+	return waited, note, nil
 }

@@ -59,6 +59,9 @@ func RequestReload(ctx context.Context, path string, out io.Writer) error {
 		return &ReloadError{Result: res}
 	}
 	fmt.Fprintf(out, "reloaded: epoch %d is serving (%d ms)\n", res.Epoch, res.TookMs)
+	if res.Note != "" {
+		fmt.Fprintf(out, "  (%s)\n", res.Note)
+	}
 	return nil
 }
 

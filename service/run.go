@@ -158,6 +158,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	s.report.agentStarted(version)
 	s.proxy = envoy.NewEnvoy(s.proxyConfig(cfg))
 	s.reloader = newReloader(s.reload)
+	s.reloader.wait = s.waitForDrainingEpochs
 	a := cfg.Agent
 	s.agent = envoy.NewAgent(s.proxy, a.TerminationDrainDuration.D(), a.MinDrainDuration.D(), a.Localhost,
 		int(cfg.Envoy.AdminPort), int(a.StatusPort), int(a.PrometheusPort), a.ExitOnZeroActiveConnections)

@@ -8,22 +8,11 @@ import (
 )
 
 func TestStatusServer(t *testing.T) {
-	var quits, drains int
-	ready := true
-	s := &statusServer{
-		log: testLogger(),
-		ready: func(context.Context) (bool, string) {
-			return ready, map[bool]string{true: "LIVE", false: "draining"}[ready]
-		},
-		quit:  func() { quits++ },
-		drain: func() { drains++ },
-	}
-	h := s.handler()
 	tests := []struct {
 		name, method, path, peer string
 		ready                    bool
 		code                     int
-		quits, drains            int
+		quits, drains            int // what this one request must have called
 	}{
 		{"ready while live", "GET", "/healthz/ready", "127.0.0.1:5000", true, 200, 0, 0},
 		{"not ready while draining", "GET", "/healthz/ready", "127.0.0.1:5000", false, 503, 0, 0},
@@ -34,16 +23,25 @@ func TestStatusServer(t *testing.T) {
 		{"remote quit forbidden", "POST", "/quitquitquit", "192.168.1.9:5000", true, 403, 0, 0},
 		{"remote drain forbidden", "POST", "/drain", "[2001:db8::1]:5000", true, 403, 0, 0},
 		{"quit", "POST", "/quitquitquit", "127.0.0.1:5000", true, 200, 1, 0},
-		{"drain", "POST", "/drain", "127.0.0.1:5000", true, 200, 1, 1},
-		{"unknown path", "GET", "/nope", "127.0.0.1:5000", true, 404, 1, 1},
+		{"drain", "POST", "/drain", "127.0.0.1:5000", true, 200, 0, 1},
+		{"unknown path", "GET", "/nope", "127.0.0.1:5000", true, 404, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ready = tt.ready
+			// A server of its own: each case runs alone too (-run 'TestStatusServer/^drain$').
+			var quits, drains int
+			s := &statusServer{
+				log: testLogger(),
+				ready: func(context.Context) (bool, string) {
+					return tt.ready, map[bool]string{true: "LIVE", false: "draining"}[tt.ready]
+				},
+				quit:  func() { quits++ },
+				drain: func() { drains++ },
+			}
 			req := httptest.NewRequest(tt.method, tt.path, nil)
 			req.RemoteAddr = tt.peer
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, req)
+			s.handler().ServeHTTP(rec, req)
 			if rec.Code != tt.code {
 				t.Fatalf("%s %s from %s = %d, want %d (%s)", tt.method, tt.path, tt.peer, rec.Code, tt.code, rec.Body)
 			}

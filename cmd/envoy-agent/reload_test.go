@@ -53,7 +53,7 @@ func TestTenReloadsUnderLoadDropNothing(t *testing.T) {
 	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
 	l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/"), 4)
 	defer l.Stop()
-	time.Sleep(300 * time.Millisecond)
+	waitAnswers(t, l, 20)
 	var took []time.Duration
 	for i := 1; i <= 10; i++ {
 		p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: fmt.Sprintf("v%d", i)})
@@ -63,9 +63,9 @@ func TestTenReloadsUnderLoadDropNothing(t *testing.T) {
 		if code != 0 || !strings.Contains(out, fmt.Sprintf("reloaded: epoch %d is serving", i)) {
 			t.Fatalf("reload %d: exit %d: %s", i, code, out)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // the scenario: reloads 200ms apart
 	}
-	time.Sleep(300 * time.Millisecond)
+	testenvoy.Eventually(10*time.Second, func() bool { return l.Latest() == "v10" })
 	l.Stop()
 	t.Logf("10 reloads, envoy-agent reload took %v; %d requests ok, %d failed; answers %v", took, l.OK(), l.Failed(), l.Versions())
 	if l.Failed() != 0 {
@@ -158,7 +158,7 @@ func TestFailedReloadsKeepTheServingEnvoy(t *testing.T) {
 		if r, err := testenvoy.Get(testenvoy.URL(p.ports.Admin, "/ready"), time.Second); err != nil || r.Code != 200 {
 			t.Errorf("%s: Envoy's admin API after the failed reload: %+v %v", tt.name, r, err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		waitAnswers(t, l, 20) // answers given after the failed reload
 		if v := l.Latest(); v != "good-0" {
 			t.Errorf("%s (%d): the answers say %q, want the old good-0", tt.name, i, v)
 		}
@@ -168,7 +168,7 @@ func TestFailedReloadsKeepTheServingEnvoy(t *testing.T) {
 	if code, out := p.reload(); code != 0 {
 		t.Fatalf("good reload after failures: exit %d: %s", code, out)
 	}
-	time.Sleep(300 * time.Millisecond)
+	testenvoy.Eventually(10*time.Second, func() bool { return l.Latest() == "good-1" })
 	l.Stop()
 	if l.Failed() != 0 {
 		t.Fatalf("%d requests failed (last: %s)", l.Failed(), l.LastErr())
@@ -185,6 +185,15 @@ func TestFailedReloadsKeepTheServingEnvoy(t *testing.T) {
 		t.Fatalf("stop after failed reloads: exit %d after %s; want 0 after min_drain_duration 1s", code, took)
 	}
 	assertNoEnvoyFor(t, p.dir)
+}
+
+// waitAnswers waits until the load has had n more answers than now.
+func waitAnswers(t *testing.T, l *testenvoy.Load, n int64) {
+	t.Helper()
+	from := l.OK()
+	if !testenvoy.Eventually(10*time.Second, func() bool { return l.OK() >= from+n }) {
+		t.Fatalf("the load got fewer than %d answers in 10s (last error: %s)", n, l.LastErr())
+	}
 }
 
 func writeFile(t *testing.T, path, text string) {
@@ -228,7 +237,7 @@ func TestSighupAndConcurrentReloads(t *testing.T) {
 	if runs != "2" && runs != "3" {
 		t.Errorf("envoy_agent_reloads_total = %s after 1 + 5 concurrent requests; want them coalesced into 1 or 2 runs", runs)
 	}
-	time.Sleep(300 * time.Millisecond)
+	testenvoy.Eventually(10*time.Second, func() bool { return l.Latest() == "burst" })
 	l.Stop()
 	if l.Failed() != 0 || l.Latest() != "burst" {
 		t.Fatalf("%d failed, latest %q", l.Failed(), l.Latest())

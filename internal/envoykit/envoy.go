@@ -49,9 +49,20 @@ func Start(bin string, args []string, out io.Writer, env ...string) (*Process, e
 	return p, nil
 }
 
-// StartEnvoy runs a bare Envoy on bootstrap (BareArgs).
+// StartEnvoy runs a bare Envoy on bootstrap (BareArgs). Once it has exited,
+// its hot-restart shared memory is removed: Envoy leaves
+// /dev/shm/envoy_shared_memory_<base id × 10> behind, and runs of the
+// tests and the benchmark would pile them up.
 func StartEnvoy(bin, bootstrap string, baseID uint32, out io.Writer) (*Process, error) {
-	return Start(bin, BareArgs(bootstrap, baseID), out)
+	p, err := Start(bin, BareArgs(bootstrap, baseID), out)
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		<-p.done
+		_ = os.Remove("/dev/shm/envoy_shared_memory_" + strconv.FormatUint(uint64(baseID)*10, 10))
+	}()
+	return p, nil
 }
 
 // Pid is the process id.

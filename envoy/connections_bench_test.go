@@ -1,0 +1,75 @@
+package envoy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+)
+
+// BenchmarkCountConnections compares one drain poll's count from the
+// kernel (Envoy.ActiveConnections) with the admin API's gauges, for a real
+// Envoy with 10, 100 and 1000 listeners and 10 connections held open:
+//
+//	go test -run '^$' -bench CountConnections -benchtime 200x ./envoy
+func BenchmarkCountConnections(b *testing.B) {
+	for _, listeners := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprintf("listeners=%d", listeners), func(b *testing.B) {
+			up := testenvoy.NewUpstream(b)
+			ports := testenvoy.NewPorts(b)
+			ports.Upstream = up.Port
+			var extra []int
+			for range listeners - 1 {
+				extra = append(extra, testenvoy.FreePort(b))
+			}
+			dir := b.TempDir()
+			p := NewEnvoy(ProxyConfig{
+				BinaryPath: testenvoy.Binary(b), AdminPort: int32(ports.Admin),
+				ConfigPath:    testenvoy.WriteBootstrap(b, dir, "envoy.yaml", testenvoy.BootstrapOptions{Ports: ports, ExtraListeners: extra}),
+				DrainDuration: durationpb.New(time.Second), BaseID: testenvoy.BaseID(), Concurrency: 1, LogLevel: "warning", RunDir: dir,
+			})
+			abort := make(chan error, 1)
+			done := make(chan error, 1)
+			go func() { done <- p.Run(abort) }()
+			b.Cleanup(func() { abort <- errAbort; <-done; p.Cleanup() })
+			if !testenvoy.Eventually(60*time.Second, func() bool { r, err := p.Admin().Ready(context.Background()); return err == nil && r.Live }) {
+				b.Fatal("envoy never became LIVE")
+			}
+			for i := range 10 {
+				port := ports.Listener
+				if i < len(extra) {
+					port = extra[i]
+				}
+				c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { c.Close() })
+			}
+			if !testenvoy.Eventually(10*time.Second, func() bool { n, err := p.ActiveConnections(context.Background()); return err == nil && n == 10 }) {
+				n, err := p.ActiveConnections(context.Background())
+				b.Fatalf("kernel count %d, %v; want 10", n, err)
+			}
+			b.Run("kernel", func(b *testing.B) {
+				for b.Loop() {
+					if n, err := p.countConnections(nil); err != nil || n != 10 {
+						b.Fatalf("%d, %v", n, err)
+					}
+				}
+			})
+			b.Run("stats", func(b *testing.B) {
+				for b.Loop() {
+					if _, err := p.admin.ActiveConnections(context.Background()); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}
