@@ -104,6 +104,11 @@ func (c *AdminClient) Quit(ctx context.Context) error {
 	return c.post(ctx, "/quitquitquit")
 }
 
+// ReopenLogs is POST /reopen_logs: Envoy reopens its access logs (and --log-path).
+func (c *AdminClient) ReopenLogs(ctx context.Context) error {
+	return c.post(ctx, "/reopen_logs")
+}
+
 // activeConnectionsPath asks only for the per-listener active connection
 // gauges that are in use.
 const activeConnectionsPath = `/stats?usedonly&filter=^listener\..*downstream_cx_active$`

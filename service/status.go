@@ -17,7 +17,9 @@ import (
 //   - POST /quitquitquit: stop Envoy at once, without a drain, and exit 0;
 //   - POST /drain: drain with no end; a later stop exits at once;
 //   - POST /reload: reload the configuration, answering with the outcome
-//     (JSON) once it is done.
+//     (JSON) once it is done;
+//   - POST /reopen_logs: have every Envoy epoch reopen its log files, answering
+//     with the outcome (JSON).
 //
 // Peers that are not on loopback get 403; other methods on the POST routes
 // get 405.
@@ -27,6 +29,7 @@ type statusServer struct {
 	quit   func()
 	drain  func()
 	reload func(context.Context) ReloadResult
+	reopen func(context.Context) ReopenResult
 }
 
 func (s *statusServer) handler() http.Handler {
@@ -44,6 +47,14 @@ func (s *statusServer) handler() http.Handler {
 	}))
 	mux.HandleFunc("/reload", post(func(w http.ResponseWriter, r *http.Request) {
 		res := s.reload(r.Context())
+		w.Header().Set("Content-Type", "application/json")
+		if !res.OK {
+			w.WriteHeader(http.StatusConflict)
+		}
+		_ = json.NewEncoder(w).Encode(res)
+	}))
+	mux.HandleFunc("/reopen_logs", post(func(w http.ResponseWriter, r *http.Request) {
+		res := s.reopen(r.Context())
 		w.Header().Set("Content-Type", "application/json")
 		if !res.OK {
 			w.WriteHeader(http.StatusConflict)
