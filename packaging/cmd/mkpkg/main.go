@@ -29,8 +29,8 @@ import (
 	"time"
 
 	"github.com/goreleaser/nfpm/v2"
-	"github.com/goreleaser/nfpm/v2/files"
 	_ "github.com/goreleaser/nfpm/v2/deb" // registers the "deb" packager
+	"github.com/goreleaser/nfpm/v2/files"
 	_ "github.com/goreleaser/nfpm/v2/rpm" // registers the "rpm" packager
 )
 
