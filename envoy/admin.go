@@ -104,6 +104,11 @@ func (c *AdminClient) Quit(ctx context.Context) error {
 	return c.post(ctx, "/quitquitquit")
 }
 
+// ReopenLogs is POST /reopen_logs: Envoy reopens its access logs (and --log-path).
+func (c *AdminClient) ReopenLogs(ctx context.Context) error {
+	return c.post(ctx, "/reopen_logs")
+}
+
 // activeConnectionsPath asks for the per-listener active connection gauges,
 // all of them: with usedonly, a new epoch hides the gauges of listeners it
 // has not used itself, although the old epoch's connections are merged into

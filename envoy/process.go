@@ -57,8 +57,10 @@ func startProcess(binary string, args []string, epoch int, adminAddressPath stri
 	}
 	cmd := exec.Command(binary, args...)
 	cmd.Env = childEnv(os.Environ())
-	cmd.Stdout = stdout
-	cmd.Stderr = io.MultiWriter(stderr, p.tail)
+	// Envoy's output is relayed a whole line at a time (see lineWriter).
+	outLines, errLines := newLineWriter(stdout), newLineWriter(stderr)
+	cmd.Stdout = outLines
+	cmd.Stderr = io.MultiWriter(errLines, p.tail)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	p.cmd = cmd
 
@@ -75,6 +77,8 @@ func startProcess(binary string, args []string, epoch int, adminAddressPath stri
 		p.started = time.Now()
 		started <- nil
 		p.waitErr = cmd.Wait()
+		outLines.Flush()
+		errLines.Flush()
 		close(p.done)
 	}()
 	if err := <-started; err != nil {

@@ -64,7 +64,7 @@ func Run(ctx context.Context, opts Options) error {
 	// Signals first: a SIGHUP or SIGTERM during start-up must not kill the
 	// agent with the default action and leave nothing drained.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
 	defer signal.Stop(sigs)
 
 	cfg, err := LoadConfig(opts.ConfigPath)
@@ -140,8 +140,8 @@ func (s *supervisor) setHotRestartVersion(v string) {
 func (s *supervisor) proxyConfig(cfg *Config) envoy.ProxyConfig {
 	pc := cfg.ProxyConfig()
 	pc.Logger = s.log
-	pc.Stderr = s.stderr
-	pc.Stdout = s.stderr
+	pc.Stderr = envoyOutputFor(s.stderr)
+	pc.Stdout = envoyOutputFor(s.stderr)
 	return pc
 }
 
@@ -197,7 +197,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	agentCtx, stopAgent := context.WithCancel(context.Background())
 	defer stopAgent()
 	quit := func() { s.agent.DisableDraining(); stopAgent() }
-	status := &statusServer{log: log, ready: s.ready, quit: quit, drain: s.drainNow, reload: s.requestReload, report: s.handleStatus}
+	status := &statusServer{log: log, ready: s.ready, quit: quit, drain: s.drainNow, reload: s.requestReload, report: s.handleStatus, reopen: s.reopenLogs}
 	go serveHTTP(serveCtx, statusLn, status.handler(), log)
 	if promLn != nil {
 		go serveHTTP(serveCtx, promLn, s.metrics.mergedHandler(s.proxy.Admin(), log), log)
@@ -239,6 +239,9 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 			case syscall.SIGHUP:
 				log.Infof("SIGHUP: reloading")
 				go s.requestReload(context.Background())
+			case syscall.SIGUSR1:
+				log.Infof("SIGUSR1: reopening envoy's log files")
+				go s.reopenLogs(context.Background())
 			default:
 				if agentCtx.Err() != nil {
 					log.Infof("%s again: ending the drain now", sig)
@@ -286,8 +289,8 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 		case <-ctx.Done():
 			return false, s.abortStart("the agent's context ended", runErr, stopAgent)
 		case sig := <-s.sigs:
-			if sig == syscall.SIGHUP {
-				s.log.Warnf("SIGHUP during start-up: ignored")
+			if sig == syscall.SIGHUP || sig == syscall.SIGUSR1 {
+				s.log.Warnf("%s during start-up: ignored", sig)
 				continue
 			}
 			return false, s.abortStart(sig.String(), runErr, stopAgent)

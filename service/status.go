@@ -19,6 +19,8 @@ import (
 //   - POST /reload: reload the configuration, answering with the outcome
 //     (JSON) once it is done;
 //   - GET /status: the status report (statusreport.go).
+//   - POST /reopen_logs: have every Envoy epoch reopen its log files, answering
+//     with the outcome (JSON).
 //
 // Peers that are not on loopback get 403; other methods on the POST routes
 // get 405.
@@ -29,6 +31,7 @@ type statusServer struct {
 	drain  func()
 	reload func(context.Context) ReloadResult
 	report http.HandlerFunc
+	reopen func(context.Context) ReopenResult
 }
 
 func (s *statusServer) handler() http.Handler {
@@ -55,6 +58,14 @@ func (s *statusServer) handler() http.Handler {
 	if s.report != nil {
 		mux.HandleFunc("/status", s.report)
 	}
+	mux.HandleFunc("/reopen_logs", post(func(w http.ResponseWriter, r *http.Request) {
+		res := s.reopen(r.Context())
+		w.Header().Set("Content-Type", "application/json")
+		if !res.OK {
+			w.WriteHeader(http.StatusConflict)
+		}
+		_ = json.NewEncoder(w).Encode(res)
+	}))
 	return loopbackOnly(mux)
 }
 

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/internal/manual"
 	"github.com/envoy-agent/envoy-agent/service"
 )
 
@@ -35,22 +36,11 @@ const (
 	exitStatusUnknown    = 4 // the configuration file cannot be read, or the answer is not a status
 )
 
-const defaultConfig = "/etc/envoy-agent/config.toml"
+// The commands, their help and the default configuration file are declared in internal/manual,
+// which the man pages are generated from too.
+const defaultConfig = manual.DefaultConfig
 
-const usage = `envoy-agent supervises one Envoy under systemd.
-
-Usage:
-  envoy-agent run      [--config FILE]   start Envoy, notify systemd, drain on SIGTERM
-  envoy-agent validate [--config FILE]   check the configuration and Envoy's bootstrap
-  envoy-agent reload   [--config FILE]   make the running agent apply its edited files
-  envoy-agent status   [--config FILE] [--json]
-                                         what the running agent and its Envoy are doing
-  envoy-agent version                    print the version
-  envoy-agent help                       print this help
-
-Run "envoy-agent COMMAND --help" for a command's flags.
-The default configuration file is ` + defaultConfig + `.
-`
+var usage = manual.Usage()
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -64,29 +54,35 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmd, rest := args[0], args[1:]
 	switch cmd {
 	case "run":
-		path, code := configFlag("run", "Start Envoy with the configuration, tell systemd when it is LIVE, and drain it on SIGTERM.", rest, stdout, stderr)
+		path, code := configFlag("run", rest, stdout, stderr)
 		if code >= 0 {
 			return code
 		}
 		return exitCode(service.Run(context.Background(), service.Options{ConfigPath: path, Version: version, Stderr: stderr}), stderr)
 	case "validate":
-		path, code := configFlag("validate", "Check the configuration file and have Envoy validate its bootstrap (envoy --mode validate).", rest, stdout, stderr)
+		path, code := configFlag("validate", rest, stdout, stderr)
 		if code >= 0 {
 			return code
 		}
 		return exitCode(service.Validate(context.Background(), path, stdout), stderr)
 	case "reload":
-		path, code := configFlag("reload", "Ask the agent running with this configuration to re-read it and hot restart Envoy;\nwait for the outcome. The serving Envoy keeps serving if the reload fails.", rest, stdout, stderr)
+		path, code := configFlag("reload", rest, stdout, stderr)
 		if code >= 0 {
 			return code
 		}
 		return exitCode(service.RequestReload(context.Background(), path, stdout), stderr)
 	case "status":
 		return statusCommand(rest, stdout, stderr)
+	case "reopen-logs":
+		path, code := configFlag("reopen-logs", rest, stdout, stderr)
+		if code >= 0 {
+			return code
+		}
+		return exitCode(service.RequestReopenLogs(context.Background(), path, stdout), stderr)
 	case "version":
 		fs := flag.NewFlagSet("version", flag.ContinueOnError)
 		fs.SetOutput(stderr)
-		fs.Usage = func() { fmt.Fprintln(fs.Output(), "Usage: envoy-agent version\n\nPrint envoy-agent's version.") }
+		fs.Usage = func() { fmt.Fprintf(fs.Output(), "Usage: envoy-agent version\n\n%s\n", describe("version")) }
 		if err := fs.Parse(rest); err != nil {
 			return helpOrUsage(err)
 		}
@@ -101,8 +97,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
+// describe is a command's description from internal/manual, as a sentence without markup.
+func describe(name string) string {
+	c, _ := manual.Lookup(name)
+	d := strings.ReplaceAll(c.Description, "`", "")
+	return strings.ToUpper(d[:1]) + d[1:] + "."
+}
+
 // configFlag parses a command's flags: --config FILE. code is -1 to go on.
-func configFlag(name, what string, args []string, stdout, stderr io.Writer) (path string, code int) {
+func configFlag(name string, args []string, stdout, stderr io.Writer) (path string, code int) {
+	what := describe(name)
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&path, "config", defaultConfig, "the agent's TOML configuration `file`")
@@ -137,21 +141,25 @@ func exitCode(err error, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
+	// Under systemd every line is marked as an error for journald (service.ErrorLines).
+	say := func(format string, args ...any) {
+		fmt.Fprint(stderr, service.ErrorLines(stderr, fmt.Sprintf(format, args...)))
+	}
 	var ce *service.ConfigError
 	if errors.As(err, &ce) {
-		fmt.Fprintf(stderr, "envoy-agent: invalid configuration:\n%s\n", indent(ce.Error()))
+		say("envoy-agent: invalid configuration:\n%s\n", indent(ce.Error()))
 		return exitBadConfig
 	}
 	if service.IsConfigReloadError(err) {
-		fmt.Fprintf(stderr, "envoy-agent: %v\n", err)
+		say("envoy-agent: %v\n", err)
 		return exitBadConfig
 	}
 	var ae *envoy.AdminAddressError
 	if errors.As(err, &ae) {
-		fmt.Fprintf(stderr, "envoy-agent: invalid configuration: %v\n", err)
+		say("envoy-agent: invalid configuration: %v\n", err)
 		return exitBadConfig
 	}
-	fmt.Fprintf(stderr, "envoy-agent: %v\n", err)
+	say("envoy-agent: %v\n", err)
 	return exitFailure
 }
 

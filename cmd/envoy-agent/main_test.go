@@ -72,8 +72,10 @@ type procOptions struct {
 	bootstrap     testenvoy.BootstrapOptions
 	watchdogUsec  int
 	noWaitReady   bool
-	configText    string // the whole TOML file instead, when set
-	bootstrapFile string // an existing bootstrap instead, when set
+	configText    string   // the whole TOML file instead, when set
+	bootstrapFile string   // an existing bootstrap instead, when set
+	stderrFile    *os.File // the agent's stderr instead of a buffer, when set
+	env           []string // more environment for the agent
 }
 
 type agentProc struct {
@@ -139,6 +141,10 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 		p.cmd.Env = append(p.cmd.Env, "WATCHDOG_USEC="+strconv.Itoa(o.watchdogUsec))
 	}
 	p.cmd.Stderr = p.stderr
+	if o.stderrFile != nil {
+		p.cmd.Stderr = o.stderrFile
+	}
+	p.cmd.Env = append(p.cmd.Env, o.env...)
 	if beforeStart != nil {
 		beforeStart(ports)
 	}

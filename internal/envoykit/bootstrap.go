@@ -23,6 +23,9 @@ type BootstrapOptions struct {
 	// ResponseHeader, when set, is added to every proxied response as
 	// x-config-version.
 	ResponseHeader string
+	// AccessLog, when set, is a file every listener writes one line per request to: the
+	// request's path.
+	AccessLog string
 }
 
 var bootstrapTmpl = template.Must(template.New("bootstrap").Parse(`node: { id: envoy-agent-kit, cluster: envoy-agent-kit }
@@ -52,6 +55,14 @@ static_resources:
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: ingress{{if $i}}_{{$i}}{{end}}
+          {{- if $.AccessLog}}
+          access_log:
+          - name: envoy.access_loggers.file
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+              path: "{{$.AccessLog}}"
+              log_format: { text_format_source: { inline_string: "%REQ(:PATH)%\n" } }
+          {{- end}}
           route_config:
             virtual_hosts:
             - name: all

@@ -29,7 +29,8 @@ ENVOY_TO=${E2E_ENVOY_TO:-1.40.0}
 NFPM_CONFIG=${NFPM_CONFIG:-packaging/nfpm.yaml}
 BINARY=${BINARY:-bin/envoy-agent}
 ROOTFS=${E2E_ROOTFS:-$repo/.cache/rootfs-bookworm}
-ROOTFS_INCLUDE=systemd,systemd-sysv,dbus,procps,curl
+# man-db and logrotate: the man page and log rotation steps use the distribution's own tools.
+ROOTFS_INCLUDE=systemd,systemd-sysv,dbus,procps,curl,man-db,logrotate
 UNIT=envoy-agent.service
 HTTP=http://127.0.0.1:80
 
@@ -759,6 +760,128 @@ unit_security_template() {
 	0.* | 1.[0-4]) ;;
 	*) echo "$out" | grep '✗'; fail "exposure \"$score\" is above 1.4" ;;
 	esac
+# --- man pages, journal priorities, log rotation ---------------------------------------------------
+
+# man envoy-agent and man 5 envoy-agent.toml render the installed pages.
+man_pages() {
+	local page8 page5
+	page8=$(ct_sh 'MANWIDTH=100 man -P cat envoy-agent 2>&1') || { echo "$page8"; fail "man envoy-agent failed"; }
+	page5=$(ct_sh 'MANWIDTH=100 man -P cat 5 envoy-agent.toml 2>&1') || { echo "$page5"; fail "man 5 envoy-agent.toml failed"; }
+	echo "detail: $(echo "$page8" | sed -n '1p' | tr -s ' '), $(echo "$page8" | wc -l) + $(echo "$page5" | wc -l) lines"
+	for w in 'reopen-logs' 'EXIT STATUS' 'SIGUSR1'; do
+		grep -- "$w" <<<"$page8" >/dev/null || { echo "$page8" | head -40; fail "envoy-agent(8) has no \"$w\""; }
+	done
+	for w in 'termination_drain_duration' 'binary_path'; do
+		grep -- "$w" <<<"$page5" >/dev/null || { echo "$page5" | head -40; fail "envoy-agent.toml(5) has no \"$w\""; }
+	done
+}
+
+# A failed reload's reason reaches journalctl -p warning (the agent's line and the reload
+# command's), and so do Envoy's warnings, while the agent's info lines stay below it. (Every grep
+# here reads its whole input: grep -q would end a pipe early, which pipefail counts as a failure.)
+journal_priorities() {
+	local since rc warn boot_warn boot_info
+	# --since, not --after-cursor: systemd 252's journalctl skips the first entry after the cursor
+	# that matches -u/-p when the cursor's own entry does not match.
+	since=$(ct_run date +%s) || return 1
+	sleep 1
+	put_bootstrap bad || return 1
+	T=120 ct_run systemctl reload "$UNIT"
+	rc=$?
+	put_bootstrap "$(current)"
+	[ $rc -ne 0 ] || fail "systemctl reload succeeded with a bad bootstrap"
+	# journald reads each process's stream on its own: wait for both lines to be in.
+	warnings() { ct_run journalctl -u "$UNIT" -p warning --since "@$since" --no-pager -o cat; }
+	both_in() {
+		local w
+		w=$(warnings)
+		grep 'level=error msg="reload failed' <<<"$w" >/dev/null && grep '^envoy-agent: reload failed' <<<"$w" >/dev/null
+	}
+	wait_for 10 both_in
+	warn=$(warnings)
+	echo "$warn" | sed 's/^/-p warning: /'
+	echo "detail: $(grep -m1 'level=error msg="reload failed' <<<"$warn" | cut -c1-110)..."
+	grep 'level=error msg="reload failed' <<<"$warn" >/dev/null || fail "the agent's reload failure is not at warning or above"
+	grep '^envoy-agent: reload failed' <<<"$warn" >/dev/null || fail "envoy-agent reload's error is not at warning or above"
+	boot_warn=$(ct_run journalctl -u "$UNIT" -p warning -b --no-pager -o cat)
+	boot_info=$(ct_run journalctl -u "$UNIT" -p info -b --no-pager -o cat)
+	grep '\]\[warning\]\[' <<<"$boot_warn" >/dev/null || fail "none of Envoy's [warning] lines is at warning"
+	! grep -e 'envoy is LIVE' -e '\]\[info\]\[' <<<"$boot_warn" || fail "info lines are at warning or above"
+	grep 'envoy is LIVE' <<<"$boot_info" >/dev/null || fail "info lines are missing"
+	expect_body
+}
+
+# bootstrap_access_log BODY: the e2e bootstrap with an access log in /var/log/envoy-agent, one
+# line per request (its path).
+bootstrap_access_log() {
+	bootstrap "$1" | sed 's|^          stat_prefix: e2e$|&\
+          access_log:\
+          - name: envoy.access_loggers.file\
+            typed_config:\
+              "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog\
+              path: /var/log/envoy-agent/access.log\
+              log_format: { text_format_source: { inline_string: "%REQ(:PATH)%\\n" } }|'
+}
+
+access_lines() { # access_lines FILE: lines in /var/log/envoy-agent/FILE (0 when missing)
+	ct_sh "cat /var/log/envoy-agent/$1 2>/dev/null | wc -l"
+}
+
+access_lines_above() { # access_lines_above N FILE...: the files hold more than N lines in all
+	local n=$1 sum=0 f
+	shift
+	for f in "$@"; do
+		sum=$((sum + $(access_lines "$f")))
+	done
+	[ "$sum" -gt "$n" ]
+}
+
+# README's LogsDirectory= drop-in and an access log there; logrotate -f under traffic: Envoy goes
+# on in the new file, and every request is in the old file or the new one. The drop-in and the
+# plain bootstrap are put back whatever happened (/var/log/envoy-agent stays for purge to remove).
+logrotate_access_log() {
+	local body rc
+	body=$(current)
+	(logrotate_under_load "$body")
+	rc=$?
+	ct_run rm -rf "/etc/systemd/system/$UNIT.d"
+	put_bootstrap "$body" && ct_run systemctl daemon-reload && T=120 ct_run systemctl restart "$UNIT" && expect_body || rc=1
+	return $rc
+}
+
+logrotate_under_load() {
+	local body=$1
+	bootstrap_access_log "$body" >"$share/access.yaml" || return 1
+	grep -q 'access.log' "$share/access.yaml" || fail "no access log in the bootstrap"
+	ct_sh "mkdir -p /etc/systemd/system/$UNIT.d && printf '[Service]\nLogsDirectory=envoy-agent\n' > /etc/systemd/system/$UNIT.d/logs.conf" || return 1
+	put_bootstrap access || return 1
+	ct_run systemctl daemon-reload || return 1
+	T=120 ct_run systemctl restart "$UNIT" || { ct_run journalctl -u "$UNIT" -n 30 --no-pager; return 1; }
+	wait_for 60 unit_is active || fail "unit not active"
+	expect_body || return 1
+	# expect_body's request is in the log too: count from what is there before the client starts.
+	wait_for 5 access_lines_above 0 access.log || fail "no access log line for the first request"
+	local before
+	before=$(access_lines access.log)
+	client_start logrotate || return 1
+	wait_for 10 access_lines_above 5 access.log || fail "no access log lines"
+	local out
+	out=$(T=60 ct_run logrotate -f -v /etc/logrotate.d/envoy-agent 2>&1)
+	local rc=$?
+	echo "$out" | grep -e 'renaming /var/log/envoy-agent/access.log to' -e 'running postrotate' -e 'error' | sed 's/^/logrotate: /'
+	[ $rc -eq 0 ] || { echo "$out"; client_stop logrotate; fail "logrotate -f failed"; }
+	ct_run test -f /var/log/envoy-agent/access.log.1 || { client_stop logrotate; fail "no access.log.1"; }
+	wait_for 15 access_lines_above 5 access.log || { client_stop logrotate; fail "Envoy did not write to the new access.log"; }
+	client_stop logrotate || return 1
+	local total old new
+	total=$(wc -l <"$work/logrotate.client")
+	# Envoy writes its buffer out every second (--file-flush-interval-msec 1000).
+	wait_for 10 access_lines_above $((total + before - 1)) access.log.1 access.log
+	old=$(($(access_lines access.log.1) - before))
+	new=$(access_lines access.log)
+	echo "detail: $total requests; access.log.1 $old lines (+$before before), access.log $new lines; $(ct_run journalctl -u "$UNIT" --no-pager -o cat | grep -c 'reopened its log files') reopen(s) logged"
+	[ $((old + new)) -eq "$total" ] || fail "$total requests but $((old + new)) access log lines"
+	ct_sh "stat -c '%U:%G %a %n' /var/log/envoy-agent /var/log/envoy-agent/*"
 }
 
 # --- main ----------------------------------------------------------------------------------------
@@ -789,6 +912,9 @@ if setup_step "setup: packages, Envoy and test bootstraps staged" prepare_share 
 			step "template: reload @a under load, zero failed requests, @b untouched (pid, epoch)" instances_reload_one
 			step "template: @c with @b's base_id refused (exit 3), naming @b and envoy.base_id" instances_clash
 			step "template: stop @a drains (status: draining, then stopped, exit 3) while @b serves" instances_stop_one
+			step "man envoy-agent and man 5 envoy-agent.toml show the installed pages" man_pages
+			step "journal: -p warning shows a failed reload's reason and Envoy's warnings, not info" journal_priorities
+			step "logrotate -f: Envoy writes on in the new access log, no request lost" logrotate_access_log
 			step "stop: a slow request in flight completes, clean stop, drain in the journal" stop_draining
 			step "envoy package upgraded while envoy-agent is stopped: starts nothing, fails nothing" envoy_upgrade_stopped
 			step "kill -9 of Envoy: the unit restarts by itself" kill9

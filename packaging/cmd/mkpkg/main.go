@@ -2,11 +2,13 @@
 // packaging needs nothing beyond the module's own dependencies (no tool download at build time).
 //
 // It reads an nfpm configuration (packaging/nfpm.yaml), in which ${VERSION}, ${ARCH} and ${BINARY}
-// come from its flags and every other ${VAR} from the environment, and writes one package per
-// format into the output directory under the format's conventional file name:
+// come from its flags, ${LIBC_VERSION} from the binary (the oldest glibc it can run on),
+// and every other ${VAR} comes from the environment. The packages' changelog is CHANGELOG.md,
+// converted for this version (see changelog.go). It writes one package per format into the output directory
+// under the format's conventional file name:
 //
 //	go run ./packaging/cmd/mkpkg -version "$(git describe --tags --always --dirty)" \
-//	    -binary bin/envoy-agent -out dist
+//	    -binary bin/envoy-agent -changelog CHANGELOG.md -date 2026-12-03 -out dist
 //
 // Paths in the configuration are relative to the working directory (the repository root).
 //
@@ -24,9 +26,11 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/goreleaser/nfpm/v2"
 	_ "github.com/goreleaser/nfpm/v2/deb" // registers the "deb" packager
+	"github.com/goreleaser/nfpm/v2/files"
 	_ "github.com/goreleaser/nfpm/v2/rpm" // registers the "rpm" packager
 )
 
@@ -45,6 +49,8 @@ func run(args []string) error {
 	binary := fs.String("binary", "bin/envoy-agent", "the envoy-agent binary to package")
 	arch := fs.String("arch", defaultArch(), "target architecture, in GOARCH terms")
 	formats := fs.String("formats", "deb,rpm", "comma-separated package formats")
+	changelog := fs.String("changelog", "CHANGELOG.md", "the changelog the packages carry (Markdown, see changelog.go)")
+	date := fs.String("date", "", "YYYY-MM-DD of a development build's changelog entry (default: today)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -55,7 +61,23 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	vars := map[string]string{"VERSION": pkgVersion, "ARCH": *arch, "BINARY": *binary}
+	buildDate := time.Now().UTC()
+	if *date != "" {
+		if buildDate, err = time.Parse(time.DateOnly, *date); err != nil {
+			return fmt.Errorf("-date: %w", err)
+		}
+	}
+	libc, err := glibcVersion(*binary)
+	if err != nil {
+		return err
+	}
+	stage, err := os.MkdirTemp("", "mkpkg-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(stage)
+	chglogPath := filepath.Join(stage, "changelog.yml")
+	vars := map[string]string{"VERSION": pkgVersion, "ARCH": *arch, "BINARY": *binary, "LIBC_VERSION": libc}
 	cfg, err := nfpm.ParseFileWithEnvMapping(*config, func(name string) string {
 		if v, ok := vars[name]; ok {
 			return v
@@ -65,11 +87,16 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", *config, err)
 	}
+	debChangelog := filepath.Join(stage, "changelog.Debian.gz")
+	if err := writeChangelog(*changelog, chglogPath, debChangelog, cfg.Name, pkgVersion, cfg.Release, cfg.Maintainer, buildDate); err != nil {
+		return fmt.Errorf("changelog: %w", err)
+	}
+	cfg.Changelog = chglogPath
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return fmt.Errorf("creating output directory: %w", err)
 	}
 	for _, format := range strings.Split(*formats, ",") {
-		path, err := build(&cfg, strings.TrimSpace(format), *out)
+		path, err := build(&cfg, strings.TrimSpace(format), *out, debChangelog)
 		if err != nil {
 			return fmt.Errorf("building the %s package: %w", format, err)
 		}
@@ -78,11 +105,20 @@ func run(args []string) error {
 	return nil
 }
 
-// build writes the package of one format into dir and returns its path.
-func build(cfg *nfpm.Config, format, dir string) (string, error) {
+// build writes the package of one format into dir and returns its path. The .deb gets
+// debChangelog, mkpkg's own rendering of the changelog (see debianChangelog), instead of nfpm's.
+func build(cfg *nfpm.Config, format, dir, debChangelog string) (string, error) {
 	info, err := cfg.Get(format)
 	if err != nil {
 		return "", fmt.Errorf("merging the %s overrides: %w", format, err)
+	}
+	if format == "deb" {
+		info.Changelog = ""
+		info.Contents = append(info.Contents, &files.Content{
+			Source:      debChangelog,
+			Destination: "/usr/share/doc/" + info.Name + "/changelog.Debian.gz",
+			FileInfo:    &files.ContentFileInfo{Mode: 0o644},
+		})
 	}
 	info = nfpm.WithDefaults(info)
 	if err := nfpm.PrepareForPackager(info, format); err != nil {

@@ -1,0 +1,94 @@
+package manual
+
+// DefaultConfig is the configuration file the commands use without --config.
+const DefaultConfig = "/etc/envoy-agent/config.toml"
+
+// Command is one envoy-agent command.
+type Command struct {
+	Name string
+	// Args is the synopsis after the name: "[--config FILE]", or "".
+	Args string
+	// Summary is the one line `envoy-agent help` prints.
+	Summary string
+	// Description is what it does, for README's table, the man page and COMMAND --help: one
+	// paragraph; `code` in backquotes.
+	Description string
+	// ConfigFlag is true for the commands that take --config FILE.
+	ConfigFlag bool
+}
+
+// Commands lists envoy-agent's commands in the order help shows them.
+var Commands = []Command{
+	{
+		Name: "run", Args: "[--config FILE]", ConfigFlag: true,
+		Summary:     "start Envoy, notify systemd, drain on SIGTERM",
+		Description: "start Envoy, notify systemd, feed the watchdog, drain on SIGTERM, reload on SIGHUP, have Envoy reopen its logs on SIGUSR1",
+	},
+	{
+		Name: "validate", Args: "[--config FILE]", ConfigFlag: true,
+		Summary:     "check the configuration and Envoy's bootstrap",
+		Description: "check the TOML and run `envoy --mode validate` on the bootstrap; prints `OK: ...` or each problem as `file:line: key: what is wrong` (the unit's `ExecStartPre=`)",
+	},
+	{
+		Name: "reload", Args: "[--config FILE]", ConfigFlag: true,
+		Summary:     "make the running agent apply its edited files",
+		Description: "ask the agent running with this file to reload, wait, print `reloaded: epoch N is serving (T ms)` or the reason it failed (the unit's `ExecReload=`)",
+	},
+	{
+		Name: "status", Args: "[--config FILE] [--json]",
+		Summary:     "what the running agent and its Envoy are doing",
+		Description: "what the agent running with this file and its Envoy are doing: state, epochs, versions, connections, listeners, drain, last reload; `--json` for the documented JSON (schema_version 1). Exits 0 when the agent answers, 3 when none runs, 4 when the file or the answer cannot be read",
+	},
+	{
+		Name: "reopen-logs", Args: "[--config FILE]", ConfigFlag: true,
+		Summary:     "make every running Envoy reopen its log files",
+		Description: "ask the agent running with this file to have every live Envoy epoch reopen its access logs (after logrotate renamed them); prints `reopened: N epochs` (the logrotate rule's `postrotate`)",
+	},
+	{
+		Name:        "version",
+		Summary:     "print the version",
+		Description: "print the version",
+	},
+	{
+		Name: "help", Args: "",
+		Summary:     "print this help",
+		Description: "usage",
+	},
+}
+
+// Lookup returns the command called name.
+func Lookup(name string) (Command, bool) {
+	for _, c := range Commands {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Command{}, false
+}
+
+// Signal is a signal the agent handles while it runs.
+type Signal struct {
+	Name    string
+	Meaning string
+}
+
+// Signals lists what `envoy-agent run` does on each signal.
+var Signals = []Signal{
+	{"SIGTERM, SIGINT", "drain Envoy (health checks fail, listeners drain, requests in flight finish, up to `agent.termination_drain_duration`), stop it and exit 0; a second one ends the drain at once"},
+	{"SIGHUP", "reload, as `envoy-agent reload` does; the outcome is only logged"},
+	{"SIGUSR1", "have every live Envoy epoch reopen its log files, as `envoy-agent reopen-logs` does; the outcome is only logged"},
+}
+
+// ExitCode is one exit status of envoy-agent.
+type ExitCode struct {
+	Code    int
+	Meaning string
+}
+
+// ExitCodes lists envoy-agent's exit statuses.
+var ExitCodes = []ExitCode{
+	{0, "success: a drained stop, a stop through `/quitquitquit` or `/drain`, a stop before Envoy was LIVE, a valid configuration, a successful reload or log reopening"},
+	{1, "runtime failure: Envoy exited by itself (its reason and last log lines are printed; SIGKILL gets an OOM hint), Envoy was not LIVE within `start_timeout`, a port of the agent's was taken, a reload failed at run time (the serving Envoy kept serving), no agent answered `reload` or `reopen-logs`"},
+	{2, "command-line usage error"},
+	{3, "invalid configuration: a TOML error, an unknown key, a wrong type, a bad value, a missing or non-executable binary, a missing bootstrap, a bootstrap Envoy rejects (`validate`, `reload`), an admin address that does not match `admin_port`; nothing was started. The unit has `RestartPreventExitStatus=3`: restarting cannot fix a bad file"},
+}
