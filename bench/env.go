@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,6 +30,29 @@ type bench struct {
 	progress io.Writer
 	t0       time.Time
 	seq      atomic.Int32
+
+	baseIDsMu sync.Mutex
+	baseIDs   []uint32 // every base id handed out, for the shared-memory clean-up
+}
+
+// baseID hands out a hot-restart base id and remembers it.
+func (b *bench) baseID() uint32 {
+	id := envoykit.BaseID()
+	b.baseIDsMu.Lock()
+	b.baseIDs = append(b.baseIDs, id)
+	b.baseIDsMu.Unlock()
+	return id
+}
+
+// removeSharedMemory removes what the Envoys of the run left in /dev/shm;
+// call it once every process is gone (a killed agent's Envoy, and a bare
+// Envoy, leave their hot-restart region behind).
+func (b *bench) removeSharedMemory() {
+	b.baseIDsMu.Lock()
+	defer b.baseIDsMu.Unlock()
+	for _, id := range b.baseIDs {
+		envoykit.RemoveSharedMemory(id)
+	}
 }
 
 // logf reports progress on stderr (stdout is for the table).
@@ -53,7 +77,7 @@ func (b *bench) logPath(name string) string {
 // same worker count and log level as the agent's Envoy
 // (envoykit.BareArgs).
 func (b *bench) startEnvoy(name, bootstrapPath string) (*proc, error) {
-	return b.sp.start(name, b.logPath(name), childenv.Clean(os.Environ()), b.envoyBin, envoykit.BareArgs(bootstrapPath, envoykit.BaseID())...)
+	return b.sp.start(name, b.logPath(name), childenv.Clean(os.Environ()), b.envoyBin, envoykit.BareArgs(bootstrapPath, b.baseID())...)
 }
 
 // startAgent starts `envoy-agent run` on configPath with env added to a

@@ -73,6 +73,7 @@ func runAll(ctx context.Context, o options, progress io.Writer) (*Results, error
 		return nil, fmt.Errorf("log folder: %w", err)
 	}
 	b.sp = newSpawner()
+	defer b.removeSharedMemory()
 	defer b.sp.killAll()
 	if b.up, err = envoykit.StartUpstream(); err != nil {
 		return nil, err

@@ -115,7 +115,7 @@ func (b *bench) setupAgent(ctx context.Context, name string, o agentSetup) (*age
 func (r *agentRun) writeConfig(b *bench) error {
 	cfg := r.drain
 	cfg.EnvoyBin, cfg.BootstrapPath, cfg.AdminPort, cfg.StatusPort = b.envoyBin, r.bootPath, r.admin, r.status
-	cfg.BaseID, cfg.RunDir = envoykit.BaseID(), filepath.Join(r.dir, "run")
+	cfg.BaseID, cfg.RunDir = b.baseID(), filepath.Join(r.dir, "run")
 	return cfg.write(r.cfgPath)
 }
 

@@ -60,9 +60,15 @@ func StartEnvoy(bin, bootstrap string, baseID uint32, out io.Writer) (*Process, 
 	}
 	go func() {
 		<-p.done
-		_ = os.Remove("/dev/shm/envoy_shared_memory_" + strconv.FormatUint(uint64(baseID)*10, 10))
+		RemoveSharedMemory(baseID)
 	}()
 	return p, nil
+}
+
+// RemoveSharedMemory removes the hot-restart shared memory an Envoy with
+// this base id leaves behind once every epoch is gone.
+func RemoveSharedMemory(baseID uint32) {
+	_ = os.Remove("/dev/shm/envoy_shared_memory_" + strconv.FormatUint(uint64(baseID)*10, 10))
 }
 
 // Pid is the process id.
