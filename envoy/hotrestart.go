@@ -93,7 +93,7 @@ func (e *Envoy) HotRestart(ctx context.Context, cfg ProxyConfig) (int, error) {
 		return 0, err
 	}
 	if err := e.waitEpochLive(ctx, p, cfg); err != nil {
-		lines := withoutConfigDump(p.tail.Lines())
+		lines := Redact(p.tail.Lines())
 		e.abandon(p)
 		return 0, &HotRestartError{Epoch: next, Err: err, LastLines: lines, Recovery: e.recover(ctx, old, next)}
 	}

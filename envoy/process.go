@@ -57,7 +57,10 @@ func startProcess(binary string, args []string, epoch int, adminAddressPath stri
 	cmd := exec.Command(binary, args...)
 	cmd.Env = childEnv(os.Environ())
 	cmd.Stdout = stdout
-	cmd.Stderr = io.MultiWriter(stderr, p.tail)
+	// Envoy's output reaches the agent's log and error reports only
+	// without the configuration dumps it prints (see redact.go).
+	relay := newRedactWriter(io.MultiWriter(stderr, p.tail))
+	cmd.Stderr = relay
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	p.cmd = cmd
 
@@ -74,6 +77,7 @@ func startProcess(binary string, args []string, epoch int, adminAddressPath stri
 		p.started = time.Now()
 		started <- nil
 		p.waitErr = cmd.Wait()
+		relay.Flush()
 		close(p.done)
 	}()
 	if err := <-started; err != nil {
@@ -155,5 +159,5 @@ func (e *ExitError) Killed() bool {
 }
 
 func (p *process) exitError() *ExitError {
-	return &ExitError{Epoch: p.epoch, Pid: p.pid, Err: p.waitErr, LastLines: withoutConfigDump(p.tail.Lines()), Ran: time.Since(p.started)}
+	return &ExitError{Epoch: p.epoch, Pid: p.pid, Err: p.waitErr, LastLines: Redact(p.tail.Lines()), Ran: time.Since(p.started)}
 }

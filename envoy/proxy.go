@@ -466,5 +466,5 @@ func (e *Envoy) LastLines() []string {
 	if e.cur == nil {
 		return nil
 	}
-	return withoutConfigDump(e.cur.tail.Lines())
+	return Redact(e.cur.tail.Lines())
 }

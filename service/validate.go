@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
 )
 
 // validateTimeout bounds `envoy --mode validate`.
@@ -57,9 +59,10 @@ func validateBootstrap(ctx context.Context, cfg *Config) error {
 
 // envoyComplaint picks the reason out of Envoy's output: its critical and
 // error lines without the log prefix, and the last line when a proto dump
-// stands between the two halves of the message.
+// stands between the two halves of the message. Envoy's copies of the
+// bootstrap (secrets and all) are left out first (envoy.Redact).
 func envoyComplaint(output string) string {
-	lines := strings.Split(strings.TrimSpace(output), "\n")
+	lines := envoy.Redact(strings.Split(strings.TrimSpace(output), "\n"))
 	var parts []string
 	firstErr := -1
 	for i, l := range lines {
