@@ -239,7 +239,7 @@ func (e *Envoy) startEpoch(cfg ProxyConfig, source string, epoch int) (*process,
 // never through a symbolic link: the clean-up of an epoch that failed must
 // not remove the copy that a later epoch with the same number runs from.
 func (e *Envoy) snapshotBootstrap(source, original string, epoch int) (string, error) {
-	data, err := os.ReadFile(source)
+	data, err := readBootstrap(source)
 	if err != nil {
 		return "", fmt.Errorf("read envoy bootstrap: %w", err)
 	}

@@ -2,11 +2,14 @@ package service
 
 import (
 	"net/netip"
-	"os"
 	"strconv"
 
 	"go.yaml.in/yaml/v3"
 )
+
+// maxBootstrapSize bounds the bootstrap the agent reads to check its admin
+// address; Envoy itself reads it whole.
+const maxBootstrapSize = 64 << 20
 
 // bootstrapAdmin is the admin socket address of an Envoy bootstrap.
 type bootstrapAdmin struct {
@@ -19,7 +22,7 @@ type bootstrapAdmin struct {
 // (a pipe address, or no admin at all); a file that does not parse is left
 // to Envoy's own validation, which words it better.
 func readBootstrapAdmin(path string) (admin bootstrapAdmin, ok bool, err error) {
-	data, err := os.ReadFile(path)
+	data, err := readRegularFile(path, maxBootstrapSize)
 	if err != nil {
 		return bootstrapAdmin{}, false, err
 	}

@@ -162,6 +162,9 @@ func LoadConfig(path string) (*Config, error) {
 	cfg := DefaultConfig()
 	cfg.File = path
 	ps := &problems{file: path, lines: strings.Split(string(data), "\n")}
+	if err := checkNesting(data); err != nil {
+		return nil, &ConfigError{Problems: []Problem{{File: path, Line: err.line, Msg: err.Error()}}}
+	}
 	md, err := toml.Decode(string(data), &cfg)
 	if err != nil {
 		return nil, &ConfigError{Problems: []Problem{decodeProblem(path, err)}}
@@ -208,23 +211,8 @@ func article(typ string) string {
 }
 
 func readConfigFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	data, err := readRegularFile(path, maxConfigSize)
 	if err != nil {
-		return nil, fmt.Errorf("cannot read the configuration: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("cannot read the configuration: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("cannot read the configuration: not a regular file")
-	}
-	if fi.Size() > maxConfigSize {
-		return nil, fmt.Errorf("the configuration is %d bytes; more than %d is not a configuration file", fi.Size(), maxConfigSize)
-	}
-	data := make([]byte, fi.Size())
-	if _, err := f.ReadAt(data, 0); err != nil && fi.Size() > 0 {
 		return nil, fmt.Errorf("cannot read the configuration: %w", err)
 	}
 	return data, nil
@@ -394,19 +382,11 @@ func resolveBinary(p string) (string, error) {
 }
 
 func checkReadable(p string) error {
-	f, err := os.Open(p)
+	f, err := openRegular(p)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file", p)
-	}
-	return nil
+	return f.Close()
 }
 
 // ProxyConfig maps the [envoy] table onto the envoy package's ProxyConfig.

@@ -77,14 +77,22 @@ func (r *reloader) loop() {
 	}
 }
 
-// close refuses new requests and waits for the reload under way, if any,
-// and those already asked for.
-func (r *reloader) close() {
+// closeWithin refuses new requests and waits for the reload under way, if
+// any, and those already asked for, up to d; it reports whether they
+// ended. A stop must not wait on a reload that hangs.
+func (r *reloader) closeWithin(d time.Duration) bool {
 	r.mu.Lock()
 	r.closed = true
 	idle := r.idle
 	r.mu.Unlock()
-	<-idle
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-idle:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // restartOnly lists the keys a reload cannot change, and how to read them.

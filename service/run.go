@@ -354,7 +354,9 @@ func (s *supervisor) stop(why string, stopAgent context.CancelFunc) {
 	if s.isReloading() {
 		s.log.Infof("waiting for the reload under way to end before draining")
 	}
-	s.reloader.close()
+	if limit := s.config().Agent.StartTimeout.D(); !s.reloader.closeWithin(limit) {
+		s.log.Warnf("the reload under way did not end within start_timeout (%s); stopping anyway", limit)
+	}
 	s.setLive(false)
 	s.metrics.draining.Set(1)
 	s.notify.Stopping("stopping: draining Envoy")
