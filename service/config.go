@@ -32,6 +32,8 @@ type Config struct {
 
 	// File is the path the configuration was read from.
 	File string `toml:"-"`
+	// src is its text, to find the line of a key checked later.
+	src keyLines
 }
 
 // EnvoyConfig is the [envoy] table: how Envoy is launched.
@@ -161,7 +163,8 @@ func LoadConfig(path string) (*Config, error) {
 	}
 	cfg := DefaultConfig()
 	cfg.File = path
-	ps := &problems{file: path, lines: strings.Split(string(data), "\n")}
+	cfg.src = strings.Split(string(data), "\n")
+	ps := &problems{file: path, lines: cfg.src}
 	if err := checkNesting(data); err != nil {
 		return nil, &ConfigError{Problems: []Problem{{File: path, Line: err.line, Msg: err.Error()}}}
 	}
@@ -357,6 +360,7 @@ func (c *Config) check(ps *problems) {
 	if a.LogFormat != "text" && a.LogFormat != "json" {
 		ps.add("agent.log_format", "unknown format %q (text or json)", a.LogFormat)
 	}
+	c.checkLimits(ps)
 }
 
 // resolveBinary finds an executable Envoy: a bare name in PATH, a path as is.

@@ -33,6 +33,9 @@ func Validate(ctx context.Context, path string, out io.Writer) error {
 // validateBootstrap runs `envoy --mode validate` on the bootstrap, with the
 // operator's extra arguments (they may change what Envoy loads).
 func validateBootstrap(ctx context.Context, cfg *Config) error {
+	if err := cfg.checkIsEnvoy(ctx); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, validateTimeout)
 	defer cancel()
 	args := []string{"--mode", "validate", "-c", cfg.Envoy.ConfigPath, "-l", "warning", "--disable-hot-restart"}
