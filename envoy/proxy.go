@@ -100,7 +100,9 @@ func (e *Envoy) ensureRunDir() (string, error) {
 	e.runDirOnce.Do(func() {
 		if dir := e.config().RunDir; dir != "" {
 			e.runDir = dir
-			e.runDirErr = os.MkdirAll(e.runDir, 0o750)
+			if e.runDirErr = os.MkdirAll(e.runDir, 0o750); e.runDirErr == nil {
+				e.runDirErr = CheckRunDir(e.runDir)
+			}
 			return
 		}
 		e.runDir, e.runDirErr = os.MkdirTemp("", "envoy-agent-")
@@ -201,7 +203,10 @@ func (e *Envoy) startEpoch(cfg ProxyConfig, source string, epoch int) (*process,
 		return nil, err
 	}
 	path := e.adminAddressPath(epoch)
-	_ = os.Remove(path)
+	if err := createAdminAddressFile(path); err != nil {
+		_ = os.Remove(snapshot)
+		return nil, err
+	}
 	runCfg := cfg
 	runCfg.ConfigPath = snapshot
 	args := runCfg.args(epoch, path)

@@ -361,6 +361,13 @@ func (c *Config) check(ps *problems) {
 		ps.add("agent.log_format", "unknown format %q (text or json)", a.LogFormat)
 	}
 	c.checkLimits(ps)
+	if dir := c.runDir(); dir != "" {
+		if _, err := os.Lstat(dir); err == nil {
+			if err := envoy.CheckRunDir(dir); err != nil {
+				ps.add("agent.run_dir", "%v", err)
+			}
+		}
+	}
 }
 
 // resolveBinary finds an executable Envoy: a bare name in PATH, a path as is.
