@@ -52,6 +52,7 @@ func FuzzCheckAdminAddress(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, addr string) {
-		_ = checkAdminAddress(addr, 15000, false)
+		_ = checkAdminAddress(addr, ProxyConfig{AdminPort: 15000})
+		_ = checkAdminAddress(addr, ProxyConfig{AdminSocket: "/run/envoy-agent/admin.sock"})
 	})
 }

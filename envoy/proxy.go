@@ -62,7 +62,7 @@ func NewEnvoy(cfg ProxyConfig) *Envoy {
 	return &Envoy{
 		cfg:      cfg,
 		log:      loggerOrNop(cfg.Logger),
-		admin:    NewAdminClient(cfg.localHost(), int(cfg.AdminPort)),
+		admin:    cfg.newAdmin(),
 		procs:    map[*process]struct{}{},
 		switched: make(chan struct{}, 1),
 	}
@@ -325,14 +325,24 @@ func (e *Envoy) stop(p *process) {
 // AdminAddressError reports an admin listener that is not where the
 // configuration says it must be.
 type AdminAddressError struct {
-	Address   string // what Envoy bound, host:port
-	WantPort  int32
-	NotLocal  bool // bound beyond loopback without the opt-in
-	WrongPort bool
+	Address    string // what Envoy bound: host:port, or a unix socket's path
+	WantPort   int32
+	WantSocket string // the unix socket it must be on, when one is configured
+	NotLocal   bool   // bound beyond loopback without the opt-in
+	WrongPort  bool
+	WrongKind  bool // a unix socket where a port was configured, or the reverse
 }
 
 func (e *AdminAddressError) Error() string {
 	var parts []string
+	switch {
+	case e.WrongKind && e.WantSocket != "":
+		parts = append(parts, fmt.Sprintf("Envoy's admin listener is on %s, not on the unix socket %s: the bootstrap's admin address and the agent's admin socket must agree", e.Address, e.WantSocket))
+	case e.WrongKind:
+		parts = append(parts, fmt.Sprintf("Envoy's admin listener is on the unix socket %s, not on port %d: set the agent's admin socket to that path", e.Address, e.WantPort))
+	case e.WantSocket != "":
+		parts = append(parts, fmt.Sprintf("Envoy's admin listener is on the unix socket %s, not on %s: the bootstrap's admin address and the agent's admin socket must agree", e.Address, e.WantSocket))
+	}
 	if e.WrongPort {
 		parts = append(parts, fmt.Sprintf("Envoy's admin listener is on %s, not on port %d: the bootstrap's admin address and the agent's admin port must agree", e.Address, e.WantPort))
 	}
@@ -353,8 +363,7 @@ func (e *Envoy) checkAdminAddress(p *process) error {
 	for {
 		b, err := os.ReadFile(p.adminAddressPath)
 		if err == nil && len(strings.TrimSpace(string(b))) > 0 {
-			cfg := e.config()
-			return checkAdminAddress(strings.TrimSpace(string(b)), cfg.AdminPort, cfg.AllowRemoteAdmin)
+			return checkAdminAddress(strings.TrimSpace(string(b)), e.config())
 		}
 		select {
 		case <-p.done:
@@ -364,20 +373,33 @@ func (e *Envoy) checkAdminAddress(p *process) error {
 	}
 }
 
-func checkAdminAddress(addr string, wantPort int32, allowRemote bool) error {
+// checkAdminAddress checks the admin address Envoy wrote: host:port for a
+// TCP listener, the path for a unix socket (relative to the working
+// folder Envoy shares with the agent, when the bootstrap's is).
+func checkAdminAddress(addr string, cfg ProxyConfig) error {
 	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("envoy wrote admin address %q: %w", addr, err)
+	isSocket := err != nil
+	ae := &AdminAddressError{Address: addr, WantPort: cfg.AdminPort, WantSocket: cfg.AdminSocket}
+	switch {
+	case isSocket && cfg.AdminSocket == "":
+		ae.WrongKind = true
+	case isSocket:
+		if abs, err := filepath.Abs(addr); err != nil || abs != filepath.Clean(cfg.AdminSocket) {
+			return ae
+		}
+		return nil
+	case cfg.AdminSocket != "":
+		ae.WrongKind = true
+	default:
+		if port != strconv.Itoa(int(cfg.AdminPort)) {
+			ae.WrongPort = true
+		}
+		ip, err := netip.ParseAddr(host)
+		if !cfg.AllowRemoteAdmin && (err != nil || !ip.IsLoopback()) {
+			ae.NotLocal = true
+		}
 	}
-	ae := &AdminAddressError{Address: addr, WantPort: wantPort}
-	if port != strconv.Itoa(int(wantPort)) {
-		ae.WrongPort = true
-	}
-	ip, err := netip.ParseAddr(host)
-	if !allowRemote && (err != nil || !ip.IsLoopback()) {
-		ae.NotLocal = true
-	}
-	if ae.WrongPort || ae.NotLocal {
+	if ae.WrongKind || ae.WrongPort || ae.NotLocal {
 		return ae
 	}
 	return nil
@@ -410,6 +432,10 @@ func (e *Envoy) Cleanup() {
 		if err := removeSharedMemory(cfg.BaseID); err != nil {
 			e.log.Warnf("remove envoy's shared memory: %v", err)
 		}
+	}
+	if cfg.AdminSocket != "" && alive == 0 && e.serving() != nil {
+		// Envoy leaves its admin socket behind.
+		_ = os.Remove(cfg.AdminSocket)
 	}
 	if cfg.ConfigCleanup && cfg.ConfigPath != "" {
 		if err := os.Remove(cfg.ConfigPath); err != nil && !errors.Is(err, os.ErrNotExist) {

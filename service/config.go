@@ -34,6 +34,9 @@ type Config struct {
 	File string `toml:"-"`
 	// src is its text, to find the line of a key checked later.
 	src keyLines
+	// adminPortSet: the file sets envoy.admin_port (its default is not
+	// wanted with admin_socket).
+	adminPortSet bool
 }
 
 // EnvoyConfig is the [envoy] table: how Envoy is launched.
@@ -41,6 +44,7 @@ type EnvoyConfig struct {
 	BinaryPath             string   `toml:"binary_path"`
 	ConfigPath             string   `toml:"config_path"`
 	AdminPort              Port     `toml:"admin_port"`
+	AdminSocket            string   `toml:"admin_socket"`
 	LogLevel               string   `toml:"log_level"`
 	ComponentLogLevel      string   `toml:"component_log_level"`
 	LogAsJSON              bool     `toml:"log_as_json"`
@@ -172,6 +176,7 @@ func LoadConfig(path string) (*Config, error) {
 	if err != nil {
 		return nil, &ConfigError{Problems: []Problem{decodeProblem(path, err)}}
 	}
+	cfg.adminPortSet = md.IsDefined("envoy", "admin_port")
 	unknown := map[string]bool{}
 	for _, k := range md.Undecoded() {
 		unknown[k.String()] = true
@@ -264,6 +269,9 @@ func (c *Config) resolvePaths() {
 	if strings.Contains(c.Envoy.BinaryPath, "/") && !filepath.IsAbs(c.Envoy.BinaryPath) {
 		c.Envoy.BinaryPath = filepath.Join(dir, c.Envoy.BinaryPath)
 	}
+	if c.Envoy.AdminSocket != "" && !filepath.IsAbs(c.Envoy.AdminSocket) {
+		c.Envoy.AdminSocket = filepath.Join(dir, c.Envoy.AdminSocket)
+	}
 	if c.Agent.RunDir != "" && !filepath.IsAbs(c.Agent.RunDir) {
 		c.Agent.RunDir = filepath.Join(dir, c.Agent.RunDir)
 	}
@@ -285,10 +293,13 @@ func (c *Config) check(ps *problems) {
 		ps.add("envoy.config_path", "must not be empty")
 	} else if err := checkReadable(e.ConfigPath); err != nil {
 		ps.add("envoy.config_path", "Envoy bootstrap %v", err)
-	} else if e.AdminPort != 0 {
+	} else if e.AdminPort != 0 || e.AdminSocket != "" {
 		c.checkBootstrapAdmin(ps)
 	}
-	if e.AdminPort == 0 {
+	switch {
+	case e.AdminSocket != "":
+		c.checkAdminSocket(ps)
+	case e.AdminPort == 0:
 		ps.add("envoy.admin_port", "must be set (1-65535)")
 	}
 	base, comps := envoy.SplitLogLevel(e.LogLevel)
@@ -412,6 +423,7 @@ func (c *Config) ProxyConfig() envoy.ProxyConfig {
 		BinaryPath:             e.BinaryPath,
 		ConfigPath:             e.ConfigPath,
 		AdminPort:              int32(e.AdminPort),
+		AdminSocket:            e.AdminSocket,
 		DrainDuration:          durationpb.New(e.DrainDuration.D()),
 		Concurrency:            e.Concurrency,
 		ParentShutdownDuration: durationpb.New(e.ParentShutdownDuration.D()),

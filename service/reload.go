@@ -101,6 +101,7 @@ var restartOnly = []struct {
 	get func(*Config) any
 }{
 	{"envoy.admin_port", func(c *Config) any { return c.Envoy.AdminPort }},
+	{"envoy.admin_socket", func(c *Config) any { return c.Envoy.AdminSocket }},
 	{"envoy.base_id", func(c *Config) any { return c.Envoy.BaseID }},
 	{"agent.localhost", func(c *Config) any { return c.Agent.Localhost }},
 	{"agent.status_port", func(c *Config) any { return c.Agent.StatusPort }},

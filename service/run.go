@@ -185,8 +185,8 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 		go serveHTTP(serveCtx, promLn, s.metrics.mergedHandler(s.proxy.Admin(), log), log)
 	}
 
-	log.Infof("envoy-agent %s starting envoy %s with %s (admin %s:%d, status %s)", version, cfg.Envoy.BinaryPath,
-		cfg.Envoy.ConfigPath, a.Localhost, cfg.Envoy.AdminPort, statusLn.Addr())
+	log.Infof("envoy-agent %s starting envoy %s with %s (admin %s, status %s)", version, cfg.Envoy.BinaryPath,
+		cfg.Envoy.ConfigPath, cfg.adminAddress(), statusLn.Addr())
 	s.notify.Status("starting Envoy")
 	started := time.Now()
 	runErr := make(chan error, 1)
@@ -422,7 +422,7 @@ func (s *supervisor) isLive() bool {
 
 func (s *supervisor) liveStatus() string {
 	cfg := s.config()
-	return fmt.Sprintf("live: Envoy pid %d, epoch %d, admin %s:%d", s.proxy.Pid(), s.proxy.Epoch(), cfg.Agent.Localhost, cfg.Envoy.AdminPort)
+	return fmt.Sprintf("live: Envoy pid %d, epoch %d, admin %s", s.proxy.Pid(), s.proxy.Epoch(), cfg.adminAddress())
 }
 
 // ready is /healthz/ready: Envoy answers LIVE and no drain has begun.
