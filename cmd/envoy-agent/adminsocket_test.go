@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -37,7 +39,17 @@ func adminSocketOptions(sock string) procOptions {
 // takes the admin over and dies: the agent restores it), a drain that polls
 // the active connections and ends at zero, and the quit.
 func TestAdminOnAUnixSocketEndToEnd(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "admin.sock")
+	// A folder every user can traverse: only the socket's own mode keeps
+	// other users out.
+	sockDir, err := os.MkdirTemp("", "adminsock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	if err := os.Chmod(sockDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(sockDir, "admin.sock")
 	p := startAgent(t, adminSocketOptions(sock))
 	admin := envoy.NewAdminClientUnix(sock)
 	ctx := context.Background()
@@ -52,6 +64,24 @@ func TestAdminOnAUnixSocketEndToEnd(t *testing.T) {
 	}
 	if r, err := admin.Ready(ctx); err != nil || !r.Live {
 		t.Fatalf("/ready on the socket: %+v %v", r, err)
+	}
+	if os.Geteuid() == 0 {
+		// Another local user cannot connect (on TCP loopback anyone could);
+		// the same client as the agent's user gets LIVE.
+		curl := func(uid uint32) (string, error) {
+			cmd := exec.Command("curl", "-sS", "--max-time", "5", "--unix-socket", sock, "http://envoy/ready")
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+		if out, err := curl(0); err != nil || strings.TrimSpace(out) != "LIVE" {
+			t.Fatalf("curl --unix-socket as the agent's user: %v %s", err, out)
+		}
+		out, err := curl(65534)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+			t.Fatalf("curl --unix-socket as uid 65534: %v %s; want exit 7 (cannot connect)", err, out)
+		}
 	}
 	if c := p.healthz(); c != 200 {
 		t.Fatalf("/healthz/ready = %d", c)
