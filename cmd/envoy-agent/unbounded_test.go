@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -56,4 +57,53 @@ func TestFIFOInPlaceOfAFileNeverHangs(t *testing.T) {
 	if code, took := p.wait(p.signal(syscall.SIGTERM), 60*time.Second); code != 0 {
 		t.Fatalf("stop after the refused reloads: exit %d after %s", code, took)
 	}
+}
+
+// TestStopWaitsOnAHungReloadAtMostStartTimeout: a reload that hangs holds a
+// stop for start_timeout at most. The hang comes from a stand-in for the
+// Envoy binary that never answers --version (a real Envoy answers at once;
+// a wedged binary or file system is what this stands for).
+func TestStopWaitsOnAHungReloadAtMostStartTimeout(t *testing.T) {
+	p := startAgent(t, procOptions{agent: map[string]string{"start_timeout": `"3s"`, "termination_drain_duration": `"2s"`}})
+	hung := filepath.Join(p.dir, "hung-envoy")
+	pidFile := filepath.Join(p.dir, "hung.pid")
+	writeFile(t, hung, "#!/bin/sh\necho $$ > "+pidFile+"\nexec sleep 120\n")
+	if err := os.Chmod(hung, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	config := readFileT(t, p.config)
+	writeFile(t, p.config, strings.Replace(config, "binary_path = ", "binary_path = "+strconv.Quote(hung)+"\n# was: binary_path = ", 1))
+	p.signal(syscall.SIGHUP)
+	if !waitFor(30*time.Second, func() bool { _, err := os.Stat(pidFile); return err == nil }) {
+		t.Fatal("the reload never ran the stand-in binary")
+	}
+	sent := p.signal(syscall.SIGTERM)
+	code, took := p.wait(sent, 25*time.Second)
+	if code != 0 || !strings.Contains(p.stderr.String(), "the reload under way did not end within start_timeout (3s); stopping anyway") {
+		t.Fatalf("stop during a hung reload: exit %d after %s; want 0 after start_timeout and the drain:\n%s", code, took, p.stderr)
+	}
+	// start_timeout 3s, then a drain of at most 2s and Envoy's quit; the
+	// hung --version alone would have held it 30s.
+	if took > 20*time.Second {
+		t.Fatalf("the stop took %s", took)
+	}
+	assertNoEnvoyFor(t, p.dir)
+}
+
+func waitFor(within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
 }
