@@ -145,18 +145,23 @@ func TestRejectedBootstrapNeverLeaksItsSecrets(t *testing.T) {
 	}
 
 	// run starts Envoy on the file without validating it first: Envoy's own
-	// output, relayed to the agent's log, repeats the bootstrap.
+	// output, relayed to the agent's log, repeats the bootstrap; with
+	// log_as_json, once inside a JSON line with its line breaks escaped.
+	jsonConfig := filepath.Join(p.dir, "json.toml")
+	writeFile(t, jsonConfig, strings.Replace(readFileT(t, p.config), "[envoy]\n", "[envoy]\nlog_as_json = true\n", 1))
 	for _, b := range secretBootstraps {
-		t.Run("run "+b.name, func(t *testing.T) {
-			writeFile(t, filepath.Join(p.dir, "envoy.yaml"), string(good)+strings.Replace(secretCluster, b.from, b.to, 1))
-			code, stdout, stderr := runAgent(t, "run", "--config", p.config)
-			if code != 1 || !strings.Contains(stderr, "envoy exited before it was LIVE") {
-				t.Fatalf("run: exit %d, want 1 (Envoy exited):\n%s%s", code, stdout, stderr)
-			}
-			assertNoSecret(t, "run's log", stdout+stderr, keyPEM)
-			if !strings.Contains(stderr, "left out") {
-				t.Errorf("run's log does not say a configuration dump was left out:\n%s", stderr)
-			}
-		})
+		for _, config := range []string{p.config, jsonConfig} {
+			t.Run("run "+b.name+" "+filepath.Base(config), func(t *testing.T) {
+				writeFile(t, filepath.Join(p.dir, "envoy.yaml"), string(good)+strings.Replace(secretCluster, b.from, b.to, 1))
+				code, stdout, stderr := runAgent(t, "run", "--config", config)
+				if code != 1 || !strings.Contains(stderr, "envoy exited before it was LIVE") {
+					t.Fatalf("run: exit %d, want 1 (Envoy exited):\n%s%s", code, stdout, stderr)
+				}
+				assertNoSecret(t, "run's log", stdout+stderr, keyPEM)
+				if !strings.Contains(stderr, "left out") {
+					t.Errorf("run's log does not say a configuration dump was left out:\n%s", stderr)
+				}
+			})
+		}
 	}
 }
