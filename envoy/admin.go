@@ -19,10 +19,12 @@ const adminTimeout = 5 * time.Second
 // maxAdminBody bounds what is read of an admin answer.
 const maxAdminBody = 64 << 20
 
-// AdminClient talks to one Envoy's admin API over HTTP.
+// AdminClient talks to one Envoy's admin API over HTTP, on TCP or on a
+// unix socket.
 type AdminClient struct {
 	base   string
-	client *http.Client // a fresh connection for every call but /ready
+	dial   func(ctx context.Context, network, addr string) (net.Conn, error) // nil: TCP to base's host
+	client *http.Client                                                      // a fresh connection for every call but /ready
 
 	mu    sync.Mutex
 	probe *http.Client // GET /ready, kept alive: the probes repeat it
@@ -35,15 +37,29 @@ type AdminClient struct {
 // hot restart, a kept connection still talks to the old epoch. Reconnect
 // drops the kept one. A frozen Envoy shows as timeouts either way.
 func NewAdminClient(host string, port int) *AdminClient {
-	return &AdminClient{
-		base:   "http://" + net.JoinHostPort(host, strconv.Itoa(port)),
-		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}},
-		probe:  newProbeClient(),
-	}
+	return newAdminClient("http://"+net.JoinHostPort(host, strconv.Itoa(port)), nil)
 }
 
-func newProbeClient() *http.Client {
-	return &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConns: 1, MaxIdleConnsPerHost: 1,
+// NewAdminClientUnix returns a client for the admin API on the unix socket
+// at path (the bootstrap's admin.address.pipe), with the same connection
+// rules as NewAdminClient: a new epoch binds the path afresh, and a fresh
+// connection reaches it.
+func NewAdminClientUnix(path string) *AdminClient {
+	var d net.Dialer
+	return newAdminClient("http://envoy-admin", func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, "unix", path)
+	})
+}
+
+func newAdminClient(base string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *AdminClient {
+	c := &AdminClient{base: base, dial: dial}
+	c.client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil, DialContext: dial}}
+	c.probe = c.newProbeClient()
+	return c
+}
+
+func (c *AdminClient) newProbeClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: c.dial, MaxIdleConns: 1, MaxIdleConnsPerHost: 1,
 		IdleConnTimeout: 30 * time.Second}}
 }
 
@@ -52,7 +68,7 @@ func newProbeClient() *http.Client {
 func (c *AdminClient) Reconnect() {
 	c.mu.Lock()
 	old := c.probe
-	c.probe = newProbeClient()
+	c.probe = c.newProbeClient()
 	c.mu.Unlock()
 	old.CloseIdleConnections()
 }
@@ -266,4 +282,13 @@ func DrainListeners(adminPort uint32, inboundonly, skipExit bool) error {
 		return fmt.Errorf("drain listeners: %w", err)
 	}
 	return nil
+}
+
+// adminFor is the admin client an Agent uses: its Envoy's own (which knows
+// a unix socket admin), else one for localhost:adminPort.
+func adminFor(proxy Proxy, localhost string, adminPort int) *AdminClient {
+	if e, ok := proxy.(*Envoy); ok {
+		return e.Admin()
+	}
+	return NewAdminClient(localhost, adminPort)
 }

@@ -60,9 +60,12 @@ func TestCheckAdminAddress(t *testing.T) {
 	tests := []struct {
 		addr        string
 		port        int32
+		socket      string
 		allowRemote bool
 		wrongPort   bool
 		notLocal    bool
+		wrongKind   bool
+		wrongSocket bool
 	}{
 		{addr: "127.0.0.1:15000", port: 15000},
 		{addr: "[::1]:15000", port: 15000},
@@ -70,19 +73,26 @@ func TestCheckAdminAddress(t *testing.T) {
 		{addr: "0.0.0.0:15000", port: 15000, notLocal: true},
 		{addr: "0.0.0.0:15000", port: 15000, allowRemote: true},
 		{addr: "10.0.0.1:9901", port: 15000, wrongPort: true, notLocal: true},
+		{addr: "/run/envoy-agent/admin.sock", socket: "/run/envoy-agent/admin.sock"},
+		{addr: "/run/envoy-agent/admin.sock", port: 15000, wrongKind: true},
+		{addr: "127.0.0.1:15000", socket: "/run/envoy-agent/admin.sock", wrongKind: true},
+		{addr: "/tmp/other.sock", socket: "/run/envoy-agent/admin.sock", wrongSocket: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.addr, func(t *testing.T) {
-			err := checkAdminAddress(tt.addr, tt.port, tt.allowRemote)
+			err := checkAdminAddress(tt.addr, ProxyConfig{AdminPort: tt.port, AdminSocket: tt.socket, AllowRemoteAdmin: tt.allowRemote})
 			var ae *AdminAddressError
-			if !tt.wrongPort && !tt.notLocal {
+			if !tt.wrongPort && !tt.notLocal && !tt.wrongKind && !tt.wrongSocket {
 				if err != nil {
 					t.Fatalf("err = %v, want nil", err)
 				}
 				return
 			}
-			if !errors.As(err, &ae) || ae.WrongPort != tt.wrongPort || ae.NotLocal != tt.notLocal {
-				t.Fatalf("err = %#v, want WrongPort=%v NotLocal=%v", err, tt.wrongPort, tt.notLocal)
+			if !errors.As(err, &ae) || ae.WrongPort != tt.wrongPort || ae.NotLocal != tt.notLocal || ae.WrongKind != tt.wrongKind {
+				t.Fatalf("err = %#v, want WrongPort=%v NotLocal=%v WrongKind=%v", err, tt.wrongPort, tt.notLocal, tt.wrongKind)
+			}
+			if ae.Error() == "" {
+				t.Fatal("empty message")
 			}
 		})
 	}
@@ -107,7 +117,7 @@ func TestLogTailKeepsLastLines(t *testing.T) {
 	}
 }
 
-func TestWithoutConfigDumpDropsTheBootstrap(t *testing.T) {
+func TestRedactDropsTheBootstrap(t *testing.T) {
 	in := []string{
 		"[2026-12-02 18:28:00.937][1][critical][main] [source/server/server.cc:449] error initializing configuration 'x.yaml': goo.gle/debugonly",
 		"static_resources {",
@@ -119,7 +129,7 @@ func TestWithoutConfigDumpDropsTheBootstrap(t *testing.T) {
 		": Proto constraint validation failed (x)",
 		"cannot bind '127.0.0.1:1': Address already in use",
 	}
-	got := strings.Join(withoutConfigDump(in), "|")
+	got := strings.Join(Redact(in), "|")
 	if strings.Contains(got, "s3cret") || strings.Contains(got, "static_resources") {
 		t.Fatalf("the dump survived: %q", got)
 	}

@@ -87,7 +87,7 @@ func NewAgent(proxy Proxy, terminationDrainDuration, minDrainDuration time.Durat
 		adminPort:                   adminPort,
 		statusPort:                  statusPort,
 		prometheusPort:              prometheusPort,
-		admin:                       NewAdminClient(localhost, adminPort),
+		admin:                       adminFor(proxy, localhost, adminPort),
 		log:                         nopLogger{},
 		abortCh:                     make(chan error, 1),
 		statusCh:                    make(chan error, 1),

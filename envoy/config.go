@@ -67,6 +67,10 @@ type ProxyConfig struct {
 	// LocalHost is the address the admin API is reached on; empty means
 	// 127.0.0.1.
 	LocalHost string
+	// AdminSocket is the path of Envoy's admin unix socket (the bootstrap's
+	// admin.address.pipe). When set, the admin API is reached there and
+	// AdminPort is not used; Envoy must bind exactly this path.
+	AdminSocket string
 	// AllowRemoteAdmin accepts an admin listener bound beyond loopback.
 	// Without it, an Envoy whose admin address is not a loopback one is
 	// stopped and Run reports an *AdminAddressError.
@@ -121,4 +125,12 @@ func (c ProxyConfig) localHost() string {
 		return "127.0.0.1"
 	}
 	return c.LocalHost
+}
+
+// newAdmin returns the client for the admin API the configuration names.
+func (c ProxyConfig) newAdmin() *AdminClient {
+	if c.AdminSocket != "" {
+		return NewAdminClientUnix(c.AdminSocket)
+	}
+	return NewAdminClient(c.localHost(), int(c.AdminPort))
 }

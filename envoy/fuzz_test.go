@@ -80,7 +80,8 @@ func FuzzCheckAdminAddress(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, addr string) {
-		err := checkAdminAddress(addr, 15000, false)
+		_ = checkAdminAddress(addr, ProxyConfig{AdminSocket: "/run/envoy-agent/admin.sock"})
+		err := checkAdminAddress(addr, ProxyConfig{AdminPort: 15000})
 		host, port, serr := net.SplitHostPort(addr)
 		ip, perr := netip.ParseAddr(host)
 		acceptable := serr == nil && port == "15000" && perr == nil && ip.IsLoopback()

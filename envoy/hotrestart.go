@@ -108,8 +108,8 @@ func (e *Envoy) hotRestart(ctx context.Context, cfg ProxyConfig, copied string) 
 	if cur.DisableHotRestart || cfg.DisableHotRestart {
 		return 0, errors.New("hot restart is disabled")
 	}
-	if cfg.BaseID != cur.BaseID || cfg.AdminPort != cur.AdminPort {
-		return 0, errors.New("base id and admin port cannot change in a hot restart")
+	if cfg.BaseID != cur.BaseID || cfg.AdminPort != cur.AdminPort || cfg.AdminSocket != cur.AdminSocket {
+		return 0, errors.New("base id and admin address cannot change in a hot restart")
 	}
 	old := e.serving()
 	if old == nil || old.exited() {
@@ -134,7 +134,7 @@ func (e *Envoy) hotRestart(ctx context.Context, cfg ProxyConfig, copied string) 
 		return 0, err
 	}
 	if err := e.waitEpochLive(ctx, p, cfg); err != nil {
-		lines := withoutConfigDump(p.tail.Lines())
+		lines := Redact(p.tail.Lines())
 		e.abandon(p)
 		return 0, &HotRestartError{Epoch: next, Err: err, LastLines: lines, Recovery: e.recover(ctx, old, next)}
 	}
@@ -259,7 +259,7 @@ func (e *Envoy) waitEpochLive(ctx context.Context, p *process, cfg ProxyConfig) 
 			if err != nil || len(strings.TrimSpace(string(b))) == 0 {
 				continue
 			}
-			if err := checkAdminAddress(strings.TrimSpace(string(b)), cfg.AdminPort, cfg.AllowRemoteAdmin); err != nil {
+			if err := checkAdminAddress(strings.TrimSpace(string(b)), cfg); err != nil {
 				return err
 			}
 			checked = true

@@ -2,7 +2,6 @@ package envoy
 
 import (
 	"bytes"
-	"strings"
 	"sync"
 )
 
@@ -61,22 +60,6 @@ func (t *logTail) Lines() []string {
 	out := append([]string(nil), t.lines...)
 	if len(t.partial) > 0 {
 		out = append(out, string(t.partial))
-	}
-	return out
-}
-
-// withoutConfigDump drops the lines of a configuration dump from Envoy's
-// output: Envoy prints the whole rejected bootstrap (secrets included) in
-// proto text between the two halves of a configuration error. What is left
-// are Envoy's log lines and its unprefixed messages.
-func withoutConfigDump(lines []string) []string {
-	var out []string
-	for _, l := range lines {
-		t := strings.TrimSpace(l)
-		if t == "" || t == "}" || strings.HasSuffix(t, "{") || l[0] == ' ' || l[0] == '\t' {
-			continue
-		}
-		out = append(out, l)
 	}
 	return out
 }

@@ -57,10 +57,13 @@ func startProcess(binary string, args []string, epoch int, adminAddressPath stri
 	}
 	cmd := exec.Command(binary, args...)
 	cmd.Env = childEnv(os.Environ())
-	// Envoy's output is relayed a whole line at a time (see lineWriter).
+	// Envoy's output is relayed a whole line at a time (see lineWriter), and
+	// reaches the agent's log and error reports only without the
+	// configuration dumps it prints (see redact.go).
 	outLines, errLines := newLineWriter(stdout), newLineWriter(stderr)
 	cmd.Stdout = outLines
-	cmd.Stderr = io.MultiWriter(errLines, p.tail)
+	relay := newRedactWriter(io.MultiWriter(errLines, p.tail))
+	cmd.Stderr = relay
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	p.cmd = cmd
 
@@ -77,6 +80,7 @@ func startProcess(binary string, args []string, epoch int, adminAddressPath stri
 		p.started = time.Now()
 		started <- nil
 		p.waitErr = cmd.Wait()
+		relay.Flush()
 		outLines.Flush()
 		errLines.Flush()
 		close(p.done)
@@ -160,5 +164,5 @@ func (e *ExitError) Killed() bool {
 }
 
 func (p *process) exitError() *ExitError {
-	return &ExitError{Epoch: p.epoch, Pid: p.pid, Err: p.waitErr, LastLines: withoutConfigDump(p.tail.Lines()), Ran: time.Since(p.started)}
+	return &ExitError{Epoch: p.epoch, Pid: p.pid, Err: p.waitErr, LastLines: Redact(p.tail.Lines()), Ran: time.Since(p.started)}
 }

@@ -63,7 +63,7 @@ func NewEnvoy(cfg ProxyConfig) *Envoy {
 	return &Envoy{
 		cfg:      cfg,
 		log:      loggerOrNop(cfg.Logger),
-		admin:    NewAdminClient(cfg.localHost(), int(cfg.AdminPort)),
+		admin:    cfg.newAdmin(),
 		procs:    map[*process]struct{}{},
 		switched: make(chan struct{}, 1),
 	}
@@ -101,7 +101,9 @@ func (e *Envoy) ensureRunDir() (string, error) {
 	e.runDirOnce.Do(func() {
 		if dir := e.config().RunDir; dir != "" {
 			e.runDir = dir
-			e.runDirErr = os.MkdirAll(e.runDir, 0o750)
+			if e.runDirErr = os.MkdirAll(e.runDir, 0o750); e.runDirErr == nil {
+				e.runDirErr = CheckRunDir(e.runDir)
+			}
 			return
 		}
 		e.runDir, e.runDirErr = os.MkdirTemp("", "envoy-agent-")
@@ -212,7 +214,10 @@ func (e *Envoy) startEpoch(cfg ProxyConfig, source string, epoch int) (*process,
 // or now if it cannot start).
 func (e *Envoy) startEpochFrom(cfg ProxyConfig, snapshot string, epoch int) (*process, error) {
 	path := e.adminAddressPath(epoch)
-	_ = os.Remove(path)
+	if err := createAdminAddressFile(path); err != nil {
+		_ = os.Remove(snapshot)
+		return nil, err
+	}
 	runCfg := cfg
 	runCfg.ConfigPath = snapshot
 	args := runCfg.args(epoch, path)
@@ -250,7 +255,7 @@ func (e *Envoy) startEpochFrom(cfg ProxyConfig, snapshot string, epoch int) (*pr
 // never through a symbolic link: the clean-up of an epoch that failed must
 // not remove the copy that a later epoch with the same number runs from.
 func (e *Envoy) snapshotBootstrap(source, original string, epoch int) (string, error) {
-	data, err := os.ReadFile(source)
+	data, err := readBootstrap(source)
 	if err != nil {
 		return "", fmt.Errorf("read envoy bootstrap: %w", err)
 	}
@@ -331,14 +336,24 @@ func (e *Envoy) stop(p *process) {
 // AdminAddressError reports an admin listener that is not where the
 // configuration says it must be.
 type AdminAddressError struct {
-	Address   string // what Envoy bound, host:port
-	WantPort  int32
-	NotLocal  bool // bound beyond loopback without the opt-in
-	WrongPort bool
+	Address    string // what Envoy bound: host:port, or a unix socket's path
+	WantPort   int32
+	WantSocket string // the unix socket it must be on, when one is configured
+	NotLocal   bool   // bound beyond loopback without the opt-in
+	WrongPort  bool
+	WrongKind  bool // a unix socket where a port was configured, or the reverse
 }
 
 func (e *AdminAddressError) Error() string {
 	var parts []string
+	switch {
+	case e.WrongKind && e.WantSocket != "":
+		parts = append(parts, fmt.Sprintf("Envoy's admin listener is on %s, not on the unix socket %s: the bootstrap's admin address and the agent's admin socket must agree", e.Address, e.WantSocket))
+	case e.WrongKind:
+		parts = append(parts, fmt.Sprintf("Envoy's admin listener is on the unix socket %s, not on port %d: set the agent's admin socket to that path", e.Address, e.WantPort))
+	case e.WantSocket != "":
+		parts = append(parts, fmt.Sprintf("Envoy's admin listener is on the unix socket %s, not on %s: the bootstrap's admin address and the agent's admin socket must agree", e.Address, e.WantSocket))
+	}
 	if e.WrongPort {
 		parts = append(parts, fmt.Sprintf("Envoy's admin listener is on %s, not on port %d: the bootstrap's admin address and the agent's admin port must agree", e.Address, e.WantPort))
 	}
@@ -359,8 +374,7 @@ func (e *Envoy) checkAdminAddress(p *process) error {
 	for {
 		b, err := os.ReadFile(p.adminAddressPath)
 		if err == nil && len(strings.TrimSpace(string(b))) > 0 {
-			cfg := e.config()
-			return checkAdminAddress(strings.TrimSpace(string(b)), cfg.AdminPort, cfg.AllowRemoteAdmin)
+			return checkAdminAddress(strings.TrimSpace(string(b)), e.config())
 		}
 		select {
 		case <-p.done:
@@ -370,20 +384,33 @@ func (e *Envoy) checkAdminAddress(p *process) error {
 	}
 }
 
-func checkAdminAddress(addr string, wantPort int32, allowRemote bool) error {
+// checkAdminAddress checks the admin address Envoy wrote: host:port for a
+// TCP listener, the path for a unix socket (relative to the working
+// folder Envoy shares with the agent, when the bootstrap's is).
+func checkAdminAddress(addr string, cfg ProxyConfig) error {
 	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("envoy wrote admin address %q: %w", addr, err)
+	isSocket := err != nil
+	ae := &AdminAddressError{Address: addr, WantPort: cfg.AdminPort, WantSocket: cfg.AdminSocket}
+	switch {
+	case isSocket && cfg.AdminSocket == "":
+		ae.WrongKind = true
+	case isSocket:
+		if abs, err := filepath.Abs(addr); err != nil || abs != filepath.Clean(cfg.AdminSocket) {
+			return ae
+		}
+		return nil
+	case cfg.AdminSocket != "":
+		ae.WrongKind = true
+	default:
+		if port != strconv.Itoa(int(cfg.AdminPort)) {
+			ae.WrongPort = true
+		}
+		ip, err := netip.ParseAddr(host)
+		if !cfg.AllowRemoteAdmin && (err != nil || !ip.IsLoopback()) {
+			ae.NotLocal = true
+		}
 	}
-	ae := &AdminAddressError{Address: addr, WantPort: wantPort}
-	if port != strconv.Itoa(int(wantPort)) {
-		ae.WrongPort = true
-	}
-	ip, err := netip.ParseAddr(host)
-	if !allowRemote && (err != nil || !ip.IsLoopback()) {
-		ae.NotLocal = true
-	}
-	if ae.WrongPort || ae.NotLocal {
+	if ae.WrongKind || ae.WrongPort || ae.NotLocal {
 		return ae
 	}
 	return nil
@@ -416,6 +443,10 @@ func (e *Envoy) Cleanup() {
 		if err := removeSharedMemory(cfg.BaseID); err != nil {
 			e.log.Warnf("remove envoy's shared memory: %v", err)
 		}
+	}
+	if cfg.AdminSocket != "" && alive == 0 && e.serving() != nil {
+		// Envoy leaves its admin socket behind.
+		_ = os.Remove(cfg.AdminSocket)
 	}
 	if cfg.ConfigCleanup && cfg.ConfigPath != "" {
 		if err := os.Remove(cfg.ConfigPath); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -477,5 +508,5 @@ func (e *Envoy) LastLines() []string {
 	if e.cur == nil {
 		return nil
 	}
-	return withoutConfigDump(e.cur.tail.Lines())
+	return Redact(e.cur.tail.Lines())
 }

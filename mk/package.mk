@@ -27,19 +27,33 @@ PKG_DATE ?= $(or $(shell git log -1 --format=%cs 2>/dev/null),1970-01-01)
 $(PKG_STAGE)/man: $(PKG_STAGE)/envoy-agent
 	$(GO) run ./internal/manual/cmd/genman -version "$(VERSION)" -date "$(PKG_DATE)" -gzip -out $@
 
-# The packaged /etc/envoy-agent/config.toml is config.example.toml with the two paths a package
+# The packaged /etc/envoy-agent/config.toml is config.example.toml with the three paths a package
 # install uses; everything else (and every comment) stays as documented in the example.
 $(PKG_STAGE)/config.toml: config.example.toml
 	@mkdir -p $(@D)
 	sed -e 's|^\([[:space:]]*binary_path[[:space:]]*=[[:space:]]*\)"[^"]*"|\1"/usr/bin/envoy"|' \
 	    -e 's|^\([[:space:]]*config_path[[:space:]]*=[[:space:]]*\)"[^"]*"|\1"/etc/envoy-agent/envoy.yaml"|' \
+	    -e 's|^\([[:space:]]*admin_socket[[:space:]]*=[[:space:]]*\)"[^"]*"|\1"$(PKG_ADMIN_SOCKET)"|' \
 	    $< > $@.tmp
 	@test "$$(grep -c '^[[:space:]]*binary_path[[:space:]]*=[[:space:]]*"/usr/bin/envoy"' $@.tmp)" = 1 && \
-	 test "$$(grep -c '^[[:space:]]*config_path[[:space:]]*=[[:space:]]*"/etc/envoy-agent/envoy.yaml"' $@.tmp)" = 1 || \
-	 { echo "$<: expected one binary_path and one config_path line to rewrite" >&2; rm -f $@.tmp; exit 1; }
+	 test "$$(grep -c '^[[:space:]]*config_path[[:space:]]*=[[:space:]]*"/etc/envoy-agent/envoy.yaml"' $@.tmp)" = 1 && \
+	 test "$$(grep -c '^[[:space:]]*admin_socket[[:space:]]*=[[:space:]]*"$(PKG_ADMIN_SOCKET)"' $@.tmp)" = 1 || \
+	 { echo "$<: expected one binary_path, config_path and admin_socket line to rewrite" >&2; rm -f $@.tmp; exit 1; }
 	mv $@.tmp $@
 
-package: $(PKG_STAGE)/envoy-agent $(PKG_STAGE)/config.toml $(PKG_STAGE)/man
+# Envoy's admin socket in the unit's RuntimeDirectory (the agent's run_dir), where only the
+# service's user can reach it.
+PKG_ADMIN_SOCKET ?= /run/envoy-agent/admin.sock
+
+# The packaged /etc/envoy-agent/envoy.yaml is envoy.example.yaml with its admin socket there.
+$(PKG_STAGE)/envoy.yaml: envoy.example.yaml
+	@mkdir -p $(@D)
+	sed -e 's|\(pipe: { path: \)[^,]*,|\1$(PKG_ADMIN_SOCKET),|' $< > $@.tmp
+	@test "$$(grep -c 'pipe: { path: $(PKG_ADMIN_SOCKET), mode: 0600 }' $@.tmp)" = 1 || \
+	 { echo "$<: expected one admin pipe line to rewrite" >&2; rm -f $@.tmp; exit 1; }
+	mv $@.tmp $@
+
+package: $(PKG_STAGE)/envoy-agent $(PKG_STAGE)/config.toml $(PKG_STAGE)/man $(PKG_STAGE)/envoy.yaml
 	@mkdir -p $(DIST)
 	rm -f $(DIST)/envoy-agent_*.deb $(DIST)/envoy-agent-*.rpm
 	PKG_STAGE=$(PKG_STAGE) $(GO) run ./packaging/cmd/mkpkg -config packaging/nfpm.yaml \

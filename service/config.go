@@ -32,6 +32,11 @@ type Config struct {
 
 	// File is the path the configuration was read from.
 	File string `toml:"-"`
+	// src is its text, to find the line of a key checked later.
+	src keyLines
+	// adminPortSet: the file sets envoy.admin_port (its default is not
+	// wanted with admin_socket).
+	adminPortSet bool
 }
 
 // EnvoyConfig is the [envoy] table: how Envoy is launched.
@@ -39,6 +44,7 @@ type EnvoyConfig struct {
 	BinaryPath             string   `toml:"binary_path"`
 	ConfigPath             string   `toml:"config_path"`
 	AdminPort              Port     `toml:"admin_port"`
+	AdminSocket            string   `toml:"admin_socket"`
 	LogLevel               string   `toml:"log_level"`
 	ComponentLogLevel      string   `toml:"component_log_level"`
 	LogAsJSON              bool     `toml:"log_as_json"`
@@ -161,11 +167,16 @@ func LoadConfig(path string) (*Config, error) {
 	}
 	cfg := DefaultConfig()
 	cfg.File = path
-	ps := &problems{file: path, lines: strings.Split(string(data), "\n")}
+	cfg.src = strings.Split(string(data), "\n")
+	ps := &problems{file: path, lines: cfg.src}
+	if err := checkNesting(data); err != nil {
+		return nil, &ConfigError{Problems: []Problem{{File: path, Line: err.line, Msg: err.Error()}}}
+	}
 	md, err := toml.Decode(string(data), &cfg)
 	if err != nil {
 		return nil, &ConfigError{Problems: []Problem{decodeProblem(path, err)}}
 	}
+	cfg.adminPortSet = md.IsDefined("envoy", "admin_port")
 	unknown := map[string]bool{}
 	for _, k := range md.Undecoded() {
 		unknown[k.String()] = true
@@ -208,23 +219,8 @@ func article(typ string) string {
 }
 
 func readConfigFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	data, err := readRegularFile(path, maxConfigSize)
 	if err != nil {
-		return nil, fmt.Errorf("cannot read the configuration: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("cannot read the configuration: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("cannot read the configuration: not a regular file")
-	}
-	if fi.Size() > maxConfigSize {
-		return nil, fmt.Errorf("the configuration is %d bytes; more than %d is not a configuration file", fi.Size(), maxConfigSize)
-	}
-	data := make([]byte, fi.Size())
-	if _, err := f.ReadAt(data, 0); err != nil && fi.Size() > 0 {
 		return nil, fmt.Errorf("cannot read the configuration: %w", err)
 	}
 	return data, nil
@@ -273,6 +269,9 @@ func (c *Config) resolvePaths() {
 	if strings.Contains(c.Envoy.BinaryPath, "/") && !filepath.IsAbs(c.Envoy.BinaryPath) {
 		c.Envoy.BinaryPath = filepath.Join(dir, c.Envoy.BinaryPath)
 	}
+	if c.Envoy.AdminSocket != "" && !filepath.IsAbs(c.Envoy.AdminSocket) {
+		c.Envoy.AdminSocket = filepath.Join(dir, c.Envoy.AdminSocket)
+	}
 	if c.Agent.RunDir != "" && !filepath.IsAbs(c.Agent.RunDir) {
 		c.Agent.RunDir = filepath.Join(dir, c.Agent.RunDir)
 	}
@@ -294,10 +293,13 @@ func (c *Config) check(ps *problems) {
 		ps.add("envoy.config_path", "must not be empty")
 	} else if err := checkReadable(e.ConfigPath); err != nil {
 		ps.add("envoy.config_path", "Envoy bootstrap %v", err)
-	} else if e.AdminPort != 0 {
+	} else if e.AdminPort != 0 || e.AdminSocket != "" {
 		c.checkBootstrapAdmin(ps)
 	}
-	if e.AdminPort == 0 {
+	switch {
+	case e.AdminSocket != "":
+		c.checkAdminSocket(ps)
+	case e.AdminPort == 0:
 		ps.add("envoy.admin_port", "must be set (1-65535)")
 	}
 	base, comps := envoy.SplitLogLevel(e.LogLevel)
@@ -369,6 +371,14 @@ func (c *Config) check(ps *problems) {
 	if a.LogFormat != "text" && a.LogFormat != "json" {
 		ps.add("agent.log_format", "unknown format %q (text or json)", a.LogFormat)
 	}
+	c.checkLimits(ps)
+	if dir := c.runDir(); dir != "" {
+		if _, err := os.Lstat(dir); err == nil {
+			if err := envoy.CheckRunDir(dir); err != nil {
+				ps.add("agent.run_dir", "%v", err)
+			}
+		}
+	}
 }
 
 // resolveBinary finds an executable Envoy: a bare name in PATH, a path as is.
@@ -394,19 +404,11 @@ func resolveBinary(p string) (string, error) {
 }
 
 func checkReadable(p string) error {
-	f, err := os.Open(p)
+	f, err := openRegular(p)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file", p)
-	}
-	return nil
+	return f.Close()
 }
 
 // ProxyConfig maps the [envoy] table onto the envoy package's ProxyConfig.
@@ -421,6 +423,7 @@ func (c *Config) ProxyConfig() envoy.ProxyConfig {
 		BinaryPath:             e.BinaryPath,
 		ConfigPath:             e.ConfigPath,
 		AdminPort:              int32(e.AdminPort),
+		AdminSocket:            e.AdminSocket,
 		DrainDuration:          durationpb.New(e.DrainDuration.D()),
 		Concurrency:            e.Concurrency,
 		ParentShutdownDuration: durationpb.New(e.ParentShutdownDuration.D()),

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
@@ -166,5 +168,59 @@ func TestLoadConfigFileProblems(t *testing.T) {
 				t.Fatalf("err = %v; want a ConfigError for %s with %q", err, tt.path, tt.msg)
 			}
 		})
+	}
+}
+
+// TestDeepNestingIsRefusedFast: 16,000 nested inline tables (64 KB, under
+// the size cap) took the TOML decoder 31 s and 10.5 GB; they are refused
+// before decoding, with the line.
+func TestDeepNestingIsRefusedFast(t *testing.T) {
+	dir := t.TempDir()
+	deep := "[envoy]\nextra_args = []\n[agent]\nx = " + strings.Repeat("{a=", 16000) + "1" + strings.Repeat("}", 16000) + "\n"
+	path := filepath.Join(dir, "deep.toml")
+	if err := os.WriteFile(path, []byte(deep), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err := LoadConfig(path)
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), path+":4: arrays and inline tables nest more than") {
+		t.Fatalf("LoadConfig = %v, want the nesting refused at line 4", err)
+	}
+	// The decoder took 31 s; the refusal reads the text once.
+	if took > 5*time.Second {
+		t.Fatalf("refusing took %s", took)
+	}
+	// Strings and comments do not count.
+	ok := "[envoy]\nextra_args = [\"[[[[[[[[[[[[[[[[[[[[{{{{{{{{{{{{{{{{{{{{\", '''\n{{{{{{{{{{{{{{{{{{{{{{{{{\n'''] # [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\n"
+	if err := checkNesting([]byte(ok)); err != nil {
+		t.Fatalf("checkNesting counted brackets in strings or comments: %v", err)
+	}
+}
+
+// TestFIFOIsRefusedWithoutBlocking: a FIFO as the configuration or as
+// Envoy's bootstrap is refused at once (an open would block until a writer
+// came).
+func TestFIFOIsRefusedWithoutBlocking(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 2)
+	go func() { _, err := LoadConfig(fifo); done <- err }()
+	go func() {
+		_, err := LoadConfig(writeConfig(t, dir, "[envoy]\nconfig_path = \"fifo\"\n"))
+		done <- err
+	}()
+	for i := 0; i < 2; i++ {
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "is not a regular file (a FIFO)") {
+				t.Fatalf("LoadConfig = %v, want a FIFO refused", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("LoadConfig blocked on a FIFO")
+		}
 	}
 }

@@ -14,7 +14,8 @@ type KeyDoc struct {
 var KeyDocs = []KeyDoc{
 	{Key: "envoy.binary_path", Default: "\"envoy\"", Meaning: "the Envoy binary; a bare name is looked up in `PATH`", Reload: "yes (same hot-restart version)"},
 	{Key: "envoy.config_path", Default: "\"/etc/envoy/envoy.yaml\"", Meaning: "Envoy's bootstrap (YAML, JSON or proto text by extension)", Reload: "yes"},
-	{Key: "envoy.admin_port", Default: "15000", Meaning: "Envoy's admin port on `agent.localhost`; must match the bootstrap's admin address (checked from the file, and again from the address Envoy really bound)", Reload: "no"},
+	{Key: "envoy.admin_port", Default: "15000", Meaning: "Envoy's admin port on `agent.localhost`; must match the bootstrap's admin `socket_address` (checked from the file, and again from the address Envoy really bound). Not with `admin_socket`", Reload: "no"},
+	{Key: "envoy.admin_socket", Default: `""`, Meaning: "Envoy's admin on this unix socket instead of a port (the example and the packages use it): must be the bootstrap's `admin.address.pipe.path` (a relative path there is taken from the agent's working folder, as Envoy does), checked from the file and from the address Envoy bound; the pipe's `mode` must give others nothing (`mode: 0600`); at most 107 bytes. Packages: `/run/envoy-agent/admin.sock`", Reload: "no"},
 	{Key: "envoy.log_level", Default: "\"info\"", Meaning: "Envoy's `-l`; Istio-style `\"warning,upstream:debug\"` sets component levels too", Reload: "yes"},
 	{Key: "envoy.component_log_level", Default: "\"\"", Meaning: "`--component-log-level`, e.g. `\"upstream:debug,connection:trace\"`", Reload: "yes"},
 	{Key: "envoy.log_as_json", Default: "false", Meaning: "Envoy writes its log lines as JSON (`--log-format`)", Reload: "yes"},

@@ -107,15 +107,24 @@ func (r *reloader) loop() {
 	}
 }
 
-// close refuses new requests, ends a wait for a draining epoch, and waits
-// for the reload under way, if any, and those already asked for.
-func (r *reloader) close() {
+// closeWithin refuses new requests, ends a wait for a draining epoch, and
+// waits for the reload under way, if any, and those already asked for, up
+// to d; it reports whether they ended. A stop must not wait on a reload
+// that hangs.
+func (r *reloader) closeWithin(d time.Duration) bool {
 	r.cancel()
 	r.mu.Lock()
 	r.closed = true
 	idle := r.idle
 	r.mu.Unlock()
-	<-idle
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-idle:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // restartOnly lists the keys a reload cannot change, and how to read them.
@@ -124,6 +133,7 @@ var restartOnly = []struct {
 	get func(*Config) any
 }{
 	{"envoy.admin_port", func(c *Config) any { return c.Envoy.AdminPort }},
+	{"envoy.admin_socket", func(c *Config) any { return c.Envoy.AdminSocket }},
 	{"envoy.base_id", func(c *Config) any { return c.Envoy.BaseID }},
 	{"agent.localhost", func(c *Config) any { return c.Agent.Localhost }},
 	{"agent.status_port", func(c *Config) any { return c.Agent.StatusPort }},

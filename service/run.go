@@ -203,8 +203,8 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 		go serveHTTP(serveCtx, promLn, s.metrics.mergedHandler(s.proxy.Admin(), log), log)
 	}
 
-	log.Infof("envoy-agent %s starting envoy %s with %s (admin %s:%d, status %s)", version, cfg.Envoy.BinaryPath,
-		cfg.Envoy.ConfigPath, a.Localhost, cfg.Envoy.AdminPort, statusLn.Addr())
+	log.Infof("envoy-agent %s starting envoy %s with %s (admin %s, status %s)", version, cfg.Envoy.BinaryPath,
+		cfg.Envoy.ConfigPath, cfg.adminAddress(), statusLn.Addr())
 	s.notify.Status("starting Envoy")
 	started := time.Now()
 	runErr := make(chan error, 1)
@@ -378,7 +378,9 @@ func (s *supervisor) stop(why string, stopAgent context.CancelFunc) {
 		s.log.Infof("waiting for the reload under way to end before draining")
 	}
 	s.report.drainBegan("stop", s.config().Agent.TerminationDrainDuration.D())
-	s.reloader.close()
+	if limit := s.config().Agent.StartTimeout.D(); !s.reloader.closeWithin(limit) {
+		s.log.Warnf("the reload under way did not end within start_timeout (%s); stopping anyway", limit)
+	}
 	s.setLive(false)
 	s.metrics.draining.Set(1)
 	s.notify.Stopping("stopping: draining Envoy")
@@ -446,7 +448,7 @@ func (s *supervisor) isLive() bool {
 
 func (s *supervisor) liveStatus() string {
 	cfg := s.config()
-	status := fmt.Sprintf("live: Envoy pid %d, epoch %d, admin %s:%d", s.proxy.Pid(), s.proxy.Epoch(), cfg.Agent.Localhost, cfg.Envoy.AdminPort)
+	status := fmt.Sprintf("live: Envoy pid %d, epoch %d, admin %s", s.proxy.Pid(), s.proxy.Epoch(), cfg.adminAddress())
 	if note := s.checkInstalledEnvoy(); note != "" {
 		status += "; " + note
 	}

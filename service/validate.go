@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
 )
 
 // validateTimeout bounds `envoy --mode validate`.
@@ -31,6 +33,9 @@ func Validate(ctx context.Context, path string, out io.Writer) error {
 // validateBootstrap runs `envoy --mode validate` on the bootstrap, with the
 // operator's extra arguments (they may change what Envoy loads).
 func validateBootstrap(ctx context.Context, cfg *Config) error {
+	if err := cfg.checkIsEnvoy(ctx); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, validateTimeout)
 	defer cancel()
 	args := []string{"--mode", "validate", "-c", cfg.Envoy.ConfigPath, "-l", "warning", "--disable-hot-restart"}
@@ -57,9 +62,10 @@ func validateBootstrap(ctx context.Context, cfg *Config) error {
 
 // envoyComplaint picks the reason out of Envoy's output: its critical and
 // error lines without the log prefix, and the last line when a proto dump
-// stands between the two halves of the message.
+// stands between the two halves of the message. Envoy's copies of the
+// bootstrap (secrets and all) are left out first (envoy.Redact).
 func envoyComplaint(output string) string {
-	lines := strings.Split(strings.TrimSpace(output), "\n")
+	lines := envoy.Redact(strings.Split(strings.TrimSpace(output), "\n"))
 	var parts []string
 	firstErr := -1
 	for i, l := range lines {

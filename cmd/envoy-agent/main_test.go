@@ -127,6 +127,9 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 		}
 		maps.Copy(envoyKeys, o.envoy)
 		maps.Copy(agentKeys, o.agent)
+		// An empty value leaves the key out.
+		maps.DeleteFunc(envoyKeys, func(_, v string) bool { return v == "" })
+		maps.DeleteFunc(agentKeys, func(_, v string) bool { return v == "" })
 		text = "[envoy]\n" + tomlLines(envoyKeys) + "\n[agent]\n" + tomlLines(agentKeys)
 	}
 	config := filepath.Join(dir, "config.toml")

@@ -20,6 +20,9 @@ type BootstrapOptions struct {
 	InitDelay time.Duration
 	// AdminAddress overrides the admin bind address (default 127.0.0.1).
 	AdminAddress string
+	// AdminSocket puts the admin on this unix socket (mode 0600) instead of
+	// a TCP port.
+	AdminSocket string
 	// ResponseHeader, when set, is added to every proxied response as
 	// x-config-version.
 	ResponseHeader string
@@ -31,7 +34,11 @@ type BootstrapOptions struct {
 var bootstrapTmpl = template.Must(template.New("bootstrap").Parse(`node: { id: envoy-agent-kit, cluster: envoy-agent-kit }
 admin:
   address:
+{{- if .AdminSocket}}
+    pipe: { path: "{{.AdminSocket}}", mode: 0600 }
+{{- else}}
     socket_address: { address: {{.AdminAddress}}, port_value: {{.Admin}} }
+{{- end}}
 {{- if .InitDelay}}
 dynamic_resources:
   cds_config:

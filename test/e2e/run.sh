@@ -426,7 +426,7 @@ stop_draining() {
 }
 
 rq_active() { # a request is in flight: Envoy counts it as active
-	ct_run curl -s "http://127.0.0.1:15000/stats?filter=http.e2e.downstream_rq_active" | grep -q ': [1-9]'
+	ct_run curl -s --unix-socket /run/envoy-agent/admin.sock "http://envoy/stats?filter=http.e2e.downstream_rq_active" | grep -q ': [1-9]'
 }
 
 restarts_above() { # restarts_above N: the unit restarted more than N times

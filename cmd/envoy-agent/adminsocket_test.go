@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+)
+
+// drainCountRE matches a drain's STATUS= with connections counted.
+var drainCountRE = regexp.MustCompile(`STATUS=draining: [1-9][0-9]* active connections`)
+
+// adminSocketOptions runs the agent's Envoy with its admin on the unix
+// socket at sock (mode 0600) and no admin port.
+func adminSocketOptions(sock string) procOptions {
+	return procOptions{
+		envoy: map[string]string{"admin_port": "", "admin_socket": strconv.Quote(sock),
+			"drain_duration": `"2s"`, "parent_shutdown_duration": `"3s"`},
+		agent:     map[string]string{"exit_on_zero_active_connections": "true", "termination_drain_duration": `"3s"`},
+		bootstrap: testenvoy.BootstrapOptions{AdminSocket: sock, ResponseHeader: "s0"},
+	}
+}
+
+// TestAdminOnAUnixSocketEndToEnd: Envoy's admin on a unix socket (only its
+// user can connect), with the real Envoy, through everything the agent
+// does with it: READY=1 from /ready, /healthz/ready, merged metrics, hot
+// restarts (each new epoch binds the path afresh), a failed epoch (which
+// takes the admin over and dies: the agent restores it), a drain that polls
+// the active connections and ends at zero, and the quit.
+func TestAdminOnAUnixSocketEndToEnd(t *testing.T) {
+	// A folder every user can traverse: only the socket's own mode keeps
+	// other users out.
+	sockDir, err := os.MkdirTemp("", "adminsock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	if err := os.Chmod(sockDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(sockDir, "admin.sock")
+	p := startAgent(t, adminSocketOptions(sock))
+	admin := envoy.NewAdminClientUnix(sock)
+	ctx := context.Background()
+
+	fi, err := os.Stat(sock)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("admin socket: %v %v; want a socket, mode 0600", fi, err)
+	}
+	if c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p.ports.Admin)), time.Second); err == nil {
+		c.Close()
+		t.Fatalf("something listens on the admin port %d", p.ports.Admin)
+	}
+	if r, err := admin.Ready(ctx); err != nil || !r.Live {
+		t.Fatalf("/ready on the socket: %+v %v", r, err)
+	}
+	if os.Geteuid() == 0 {
+		// Another local user cannot connect (on TCP loopback anyone could);
+		// the same client as the agent's user gets LIVE.
+		curl := func(uid uint32) (string, error) {
+			cmd := exec.Command("curl", "-sS", "--max-time", "5", "--unix-socket", sock, "http://envoy/ready")
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+		if out, err := curl(0); err != nil || strings.TrimSpace(out) != "LIVE" {
+			t.Fatalf("curl --unix-socket as the agent's user: %v %s", err, out)
+		}
+		out, err := curl(65534)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+			t.Fatalf("curl --unix-socket as uid 65534: %v %s; want exit 7 (cannot connect)", err, out)
+		}
+	}
+	if c := p.healthz(); c != 200 {
+		t.Fatalf("/healthz/ready = %d", c)
+	}
+	if got := p.metric("envoy_server_live{}"); got != "1" {
+		t.Errorf("merged metrics: envoy_server_live = %q, want 1 (Envoy's, read through the socket)", got)
+	}
+
+	l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/"), 2)
+	defer l.Stop()
+	for i := 1; i <= 2; i++ {
+		p.rewriteBootstrap(testenvoy.BootstrapOptions{AdminSocket: sock, ResponseHeader: "s" + strconv.Itoa(i)})
+		if code, out := p.reload(); code != 0 || !strings.Contains(out, "epoch "+strconv.Itoa(i)+" is serving") {
+			t.Fatalf("reload %d: exit %d: %s", i, code, out)
+		}
+		si, err := admin.ServerInfo(ctx)
+		if err != nil || si.CommandLineOptions.RestartEpoch != i || si.State != "LIVE" {
+			t.Fatalf("after reload %d the socket answers %+v %v", i, si, err)
+		}
+	}
+
+	// A new epoch that dies after taking the admin over (its listener
+	// port is taken): the serving epoch keeps serving, and the agent
+	// gives the admin socket back to the serving configuration.
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	ports := p.ports
+	ports.Listener = taken.Addr().(*net.TCPAddr).Port
+	good := readFileT(t, filepath.Join(p.dir, "envoy.yaml"))
+	testenvoy.WriteBootstrap(t, p.dir, "envoy.yaml", testenvoy.BootstrapOptions{Ports: ports, AdminSocket: sock, ResponseHeader: "bad"})
+	code, out := p.reload()
+	if code != 1 || !strings.Contains(out, "Address already in use") || !strings.Contains(out, "keeps serving") {
+		t.Fatalf("reload onto a taken port: exit %d: %s", code, out)
+	}
+	if r, err := admin.Ready(ctx); err != nil || !r.Live {
+		t.Fatalf("/ready on the socket after the failed epoch: %+v %v (%s)", r, err, out)
+	}
+	writeFile(t, filepath.Join(p.dir, "envoy.yaml"), good)
+	if code, out := p.reload(); code != 0 {
+		t.Fatalf("good reload after the failed one: exit %d: %s", code, out)
+	}
+	l.Stop()
+	if l.Failed() != 0 || l.Versions()["bad"] != 0 {
+		t.Fatalf("%d requests failed (last: %s), versions %v", l.Failed(), l.LastErr(), l.Versions())
+	}
+
+	// The stop: the drain reads the active connections through the socket
+	// (the load's idle keep-alive connections are still open, so it counts
+	// them and runs to termination_drain_duration), then Envoy quits
+	// through it (no SIGTERM fallback).
+	code, took := p.wait(p.signal(syscall.SIGTERM), 30*time.Second)
+	log := p.stderr.String()
+	if code != 0 || !strings.Contains(log, "termination drain duration reached") {
+		t.Fatalf("stop: exit %d after %s; want 0 after the drain:\n%s", code, took, log)
+	}
+	counted := false
+	for _, m := range p.ns.Messages() {
+		counted = counted || drainCountRE.MatchString(m.Text)
+	}
+	if !counted {
+		t.Errorf("no STATUS= counted the load's open connections; got %v", p.ns.Messages())
+	}
+	if strings.Contains(log, "sending SIGTERM") {
+		t.Errorf("Envoy did not take /quitquitquit through the socket:\n%s", log)
+	}
+	if _, err := os.Lstat(sock); err == nil {
+		t.Errorf("the admin socket %s is left behind", sock)
+	}
+	assertNoEnvoyFor(t, p.dir)
+}
+
+// TestAdminSocketMismatchIsRefused: the bootstrap's admin socket and the
+// agent's admin_socket must agree, checked from the file (exit 3 before
+// Envoy starts) and from the address Envoy really bound (extra_args moving
+// it: Envoy is stopped, exit 3).
+func TestAdminSocketMismatchIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "admin.sock")
+	other := filepath.Join(dir, "other.sock")
+	tests := []struct {
+		name      string
+		bootstrap string
+		envoy     map[string]string
+		want      string
+	}{
+		{"bootstrap on another socket", other, nil, "envoy.admin_socket: is " + sock + ", but the bootstrap"},
+		{"bootstrap on TCP", "", nil, "envoy.admin_socket: is " + sock + ", but the bootstrap"},
+		{"admin_port and admin_socket", sock, map[string]string{"admin_port": "15999"}, "envoy.admin_port: is set, and so is admin_socket"},
+		{"moved by extra_args", sock, map[string]string{"extra_args": `["--config-yaml", "admin: {address: {pipe: {path: ` + other + `}}}"]`},
+			"Envoy's admin listener is on the unix socket " + other + ", not on " + sock},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := adminSocketOptions(sock)
+			o.bootstrap.AdminSocket = tt.bootstrap
+			o.noWaitReady = true
+			for k, v := range tt.envoy {
+				o.envoy[k] = v
+			}
+			p := startAgent(t, o)
+			code, _ := p.wait(p.started, 30*time.Second)
+			if out := p.stderr.String(); code != 3 || !strings.Contains(out, tt.want) {
+				t.Fatalf("exit %d, want 3 with %q:\n%s", code, tt.want, out)
+			}
+			assertNoEnvoyFor(t, p.dir)
+		})
+	}
+}
+
+func readFileT(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

@@ -1,0 +1,53 @@
+package envoy
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+)
+
+// CheckRunDir refuses a run folder that anyone but the agent's user (or
+// root) could change: one writable by its group or by others, or owned by
+// another user. The folder holds the bootstrap copies Envoy runs, the files
+// Envoy writes its admin address to and its admin socket; whoever can write
+// there could swap them. A symbolic link as the folder itself is refused
+// too.
+func CheckRunDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory (%s)", dir, fi.Mode().Type())
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return errors.New("cannot read the owner of " + dir)
+	}
+	if uid := uint32(os.Geteuid()); st.Uid != uid && st.Uid != 0 {
+		return fmt.Errorf("%s belongs to uid %d, not to the agent's user (uid %d) or root", dir, st.Uid, uid)
+	}
+	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
+		return fmt.Errorf("%s is writable by its group or by others (mode %04o); make it 0750 or 0700", dir, perm)
+	}
+	return nil
+}
+
+// createAdminAddressFile makes the empty file Envoy writes its admin
+// address to, exclusively and never through a symbolic link, private to
+// the agent's user; Envoy then writes into this file rather than create
+// one of its own.
+func createAdminAddressFile(path string) error {
+	if path == "" {
+		return nil
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("envoy admin address file: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("envoy admin address file: %w", err)
+	}
+	return f.Close()
+}
