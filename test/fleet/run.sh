@@ -72,7 +72,7 @@ report() {
 	local name=$1 rc=$2 out detail
 	out=$work/step.$((passed + failed)).log
 	mv "$work/step.log" "$out"
-	detail=$(sed -n 's/^detail: //p' "$out" | tr '\n' ' ' | sed 's/ *$//')
+	detail=$(sed -n 's/^detail: //p' "$out" | awk 'NR > 1 {printf "; "} {printf "%s", $0}')
 	if [ $rc -eq 0 ]; then
 		passed=$((passed + 1))
 		echo "PASS $name${detail:+ ($detail)}"
@@ -428,7 +428,7 @@ broken_config() {
 	local failed_task
 	failed_task=$(awk '/^TASK \[/ {t = $0} /^fatal: \[fleet-1\]/ {print t; exit}' "$work/broken.play" |
 		sed 's/^TASK \[\(.*\)\] \**$/\1/')
-	echo "detail: fleet-1 failed at \"$failed_task\"; $(grep -oE 'does-not-exist[^"\\]*' "$work/broken.play" | head -n1)"
+	echo "detail: fleet-1 failed at \"$failed_task\"; $(grep -oE "unknown cluster 'does-not-exist'" "$work/broken.play" | head -n1)"
 	[ "$failed_task" = "envoy_agent : Candidate config.toml, validated with the candidate bootstrap" ] ||
 		{ show_play broken; fail "fleet-1 did not fail at the validation"; }
 	grep -q 'does-not-exist' "$work/broken.play" || fail "the failure does not name the bad cluster"
@@ -439,6 +439,38 @@ broken_config() {
 		host_state "$h" >"$work/$h.after"
 		diff "$work/$h.before" "$work/$h.after" || fail "$h changed: live files, agent or reload count"
 	done
+	expect_version 2
+	[ "$bad" -eq 0 ] || fail "$bad requests failed"
+}
+
+# A change that validates but fails at run time on the first host (a listener port held there):
+# the reload fails, the rollout stops, the first host keeps serving v2 and the others are untouched.
+reload_fails() {
+	local h
+	for h in fleet-2 fleet-3; do host_state "$h" >"$work/$h.before" || return 1; done
+	T=30 on fleet-1 systemd-run --unit fleet-port-81 python3 -c \
+		'import socket, time; s = socket.socket(); s.bind(("127.0.0.1", 81)); s.listen(); time.sleep(3600)' || return 1
+	wait_for 20 on fleet-1 python3 -c 'import socket; socket.create_connection(("127.0.0.1", 81), 1)' || fail "port 81 not held"
+	load_start runtime
+	playbook runtime -e envoy_agent_config_version=3 -e "envoy_agent_bootstrap_template=$repo/test/fleet/port-taken.yaml.j2"
+	local rc=$?
+	load_stop runtime
+	T=30 on fleet-1 systemctl stop fleet-port-81
+	local bad
+	bad=$(load_report runtime | tee "$work/runtime.report" | tail -n1)
+	grep '^detail' "$work/runtime.report"
+	[ $rc -ne 0 ] || fail "the playbook succeeded with a port taken on fleet-1"
+	local failed_task
+	failed_task=$(awk '/^(RUNNING HANDLER|TASK) \[/ {t = $0} /^fatal: \[fleet-1\]/ {print t; exit}' "$work/runtime.play" |
+		sed 's/^[A-Z ]* \[\(.*\)\] \**$/\1/')
+	echo "detail: fleet-1 failed at \"$failed_task\": $(grep -m1 -oiE 'reload[^"]*(in use|bind)[^"]*' "$work/runtime.play" | head -n1)"
+	[ "$failed_task" = "envoy_agent : Reload envoy-agent" ] || { show_play runtime; fail "fleet-1 did not fail at the reload"; }
+	for h in fleet-2 fleet-3; do
+		! grep -qE "^(ok|changed|fatal|skipping): \[$h\]" "$work/runtime.play" || fail "the play ran tasks on $h"
+		host_state "$h" >"$work/$h.after"
+		diff "$work/$h.before" "$work/$h.after" || fail "$h changed: live files, agent or reload count"
+	done
+	[ "$(on fleet-1 systemctl is-active envoy-agent)" = active ] || fail "fleet-1's unit is not active"
 	expect_version 2
 	[ "$bad" -eq 0 ] || fail "$bad requests failed"
 }
@@ -514,6 +546,7 @@ if setup_step "setup: systemd-nspawn and ansible present" host_tools &&
 	if step "install from scratch: packages, config v1, unit enabled, active and ready" install; then
 		step "config change v1 -> v2 under load: one host after the other, 0 failed requests" config_change
 		step "broken bootstrap: validate stops it on the first host, nothing changed anywhere" broken_config
+		step "reload failing at run time on the first host: rollout stopped, old config still served" reload_fails
 		if [ "$envoy_from" != "$envoy_to" ]; then
 			step "Envoy upgrade $envoy_from -> $envoy_to under load (hot restart): 0 failed requests" envoy_upgrade
 		else
