@@ -463,8 +463,11 @@ reload_fails() {
 	local failed_task
 	failed_task=$(awk '/^(RUNNING HANDLER|TASK) \[/ {t = $0} /^fatal: \[fleet-1\]/ {print t; exit}' "$work/runtime.play" |
 		sed 's/^[A-Z ]* \[\(.*\)\] \**$/\1/')
-	echo "detail: fleet-1 failed at \"$failed_task\": $(grep -m1 -oiE 'reload[^"]*(in use|bind)[^"]*' "$work/runtime.play" | head -n1)"
+	echo "detail: fleet-1 failed at \"$failed_task\": $(grep -m1 -oE 'envoy-agent: .*last reload failed: .*' "$work/runtime.play" | grep -oE 'last reload failed: .*' | cut -c1-200)"
 	[ "$failed_task" = "envoy_agent : Reload envoy-agent" ] || { show_play runtime; fail "fleet-1 did not fail at the reload"; }
+	# The handler's stderr: the agent's STATUS= with the reason (not the handler's source, which
+	# Ansible also prints).
+	grep -qE '^ *systemctl reload failed; envoy-agent: .*last reload failed: .*in use' "$work/runtime.play" || { show_play runtime; fail "the failure does not give the agent's reason"; }
 	for h in fleet-2 fleet-3; do
 		! grep -qE "^(ok|changed|fatal|skipping): \[$h\]" "$work/runtime.play" || fail "the play ran tasks on $h"
 		host_state "$h" >"$work/$h.after"
