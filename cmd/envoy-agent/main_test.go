@@ -295,10 +295,13 @@ func TestReadyOnlyAfterEnvoyIsLive(t *testing.T) {
 				return
 			default:
 			}
+			// A 503 proves Envoy was not LIVE when the probe was sent (it may
+			// have turned LIVE before the answer came back).
+			sent := time.Now()
 			r, err := testenvoy.Get(testenvoy.URL(p.ports.Admin, "/ready"), time.Second)
 			now := time.Now()
 			if err == nil && r.Code == 503 {
-				last503 = now
+				last503 = sent
 			}
 			if err == nil && r.Code == 200 && first200.IsZero() {
 				first200 = now
