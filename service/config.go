@@ -65,6 +65,7 @@ type AgentConfig struct {
 	LogLevel                    string   `toml:"log_level"`
 	LogFormat                   string   `toml:"log_format"`
 	RunDir                      string   `toml:"run_dir"`
+	ControlSocket               string   `toml:"control_socket"`
 }
 
 // Port is a TCP port number in a TOML file.
@@ -276,6 +277,9 @@ func (c *Config) resolvePaths() {
 	if c.Agent.RunDir != "" && !filepath.IsAbs(c.Agent.RunDir) {
 		c.Agent.RunDir = filepath.Join(dir, c.Agent.RunDir)
 	}
+	if c.Agent.ControlSocket != "" && !filepath.IsAbs(c.Agent.ControlSocket) {
+		c.Agent.ControlSocket = filepath.Join(dir, c.Agent.ControlSocket)
+	}
 }
 
 var envoyLogLevels = []string{"trace", "debug", "info", "warning", "warn", "error", "critical", "off"}
@@ -369,6 +373,7 @@ func (c *Config) check(ps *problems) {
 	if a.LogFormat != "text" && a.LogFormat != "json" {
 		ps.add("agent.log_format", "unknown format %q (text or json)", a.LogFormat)
 	}
+	c.checkControlSocket(ps)
 }
 
 // resolveBinary finds an executable Envoy: a bare name in PATH, a path as is.
@@ -432,14 +437,12 @@ func (c *Config) ProxyConfig() envoy.ProxyConfig {
 	}
 }
 
-// runDir is where the agent keeps its runtime files: run_dir, else systemd's
-// RuntimeDirectory, else a private temporary folder.
+// runDir is where the agent keeps its runtime files: run_dir, else
+// DefaultRunDir. It depends on the file alone (not on the environment), so
+// that `envoy-agent reload` finds the control socket from any shell.
 func (c *Config) runDir() string {
 	if c.Agent.RunDir != "" {
 		return c.Agent.RunDir
 	}
-	if d := os.Getenv("RUNTIME_DIRECTORY"); d != "" {
-		return strings.Split(d, ":")[0]
-	}
-	return ""
+	return DefaultRunDir
 }

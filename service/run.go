@@ -65,6 +65,8 @@ func Run(ctx context.Context, opts Options) error {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigs)
+	defer ignoreSIGPIPE()()
+	stderr = bestEffortWriter{stderr}
 
 	cfg, err := LoadConfig(opts.ConfigPath)
 	if err != nil {
@@ -163,30 +165,42 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	// the start with nothing to clean up.
 	serveCtx, stopServing := context.WithCancel(context.Background())
 	defer stopServing()
-	statusLn, err := net.Listen("tcp", net.JoinHostPort(a.Localhost, strconv.Itoa(int(a.StatusPort))))
+	statusLn, err := listenTCP("agent.status_port", a.Localhost, a.StatusPort)
 	if err != nil {
-		return fmt.Errorf("agent.status_port: %w", err)
+		return err
 	}
 	var promLn net.Listener
 	if a.PrometheusPort != 0 {
-		promLn, err = net.Listen("tcp", net.JoinHostPort(a.PrometheusAddress, strconv.Itoa(int(a.PrometheusPort))))
+		promLn, err = listenTCP("agent.prometheus_port", a.PrometheusAddress, a.PrometheusPort)
 		if err != nil {
 			statusLn.Close()
-			return fmt.Errorf("agent.prometheus_port: %w", err)
+			return err
 		}
 	}
+	control, controlLn, err := s.newControl()
+	if err != nil {
+		statusLn.Close()
+		if promLn != nil {
+			promLn.Close()
+		}
+		return err
+	}
+	// Closed here, not only by the server's shutdown: the socket file goes
+	// with the agent's exit.
+	defer controlLn.Close()
 
 	agentCtx, stopAgent := context.WithCancel(context.Background())
 	defer stopAgent()
-	quit := func() { s.agent.DisableDraining(); stopAgent() }
-	status := &statusServer{log: log, ready: s.ready, quit: quit, drain: s.drainNow, reload: s.requestReload}
-	go serveHTTP(serveCtx, statusLn, status.handler(), log)
+	control.quit = func() { s.agent.DisableDraining(); stopAgent() }
+	status := &statusServer{log: log, ready: s.ready}
+	go serveHTTP(serveCtx, statusLn, status.handler(), serverLimits{maxConns: statusMaxConns, write: statusWriteTimeout}, log)
+	go serveHTTP(serveCtx, controlLn, control.handler(), serverLimits{maxConns: controlMaxConns, context: withPeerCred}, log)
 	if promLn != nil {
-		go serveHTTP(serveCtx, promLn, s.metrics.mergedHandler(s.proxy.Admin(), log), log)
+		go serveHTTP(serveCtx, promLn, s.metrics.mergedHandler(s.proxy.Admin(), log), serverLimits{maxConns: metricsMaxConns, write: metricsWriteTimeout}, log)
 	}
 
-	log.Infof("envoy-agent %s starting envoy %s with %s (admin %s:%d, status %s)", version, cfg.Envoy.BinaryPath,
-		cfg.Envoy.ConfigPath, a.Localhost, cfg.Envoy.AdminPort, statusLn.Addr())
+	log.Infof("envoy-agent %s starting envoy %s with %s (admin %s:%d, status %s, control %s)", version, cfg.Envoy.BinaryPath,
+		cfg.Envoy.ConfigPath, a.Localhost, cfg.Envoy.AdminPort, statusLn.Addr(), controlLn.Addr())
 	s.notify.Status("starting Envoy")
 	started := time.Now()
 	runErr := make(chan error, 1)
