@@ -78,6 +78,7 @@ type procOptions struct {
 	bootstrap     testenvoy.BootstrapOptions
 	watchdogUsec  int
 	noWaitReady   bool
+	stderrFile    *os.File // the agent's stderr, instead of a buffer the test keeps
 	configText    string // the whole TOML file instead, when set
 	bootstrapFile string // an existing bootstrap instead, when set
 }
@@ -143,6 +144,9 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 		p.cmd.Env = append(p.cmd.Env, "WATCHDOG_USEC="+strconv.Itoa(o.watchdogUsec))
 	}
 	p.cmd.Stderr = p.stderr
+	if o.stderrFile != nil {
+		p.cmd.Stderr = o.stderrFile
+	}
 	if beforeStart != nil {
 		beforeStart(ports)
 	}
