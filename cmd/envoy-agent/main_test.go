@@ -79,8 +79,8 @@ type procOptions struct {
 	watchdogUsec  int
 	noWaitReady   bool
 	stderrFile    *os.File // the agent's stderr, instead of a buffer the test keeps
-	configText    string // the whole TOML file instead, when set
-	bootstrapFile string // an existing bootstrap instead, when set
+	configText    string   // the whole TOML file instead, when set
+	bootstrapFile string   // an existing bootstrap instead, when set
 }
 
 type agentProc struct {
