@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -155,7 +156,9 @@ func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, lim serverL
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
 	}()
-	if err := srv.Serve(newLimitListener(ln, lim.maxConns)); err != nil && err != http.ErrServerClosed {
+	// net.ErrClosed: the control socket is closed at exit before the
+	// shutdown, to remove its file.
+	if err := srv.Serve(newLimitListener(ln, lim.maxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 		log.Errorf("http server on %s: %v", ln.Addr(), err)
 	}
 }
