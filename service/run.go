@@ -65,7 +65,7 @@ func Run(ctx context.Context, opts Options) error {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigs)
-	defer ignoreSIGPIPE()()
+	ignoreSIGPIPE()
 	stderr = bestEffortWriter{stderr}
 
 	cfg, err := LoadConfig(opts.ConfigPath)

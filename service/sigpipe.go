@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 )
 
@@ -13,13 +14,12 @@ import (
 // notified, not ignored: signal.Ignore would pass SIG_IGN on to Envoy
 // through exec, while a notified signal is reset to its default there, so
 // Envoy gets the disposition it would get unsupervised. The channel is
-// never read; the signals it cannot hold are dropped. The returned func
-// undoes it.
-func ignoreSIGPIPE() func() {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGPIPE)
-	return func() { signal.Stop(ch) }
-}
+// never read; the signals it cannot hold are dropped. It stays for the
+// process's life, so that the exit's last words (main printing an error)
+// cannot turn a clean exit status into death by SIGPIPE either.
+var ignoreSIGPIPE = sync.OnceFunc(func() {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+})
 
 // bestEffortWriter writes to w and reports success whatever happens: the
 // agent's log and Envoy's output must keep flowing (Envoy's pipe must keep

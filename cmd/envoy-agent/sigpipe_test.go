@@ -77,3 +77,24 @@ func sigMask(t *testing.T, pid int, field string) uint64 {
 	t.Fatalf("no %s in /proc/%d/status", field, pid)
 	return 0
 }
+
+// TestStderrReaderGoneExitStatus: with no reader of its stderr, an agent
+// whose Envoy is killed still exits 1 (for Restart=on-failure), not by
+// SIGPIPE while it prints the reason.
+func TestStderrReaderGoneExitStatus(t *testing.T) {
+	t.Parallel()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, r) }()
+	p := startAgent(t, procOptions{stderrFile: w})
+	w.Close()
+	r.Close()
+	if err := syscall.Kill(p.envoyPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := p.wait(time.Now(), 20*time.Second); code != 1 {
+		t.Fatalf("exit %d (-1 is death by a signal: %v), want 1", code, p.cmd.ProcessState)
+	}
+}
