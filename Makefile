@@ -21,8 +21,12 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/envoy-agent ./cmd/envoy-agent
 
 # The agent in the foreground on the example config; Ctrl-C drains and exits.
+# Its run_dir (/run/envoy-agent) needs root; as another user the example runs
+# with run_dir in .cache (`envoy-agent reload --config .cache/run.toml` then).
 run: build envoy
-	PATH="$(dir $(ENVOY_BIN)):$$PATH" ./bin/envoy-agent run --config config.example.toml
+	@if [ "$$(id -u)" = 0 ]; then cfg=config.example.toml; else cfg=$(CACHE)/run.toml; \
+	  sed -e 's|^run_dir = .*|run_dir = "$(CACHE)/run"|' -e 's|^config_path = "envoy.example.yaml"|config_path = "$(CURDIR)/envoy.example.yaml"|' config.example.toml > $$cfg; fi; \
+	  echo "envoy-agent run --config $$cfg"; PATH="$(dir $(ENVOY_BIN)):$$PATH" exec ./bin/envoy-agent run --config $$cfg
 
 # With the race detector: the agent is all goroutines and signals.
 test: envoy

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"syscall"
@@ -87,14 +88,18 @@ func pollReady(ctx context.Context, p *proc, adminPort int, interval, timeout ti
 	return time.Time{}, err
 }
 
-// quitAgent stops an agent with POST /quitquitquit on its status server (no
-// drain), SIGKILL if it is not gone within 15s.
-func quitAgent(ctx context.Context, p *proc, statusPort int) error {
+// quitAgent stops an agent with POST /quitquitquit on its control socket
+// (no drain), SIGKILL if it is not gone within 15s.
+func quitAgent(ctx context.Context, p *proc, controlSocket string) error {
 	if p.exitedEarly() {
 		return nil
 	}
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err := post(qctx, oneShot(5*time.Second), localURL(statusPort, "/quitquitquit"))
+	unix := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", controlSocket)
+		}}}
+	err := post(qctx, unix, "http://envoy-agent/quitquitquit")
 	cancel()
 	if err != nil {
 		p.signal(syscall.SIGTERM)

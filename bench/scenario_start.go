@@ -49,7 +49,7 @@ func (b *bench) scenarioStart(ctx context.Context) (*StartResult, error) {
 				gap = at.Sub(liveAt)
 			}
 		}
-		if qerr := quitAgent(ctx, p, run.status); err == nil && qerr != nil {
+		if qerr := quitAgent(ctx, p, run.controlSocket()); err == nil && qerr != nil {
 			err = fmt.Errorf("stop the agent: %w", qerr)
 		}
 		return at.Sub(p.started), gap, err

@@ -76,6 +76,9 @@ type agentRun struct {
 	p       *proc // nil until started
 }
 
+// controlSocket is the agent's control socket: control.sock in its run_dir.
+func (r *agentRun) controlSocket() string { return filepath.Join(r.dir, "run", "control.sock") }
+
 // setupAgent makes the site name with one listener and a status port,
 // listens on a notify socket in it and, unless o.procName is "", starts the
 // agent there (and with o.ready waits for its READY=1). On an error it
@@ -156,7 +159,7 @@ func waitNotify(ctx context.Context, ns *envoykit.NotifySocket, p *proc, kv stri
 // closes the notify socket.
 func (r *agentRun) close(ctx context.Context) {
 	if r.p != nil {
-		_ = quitAgent(context.WithoutCancel(ctx), r.p, r.status)
+		_ = quitAgent(context.WithoutCancel(ctx), r.p, r.controlSocket())
 	}
 	r.ns.Close()
 }

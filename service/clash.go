@@ -162,8 +162,8 @@ func askClaim(name string) (agentIdentity, error) {
 	return id, nil
 }
 
-// portHolder names the envoy-agent that holds port, if one does.
-func portHolder(port Port) (agentIdentity, bool) {
+// agentOnPort names the envoy-agent that holds port, if one does.
+func agentOnPort(port Port) (agentIdentity, bool) {
 	id, err := askClaim(portClaim(port))
 	return id, err == nil && id.Pid != os.Getpid()
 }
@@ -228,7 +228,7 @@ func checkAdminPortFree(ctx context.Context, cfg *Config) error {
 		return nil
 	}
 	conn.Close()
-	if holder, ok := portHolder(cfg.Envoy.AdminPort); ok {
+	if holder, ok := agentOnPort(cfg.Envoy.AdminPort); ok {
 		return configProblem(cfg, "envoy.admin_port", "port %d (Envoy's admin) is already used by %s: give this instance an admin_port of its own, and the same port in its bootstrap's admin address (%s)",
 			cfg.Envoy.AdminPort, holder, cfg.Envoy.ConfigPath)
 	}
@@ -239,11 +239,11 @@ func checkAdminPortFree(ctx context.Context, cfg *Config) error {
 // another envoy-agent holds the port, it is a configuration error naming it.
 func portInUse(cfg *Config, key string, port Port, err error) error {
 	if errors.Is(err, syscall.EADDRINUSE) {
-		if holder, ok := portHolder(port); ok {
+		if holder, ok := agentOnPort(port); ok {
 			return configProblem(cfg, key, "port %d is already used by %s: give this instance a %s of its own", port, holder, key)
 		}
 	}
-	return fmt.Errorf("%s: %w", key, err)
+	return err
 }
 
 // configProblem is a *ConfigError about key in cfg's file, with its line.

@@ -71,6 +71,7 @@ type AgentConfig struct {
 	LogLevel                    string   `toml:"log_level"`
 	LogFormat                   string   `toml:"log_format"`
 	RunDir                      string   `toml:"run_dir"`
+	ControlSocket               string   `toml:"control_socket"`
 }
 
 // Port is a TCP port number in a TOML file.
@@ -275,6 +276,9 @@ func (c *Config) resolvePaths() {
 	if c.Agent.RunDir != "" && !filepath.IsAbs(c.Agent.RunDir) {
 		c.Agent.RunDir = filepath.Join(dir, c.Agent.RunDir)
 	}
+	if c.Agent.ControlSocket != "" && !filepath.IsAbs(c.Agent.ControlSocket) {
+		c.Agent.ControlSocket = filepath.Join(dir, c.Agent.ControlSocket)
+	}
 }
 
 var envoyLogLevels = []string{"trace", "debug", "info", "warning", "warn", "error", "critical", "off"}
@@ -379,6 +383,7 @@ func (c *Config) check(ps *problems) {
 			}
 		}
 	}
+	c.checkControlSocket(ps)
 }
 
 // resolveBinary finds an executable Envoy: a bare name in PATH, a path as is.
@@ -435,14 +440,33 @@ func (c *Config) ProxyConfig() envoy.ProxyConfig {
 	}
 }
 
-// runDir is where the agent keeps its runtime files: run_dir, else systemd's
-// RuntimeDirectory, else a private temporary folder.
+// runDir is where the agent keeps its runtime files: run_dir, else
+// DefaultRunDir. It depends on the file alone (not on the environment), so
+// that `envoy-agent reload` finds the control socket from any shell.
 func (c *Config) runDir() string {
 	if c.Agent.RunDir != "" {
 		return c.Agent.RunDir
 	}
-	if d := os.Getenv("RUNTIME_DIRECTORY"); d != "" {
-		return strings.Split(d, ":")[0]
-	}
-	return ""
+	return defaultRunDir(c.File)
 }
+
+// defaultRunDir is run_dir when the file does not set it: DefaultRunDir for
+// /etc/envoy-agent/config.toml (and any other file), and
+// /run/envoy-agent-NAME for /etc/envoy-agent/NAME.toml, the file of the
+// template unit's instance NAME, whose RuntimeDirectory that is. The agent
+// and the commands that reach it (reload, status, reopen-logs) find the same
+// folder from the file's name alone.
+func defaultRunDir(file string) string {
+	abs, err := filepath.Abs(file)
+	if err != nil || filepath.Dir(abs) != instanceConfigDir {
+		return DefaultRunDir
+	}
+	name := strings.TrimSuffix(filepath.Base(abs), ".toml")
+	if name == "config" || name == filepath.Base(abs) || name == "" {
+		return DefaultRunDir
+	}
+	return DefaultRunDir + "-" + name
+}
+
+// instanceConfigDir holds the template unit's instance files (NAME.toml).
+const instanceConfigDir = "/etc/envoy-agent"

@@ -109,6 +109,8 @@ func TestLoadConfigBadInput(t *testing.T) {
 		{name: "bad component level", text: head + "component_log_level = \"upstream\"\n", line: 4, key: "envoy.component_log_level", msg: "want component:level"},
 		{name: "bad log format", text: head + "[agent]\nlog_format = \"xml\"\n", line: 5, key: "agent.log_format", msg: `unknown format "xml"`},
 		{name: "negative base id", text: head + "base_id = -1\n", line: 4, key: "envoy.base_id", msg: "out of range"},
+		{name: "control socket path too long", text: head + "[agent]\nrun_dir = \"/run/" + strings.Repeat("x", 100) + "\"\n", line: 5, key: "agent.run_dir", msg: "a unix socket path holds at most 107"},
+		{name: "control socket set, too long", text: head + "[agent]\ncontrol_socket = \"/run/" + strings.Repeat("x", 110) + "\"\n", line: 5, key: "agent.control_socket", msg: "a unix socket path holds at most 107"},
 		{name: "bad node ip", text: head + "node_ips = [\"10.0.0.300\"]\n", line: 4, key: "envoy.node_ips", msg: "not an IP address"},
 	}
 	for _, tt := range tests {
@@ -221,6 +223,22 @@ func TestFIFOIsRefusedWithoutBlocking(t *testing.T) {
 			}
 		case <-time.After(30 * time.Second):
 			t.Fatal("LoadConfig blocked on a FIFO")
+		}
+	}
+}
+
+func TestDefaultRunDir(t *testing.T) {
+	tests := []struct{ file, want string }{
+		{"/etc/envoy-agent/config.toml", "/run/envoy-agent"},
+		{"/etc/envoy-agent/edge.toml", "/run/envoy-agent-edge"},
+		{"/etc/envoy-agent/egress-2.toml", "/run/envoy-agent-egress-2"},
+		{"/etc/envoy-agent/sub/edge.toml", "/run/envoy-agent"},
+		{"/etc/envoy-agent/edge.conf", "/run/envoy-agent"},
+		{"/srv/edge.toml", "/run/envoy-agent"},
+	}
+	for _, tt := range tests {
+		if got := defaultRunDir(tt.file); got != tt.want {
+			t.Errorf("defaultRunDir(%q) = %q, want %q", tt.file, got, tt.want)
 		}
 	}
 }

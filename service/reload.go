@@ -140,6 +140,7 @@ var restartOnly = []struct {
 	{"agent.prometheus_port", func(c *Config) any { return c.Agent.PrometheusPort }},
 	{"agent.prometheus_address", func(c *Config) any { return c.Agent.PrometheusAddress }},
 	{"agent.run_dir", func(c *Config) any { return c.runDir() }},
+	{"agent.control_socket", func(c *Config) any { return c.controlSocket() }},
 }
 
 // restartOnlyChanges names the keys that differ between old and new and

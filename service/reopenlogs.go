@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -61,21 +58,22 @@ func RequestReopenLogs(ctx context.Context, path string, out io.Writer) error {
 		return &ConfigError{Problems: []Problem{{File: path, Msg: err.Error()}}}
 	}
 	cfg := DefaultConfig()
+	cfg.File = path
 	if _, err := toml.Decode(string(data), &cfg); err != nil {
 		return &ConfigError{Problems: []Problem{decodeProblem(path, err)}}
 	}
-	url := "http://" + net.JoinHostPort(cfg.Agent.Localhost, strconv.Itoa(int(cfg.Agent.StatusPort))) + "/reopen_logs"
+	cfg.resolvePaths()
+	url := cfg.controlSocket()
 	ctx, cancel := context.WithTimeout(ctx, cfg.Agent.StartTimeout.D()+reopenTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+	resp, server, err := controlPost(ctx, url, "/reopen_logs")
 	if err != nil {
-		return fmt.Errorf("reopen-logs: %w", err)
-	}
-	resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Do(req)
-	if err != nil {
-		return fmt.Errorf("reopen-logs: cannot reach the agent at %s (is envoy-agent running with %s?): %w", url, path, err)
+		return fmt.Errorf("reopen-logs: cannot reach the agent on its control socket %s (is envoy-agent running with %s?): %w", url, path, err)
 	}
 	defer resp.Body.Close()
+	if err := checkControlIdentity(resp, server, url, path); err != nil {
+		return fmt.Errorf("reopen-logs: %s: %w", url, err)
+	}
 	var res ReopenResult
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&res); err != nil {
 		return fmt.Errorf("reopen-logs: the agent at %s answered %s, not a result: %w", url, resp.Status, err)

@@ -66,6 +66,8 @@ func Run(ctx context.Context, opts Options) error {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
 	defer signal.Stop(sigs)
+	ignoreSIGPIPE()
+	stderr = bestEffortWriter{stderr}
 
 	cfg, err := LoadConfig(opts.ConfigPath)
 	if err != nil {
@@ -174,13 +176,13 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 		return err
 	}
 	defer held.Close()
-	statusLn, err := net.Listen("tcp", net.JoinHostPort(a.Localhost, strconv.Itoa(int(a.StatusPort))))
+	statusLn, err := listenTCP("agent.status_port", a.Localhost, a.StatusPort)
 	if err != nil {
 		return portInUse(cfg, "agent.status_port", a.StatusPort, err)
 	}
 	var promLn net.Listener
 	if a.PrometheusPort != 0 {
-		promLn, err = net.Listen("tcp", net.JoinHostPort(a.PrometheusAddress, strconv.Itoa(int(a.PrometheusPort))))
+		promLn, err = listenTCP("agent.prometheus_port", a.PrometheusAddress, a.PrometheusPort)
 		if err != nil {
 			statusLn.Close()
 			return portInUse(cfg, "agent.prometheus_port", a.PrometheusPort, err)
@@ -193,18 +195,32 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 		}
 		return err
 	}
+	control, controlLn, err := s.newControl()
+	if err != nil {
+		statusLn.Close()
+		if promLn != nil {
+			promLn.Close()
+		}
+		return err
+	}
+	// Closed here, not only by the server's shutdown: the socket file goes
+	// with the agent's exit.
+	defer controlLn.Close()
 
 	agentCtx, stopAgent := context.WithCancel(context.Background())
 	defer stopAgent()
-	quit := func() { s.agent.DisableDraining(); stopAgent() }
-	status := &statusServer{log: log, ready: s.ready, quit: quit, drain: s.drainNow, reload: s.requestReload, report: s.handleStatus, reopen: s.reopenLogs}
-	go serveHTTP(serveCtx, statusLn, status.handler(), log)
+	control.quit = func() { s.agent.DisableDraining(); stopAgent() }
+	control.report = s.handleStatus
+	control.reopen = s.reopenLogs
+	status := &statusServer{log: log, ready: s.ready}
+	go serveHTTP(serveCtx, statusLn, status.handler(), serverLimits{maxConns: statusMaxConns, write: statusWriteTimeout}, log)
+	go serveHTTP(serveCtx, controlLn, control.handler(), serverLimits{maxConns: controlMaxConns, context: withPeerCred}, log)
 	if promLn != nil {
-		go serveHTTP(serveCtx, promLn, s.metrics.mergedHandler(s.proxy.Admin(), log), log)
+		go serveHTTP(serveCtx, promLn, s.metrics.mergedHandler(s.proxy.Admin(), log), serverLimits{maxConns: metricsMaxConns, write: metricsWriteTimeout}, log)
 	}
 
-	log.Infof("envoy-agent %s starting envoy %s with %s (admin %s, status %s)", version, cfg.Envoy.BinaryPath,
-		cfg.Envoy.ConfigPath, cfg.adminAddress(), statusLn.Addr())
+	log.Infof("envoy-agent %s starting envoy %s with %s (admin %s, status %s, control %s)", version, cfg.Envoy.BinaryPath,
+		cfg.Envoy.ConfigPath, cfg.adminAddress(), statusLn.Addr(), controlLn.Addr())
 	s.notify.Status("starting Envoy")
 	started := time.Now()
 	runErr := make(chan error, 1)

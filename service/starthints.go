@@ -59,7 +59,7 @@ func startHint(cfg *Config, line, listener string) string {
 		_, portText, _ := net.SplitHostPort(m[1])
 		port, err := strconv.ParseUint(portText, 10, 16)
 		if err == nil {
-			if holder, ok := portHolder(Port(port)); ok {
+			if holder, ok := agentOnPort(Port(port)); ok {
 				who = holder.String()
 			}
 		}

@@ -2,77 +2,51 @@ package service
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
 )
 
-// statusServer is the agent's own loopback HTTP API:
-//   - GET /healthz/ready: 200 while Envoy is LIVE and not draining, else 503;
-//   - POST /quitquitquit: stop Envoy at once, without a drain, and exit 0;
-//   - POST /drain: drain with no end; a later stop exits at once;
-//   - POST /reload: reload the configuration, answering with the outcome
-//     (JSON) once it is done;
-//   - GET /status: the status report (statusreport.go).
-//   - POST /reopen_logs: have every Envoy epoch reopen its log files, answering
-//     with the outcome (JSON).
-//
-// Peers that are not on loopback get 403; other methods on the POST routes
-// get 405.
+// statusServer is the agent's loopback HTTP port, for local probes and load
+// balancers: GET /healthz/ready answers 200 while Envoy is LIVE and not
+// draining, else 503. Peers that are not on loopback get 403. Everything
+// that changes the service (quit, drain, reload) is on the control socket
+// (controlServer), which only the service's operators can use.
 type statusServer struct {
-	log    *logrus.Logger
-	ready  func(context.Context) (bool, string)
-	quit   func()
-	drain  func()
-	reload func(context.Context) ReloadResult
-	report http.HandlerFunc
-	reopen func(context.Context) ReopenResult
+	log   *logrus.Logger
+	ready func(context.Context) (bool, string)
+	cache readyCache
 }
+
+// readyCacheTTL is how long one answer of /healthz/ready is reused: probes
+// arriving together then cost Envoy's admin one request, not one each (a
+// flood of probes opened thousands of admin connections), and a change of
+// state shows within a tenth of a second.
+const readyCacheTTL = 100 * time.Millisecond
+
+// readyQueryTimeout bounds one question to Envoy's admin for
+// /healthz/ready; a wedged Envoy is then "not ready" within it.
+const readyQueryTimeout = 2 * time.Second
 
 func (s *statusServer) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz/ready", s.handleReady)
-	mux.HandleFunc("/quitquitquit", post(func(w http.ResponseWriter, _ *http.Request) {
-		s.log.Infof("/quitquitquit: stopping envoy without a drain")
-		fmt.Fprintln(w, "OK")
-		s.quit()
-	}))
-	mux.HandleFunc("/drain", post(func(w http.ResponseWriter, _ *http.Request) {
-		s.log.Infof("/drain: draining envoy with no end; the next stop exits at once")
-		s.drain()
-		fmt.Fprintln(w, "OK")
-	}))
-	mux.HandleFunc("/reload", post(func(w http.ResponseWriter, r *http.Request) {
-		res := s.reload(r.Context())
-		w.Header().Set("Content-Type", "application/json")
-		if !res.OK {
-			w.WriteHeader(http.StatusConflict)
-		}
-		_ = json.NewEncoder(w).Encode(res)
-	}))
-	if s.report != nil {
-		mux.HandleFunc("/status", s.report)
+	mux.HandleFunc("GET /healthz/ready", s.handleReady)
+	for _, p := range []string{"/quitquitquit", "/drain", "/reload"} {
+		mux.HandleFunc(p, func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "not here: the control routes are on the agent's control socket (agent.control_socket); use envoy-agent reload, or curl --unix-socket as root or the service group", http.StatusNotFound)
+		})
 	}
-	mux.HandleFunc("/reopen_logs", post(func(w http.ResponseWriter, r *http.Request) {
-		res := s.reopen(r.Context())
-		w.Header().Set("Content-Type", "application/json")
-		if !res.OK {
-			w.WriteHeader(http.StatusConflict)
-		}
-		_ = json.NewEncoder(w).Encode(res)
-	}))
 	return loopbackOnly(mux)
 }
 
-func (s *statusServer) handleReady(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	ok, why := s.ready(ctx)
+func (s *statusServer) handleReady(w http.ResponseWriter, _ *http.Request) {
+	ok, why := s.cache.get(s.ready)
 	if !ok {
 		http.Error(w, why, http.StatusServiceUnavailable)
 		return
@@ -80,16 +54,34 @@ func (s *statusServer) handleReady(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintln(w, why)
 }
 
-// post answers 405 to anything but POST.
-func post(f http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			http.Error(w, "method not allowed: use POST", http.StatusMethodNotAllowed)
-			return
-		}
-		f(w, r)
+// readyCache holds the last answer of /healthz/ready for readyCacheTTL. One
+// question to Envoy runs at a time; callers that arrive meanwhile wait for
+// it and share its answer. The question has a context of its own, so a
+// caller that hangs up cannot make a failed answer everyone then shares.
+type readyCache struct {
+	ttl time.Duration // 0 is readyCacheTTL
+
+	mu  sync.Mutex
+	at  time.Time
+	ok  bool
+	why string
+}
+
+func (c *readyCache) get(ask func(context.Context) (bool, string)) (bool, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ttl := c.ttl
+	if ttl == 0 {
+		ttl = readyCacheTTL
 	}
+	if !c.at.IsZero() && time.Since(c.at) < ttl {
+		return c.ok, c.why
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyQueryTimeout)
+	defer cancel()
+	c.ok, c.why = ask(ctx)
+	c.at = time.Now()
+	return c.ok, c.why
 }
 
 // loopbackOnly answers 403 to any peer that is not on a loopback address.
@@ -111,16 +103,62 @@ func isLoopbackPeer(remote string) bool {
 	return ap.Addr().Unmap().IsLoopback()
 }
 
-// serveHTTP serves h on a listener that is already bound, until ctx ends.
-func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, log *logrus.Logger) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+// serverLimits bound what one HTTP server of the agent holds, so that
+// clients that open connections and leave them idle cannot grow the agent
+// (5,000 idle keep-alive connections once took it from 13 to 180 MB).
+type serverLimits struct {
+	// maxConns is the most connections served at once; more wait in the
+	// kernel's accept queue, costing the agent nothing.
+	maxConns int
+	// write bounds writing one answer; 0 for none (a reload's answer
+	// comes when the reload ends, bounded by start_timeout instead).
+	write time.Duration
+	// context gives each connection its context (the control socket's peer
+	// credentials); nil for none.
+	context func(context.Context, net.Conn) context.Context
+}
+
+const (
+	// httpReadHeaderTimeout and httpReadTimeout: the agent's requests are
+	// a line and a few headers, with no body worth waiting for.
+	httpReadHeaderTimeout = 5 * time.Second
+	httpReadTimeout       = 10 * time.Second
+	// httpIdleTimeout closes a keep-alive connection with no request for
+	// this long: probes and scrapes come every few seconds, so they still
+	// reuse theirs.
+	httpIdleTimeout = 30 * time.Second
+	// statusMaxConns: load balancers and local probes hold a few each.
+	statusMaxConns = 64
+	// statusWriteTimeout: /healthz/ready answers within readyQueryTimeout.
+	statusWriteTimeout = 10 * time.Second
+	// metricsMaxConns: Prometheus scrapes with one connection per target.
+	metricsMaxConns = 16
+	// metricsWriteTimeout is above the 10 s the merged metrics give Envoy.
+	metricsWriteTimeout = 30 * time.Second
+	// controlMaxConns: operators' commands, one at a time as a rule.
+	controlMaxConns = 16
+)
+
+// serveHTTP serves h on a listener that is already bound, within lim, until
+// ctx ends.
+func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, lim serverLimits, log *logrus.Logger) {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: httpReadHeaderTimeout,
+		ReadTimeout:       httpReadTimeout,
+		WriteTimeout:      lim.write,
+		IdleTimeout:       httpIdleTimeout,
+		ConnContext:       lim.context,
+	}
 	go func() {
 		<-ctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
 	}()
-	if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
+	// net.ErrClosed: the control socket is closed at exit before the
+	// shutdown, to remove its file.
+	if err := srv.Serve(newLimitListener(ln, lim.maxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 		log.Errorf("http server on %s: %v", ln.Addr(), err)
 	}
 }

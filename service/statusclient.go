@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -42,6 +41,7 @@ func RequestStatus(ctx context.Context, path string, asJSON bool, out io.Writer)
 		return &ConfigError{Problems: []Problem{decodeProblem(path, err)}}
 	}
 	cfg.File = path
+	cfg.resolvePaths()
 	ctx, cancel := context.WithTimeout(ctx, statusRequestTimeout)
 	defer cancel()
 	rep, reached, err := getStatus(ctx, &cfg)
@@ -67,20 +67,19 @@ func RequestStatus(ctx context.Context, path string, asJSON bool, out io.Writer)
 	return nil
 }
 
-// getStatus asks the agent for GET /status, the way RequestReload reaches
-// it (the status server named in the file). reached is false when nothing
-// answered at all.
+// getStatus asks the agent for GET /status on its control socket, the way
+// RequestReload reaches it, and checks that the answer comes from the agent
+// that runs this file. reached is false when nothing answered at all.
 func getStatus(ctx context.Context, cfg *Config) (rep StatusReport, reached bool, err error) {
-	url := "http://" + net.JoinHostPort(cfg.Agent.Localhost, strconv.Itoa(int(cfg.Agent.StatusPort))) + "/status"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	url := cfg.controlSocket()
+	resp, server, err := controlRequest(ctx, url, http.MethodGet, "/status")
 	if err != nil {
-		return rep, false, err
-	}
-	resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Do(req)
-	if err != nil {
-		return rep, false, fmt.Errorf("no envoy-agent answers at %s (is envoy-agent running with %s?): %w", url, cfg.File, err)
+		return rep, false, fmt.Errorf("no envoy-agent answers on %s (is envoy-agent running with %s?): %w", url, cfg.File, err)
 	}
 	defer resp.Body.Close()
+	if err := checkControlIdentity(resp, server, url, cfg.File); err != nil {
+		return rep, true, err
+	}
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return rep, true, fmt.Errorf("%s answered %s, not a status report: %s", url, resp.Status, firstLine(string(body)))

@@ -78,7 +78,7 @@ func TestBadInputNeverStartsEnvoy(t *testing.T) {
 		return "[envoy]\nbinary_path = " + strconv.Quote(bin) + "\nconfig_path = " + strconv.Quote(bootstrap) +
 			"\nadmin_port = " + strconv.Itoa(ports.Admin) + "\nbase_id = " + strconv.Itoa(int(testenvoy.BaseID())) + "\n"
 	}
-	agent := "[agent]\nstatus_port = " + strconv.Itoa(ports.Status) + "\nprometheus_port = 0\n"
+	agent := "[agent]\nstatus_port = " + strconv.Itoa(ports.Status) + "\nprometheus_port = 0\nrun_dir = \"run\"\n"
 	otherAdmin := testenvoy.FreePort(t)
 	tests := []struct {
 		name     string
@@ -89,7 +89,7 @@ func TestBadInputNeverStartsEnvoy(t *testing.T) {
 	}{
 		{"toml syntax error", "run", head("envoy.yaml") + "log_level = \n" + agent, 3, []string{"config.toml:6: envoy.log_level:"}},
 		{"unknown key", "run", head("envoy.yaml") + "drain_durration = \"5s\"\n" + agent, 3, []string{"config.toml:6: envoy.drain_durration: unknown key (did you mean \"drain_duration\"?)"}},
-		{"wrong type", "validate", head("envoy.yaml") + agent + "min_drain_duration = 5\n", 3, []string{"config.toml:9: agent.min_drain_duration: wrong type"}},
+		{"wrong type", "validate", head("envoy.yaml") + agent + "min_drain_duration = 5\n", 3, []string{"config.toml:10: agent.min_drain_duration: wrong type"}},
 		{"missing binary", "run", "[envoy]\nbinary_path = \"/opt/none/envoy\"\nconfig_path = \"envoy.yaml\"\n" + agent, 3, []string{"config.toml:2: envoy.binary_path: envoy binary stat /opt/none/envoy: no such file or directory"}},
 		{"bootstrap rejected, validate", "validate", head("rejected.yaml") + agent, 3, []string{"rejected.yaml: Envoy rejects this bootstrap:", "NOT_A_TYPE"}},
 		{"bootstrap rejected, run", "run", head("rejected.yaml") + agent, 1, []string{"envoy exited before it was LIVE: exit status 1", "NOT_A_TYPE"}},

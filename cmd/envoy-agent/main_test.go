@@ -27,6 +27,9 @@ import (
 var agentBin string
 
 func TestMain(m *testing.M) {
+	if helperMain() {
+		return
+	}
 	dir, err := os.MkdirTemp("", "envoy-agent-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -42,6 +45,10 @@ func TestMain(m *testing.M) {
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build envoy-agent:", err)
+		os.Exit(1)
+	}
+	if err := copyTestBinary(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "copy the test binary:", err)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -262,14 +269,14 @@ func (p *agentProc) signal(sig syscall.Signal) time.Time {
 	return time.Now()
 }
 
+// post POSTs path on the agent's control socket, as root (the test).
 func (p *agentProc) post(path string) int {
 	p.t.Helper()
-	resp, err := http.Post(testenvoy.URL(p.ports.Status, path), "", nil)
+	code, err := controlRequest(p.controlSocket(), http.MethodPost, path)
 	if err != nil {
 		p.t.Fatalf("POST %s: %v", path, err)
 	}
-	resp.Body.Close()
-	return resp.StatusCode
+	return code
 }
 
 func (p *agentProc) healthz() int {
@@ -470,8 +477,11 @@ func TestEnvoyKilledAgentExitsNonZero(t *testing.T) {
 func TestQuitquitquitExitsWithoutDrain(t *testing.T) {
 	t.Parallel()
 	p := startAgent(t, procOptions{agent: map[string]string{"min_drain_duration": `"20s"`, "termination_drain_duration": `"20s"`}})
-	if r, err := testenvoy.Get(testenvoy.URL(p.ports.Status, "/quitquitquit"), time.Second); err != nil || r.Code != 405 {
-		t.Fatalf("GET /quitquitquit = %+v, %v; want 405", r, err)
+	if code, err := controlRequest(p.controlSocket(), http.MethodGet, "/quitquitquit"); err != nil || code != 405 {
+		t.Fatalf("GET /quitquitquit = %d, %v; want 405", code, err)
+	}
+	if code, err := statusPost(p.ports.Status, "/quitquitquit"); err != nil || code != 404 {
+		t.Fatalf("POST /quitquitquit on the status port = %d, %v; want 404 (control is on the socket only)", code, err)
 	}
 	sent := time.Now()
 	if code := p.post("/quitquitquit"); code != 200 {

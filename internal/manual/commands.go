@@ -32,7 +32,7 @@ var Commands = []Command{
 	{
 		Name: "reload", Args: "[--config FILE]", ConfigFlag: true,
 		Summary:     "make the running agent apply its edited files",
-		Description: "ask the agent running with this file to reload, wait, print `reloaded: epoch N is serving (T ms)` or the reason it failed (the unit's `ExecReload=`)",
+		Description: "ask the agent running with this file to reload (on its control socket, checking that the agent answering runs this file), wait, print `reloaded: epoch N is serving (T ms)` or the reason it failed (the unit's `ExecReload=`)",
 	},
 	{
 		Name: "status", Args: "[--config FILE] [--json]",
@@ -87,8 +87,8 @@ type ExitCode struct {
 
 // ExitCodes lists envoy-agent's exit statuses.
 var ExitCodes = []ExitCode{
-	{0, "success: a drained stop, a stop through `/quitquitquit` or `/drain`, a stop before Envoy was LIVE, a valid configuration, a successful reload or log reopening"},
-	{1, "runtime failure: Envoy exited by itself (its reason and last log lines are printed; SIGKILL gets an OOM hint), Envoy was not LIVE within `start_timeout`, a port of the agent's was taken, a reload failed at run time (the serving Envoy kept serving), no agent answered `reload` or `reopen-logs`"},
+	{0, "success: a drained stop, a stop through `/quitquitquit` or `/drain` on the control socket, a stop before Envoy was LIVE, a valid configuration, a successful reload or log reopening"},
+	{1, "runtime failure: Envoy exited by itself (its reason and last log lines are printed; SIGKILL gets an OOM hint), Envoy was not LIVE within `start_timeout`, a port of the agent's was taken (the error names who holds it), its control socket is served by another live process, a reload failed at run time (the serving Envoy kept serving), no agent answered `reload` or `reopen-logs`"},
 	{2, "command-line usage error"},
 	{3, "invalid configuration: a TOML error, an unknown key, a wrong type, a bad value, a missing or non-executable binary or one that is not an Envoy, a missing bootstrap, a bootstrap Envoy rejects (`validate`, `reload`), an admin address that does not match `admin_port` or `admin_socket`, a `run_dir` others can write, a `base_id` or a port another agent on this host holds; nothing was started. The unit has `RestartPreventExitStatus=3`: restarting cannot fix a bad file"},
 }

@@ -399,6 +399,31 @@ reload_bad() {
 	expect_body
 }
 
+# control_socket_operators: the control socket in /run/envoy-agent is the service's, mode 0660;
+# nobody cannot quit, drain or reload through it; a member of the service group can reload.
+control_socket_operators() {
+	local sock=/run/envoy-agent/control.sock perms route out
+	perms=$(ct_run stat -c '%A %U:%G' "$sock") || fail "no control socket at $sock"
+	echo "detail: $sock $perms"
+	[ "$perms" = "srw-rw---- envoy-agent:envoy-agent" ] || fail "control socket is $perms"
+	# curl exits 7 when it cannot connect (here: no search permission on /run/envoy-agent).
+	for route in quitquitquit drain reload; do
+		out=$(ct_run setpriv --reuid=nobody --regid=nogroup --clear-groups \
+			curl -sS --max-time 10 --unix-socket "$sock" -X POST "http://envoy-agent/$route" 2>&1)
+		[ $? -eq 7 ] || fail "nobody's POST /$route: $out"
+	done
+	ct_run setpriv --reuid=nobody --regid=nogroup --clear-groups test -x /run/envoy-agent &&
+		fail "nobody can enter /run/envoy-agent"
+	out=$(ct_run setpriv --reuid=nobody --regid=nogroup --clear-groups \
+		envoy-agent reload --config /etc/envoy-agent/config.toml 2>&1) && fail "nobody reloaded: $out"
+	unit_is active || fail "unit $(prop ActiveState) after nobody's attempts"
+	expect_body || return 1
+	out=$(T=120 ct_run setpriv --reuid=nobody --regid=nogroup --groups=envoy-agent \
+		envoy-agent reload --config /etc/envoy-agent/config.toml 2>&1) || fail "the service group could not reload: $out"
+	echo "detail: group member: $out"
+	expect_body
+}
+
 stop_draining() {
 	local since
 	since=$(cursor)
@@ -760,6 +785,8 @@ unit_security_template() {
 	0.* | 1.[0-4]) ;;
 	*) echo "$out" | grep '✗'; fail "exposure \"$score\" is above 1.4" ;;
 	esac
+}
+
 # --- man pages, journal priorities, log rotation ---------------------------------------------------
 
 # man envoy-agent and man 5 envoy-agent.toml render the installed pages.
@@ -915,6 +942,7 @@ if setup_step "setup: packages, Envoy and test bootstraps staged" prepare_share 
 			step "man envoy-agent and man 5 envoy-agent.toml show the installed pages" man_pages
 			step "journal: -p warning shows a failed reload's reason and Envoy's warnings, not info" journal_priorities
 			step "logrotate -f: Envoy writes on in the new access log, no request lost" logrotate_access_log
+			step "control socket: nobody cannot quit, drain or reload; the service group can reload" control_socket_operators
 			step "stop: a slow request in flight completes, clean stop, drain in the journal" stop_draining
 			step "envoy package upgraded while envoy-agent is stopped: starts nothing, fails nothing" envoy_upgrade_stopped
 			step "kill -9 of Envoy: the unit restarts by itself" kill9

@@ -1,0 +1,266 @@
+package main
+
+// The control socket as a local attacker meets it: the tests run as root
+// and play the other users with a copy of this test binary run under their
+// credentials (uid 65534, with and without the agent's group).
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+)
+
+// helperEnv makes this test binary a helper instead of running tests:
+// "request" sends one request to a control socket and prints "code N" or
+// "error: ..."; "listen" holds a TCP port until its stdin closes.
+const helperEnv = "ENVOY_AGENT_TEST_HELPER"
+
+// testBinCopy is this test binary, copied where other users can run it.
+var testBinCopy string
+
+func copyTestBinary(dir string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(self)
+	if err != nil {
+		return err
+	}
+	testBinCopy = filepath.Join(dir, "helper.test")
+	return os.WriteFile(testBinCopy, data, 0o755)
+}
+
+func helperMain() bool {
+	switch os.Getenv(helperEnv) {
+	case "request":
+		code, err := controlRequest(os.Getenv("SOCK"), os.Getenv("METHOD"), os.Getenv("ROUTE"))
+		if err != nil {
+			fmt.Println("error:", err)
+		} else {
+			fmt.Println("code", code)
+		}
+	case "listen":
+		ln, err := net.Listen("tcp", os.Getenv("ADDR"))
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		fmt.Println("listening")
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		ln.Close()
+	default:
+		return false
+	}
+	os.Exit(0)
+	return true
+}
+
+// controlRequest sends one request to a control socket, as the caller.
+func controlRequest(sock, method, route string) (int, error) {
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}}
+	req, err := http.NewRequest(method, "http://envoy-agent"+route, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// statusPost POSTs route on the agent's TCP status port.
+func statusPost(port int, route string) (int, error) {
+	resp, err := http.Post(testenvoy.URL(port, route), "", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// nobody is uid 65534 with no other group; nobodyInAgentGroup is the same
+// user with root's group (the agent under test runs as root, so gid 0 is
+// the service group) as a supplementary group.
+var (
+	nobody             = &syscall.Credential{Uid: 65534, Gid: 65534}
+	nobodyInAgentGroup = &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{0}}
+)
+
+// controlRequestAs sends one request to a control socket as cred, and
+// returns the helper's report: "code N" or "error: ...".
+func controlRequestAs(t *testing.T, cred *syscall.Credential, sock, method, route string) string {
+	t.Helper()
+	cmd := exec.Command(testBinCopy)
+	cmd.Env = append(os.Environ(), helperEnv+"=request", "SOCK="+sock, "METHOD="+method, "ROUTE="+route)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helper as uid %d: %v", cred.Uid, err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// reloadAs runs `envoy-agent reload` as cred.
+func (p *agentProc) reloadAs(cred *syscall.Credential) (int, string) {
+	p.t.Helper()
+	cmd := exec.Command(agentBin, "reload", "--config", p.config)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	out, err := cmd.CombinedOutput()
+	if err != nil && cmd.ProcessState == nil {
+		p.t.Fatal(err)
+	}
+	return cmd.ProcessState.ExitCode(), string(out)
+}
+
+func (p *agentProc) controlSocket() string { return filepath.Join(p.dir, "run", "control.sock") }
+
+// openToAll lets every user read the test's files (the configuration, the
+// bootstrap) and traverse to run_dir, which the agent makes 0750 itself.
+func openToAll(t *testing.T, dir string) {
+	t.Helper()
+	for d := dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestControlOnlyOperators: a local user can neither quit, drain nor
+// reload the agent, even with the socket's mode loosened by hand; the
+// service group and root can.
+func TestControlOnlyOperators(t *testing.T) {
+	t.Parallel()
+	p := startAgentWith(t, procOptions{}, func(testenvoy.Ports) {})
+	openToAll(t, p.dir)
+	sock := p.controlSocket()
+	for _, f := range []string{p.config, filepath.Join(p.dir, "envoy.yaml")} {
+		if err := os.Chmod(f, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Dir(sock)); err != nil || fi.Mode().Perm() != 0o750 {
+		t.Fatalf("run_dir %v, %v; want 0750", fi.Mode(), err)
+	}
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o660 || fi.Mode().Type() != os.ModeSocket {
+		t.Fatalf("control socket %v, %v; want a socket with mode 0660", fi.Mode(), err)
+	}
+	routes := []string{"/quitquitquit", "/drain", "/reload"}
+
+	// 1. Another user cannot reach the socket at all.
+	for _, route := range routes {
+		if out := controlRequestAs(t, nobody, sock, "POST", route); !strings.Contains(out, "permission denied") {
+			t.Errorf("uid 65534 POST %s: %s; want permission denied", route, out)
+		}
+	}
+	if code, out := p.reloadAs(nobody); code == 0 || !strings.Contains(out, "permission denied") {
+		t.Errorf("envoy-agent reload as uid 65534: exit %d: %s; want a failure with permission denied", code, out)
+	}
+
+	// 2. With the modes loosened by hand, the peer check still refuses it.
+	if err := os.Chmod(filepath.Dir(sock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	for _, route := range routes {
+		if out := controlRequestAs(t, nobody, sock, "POST", route); out != "code 403" {
+			t.Errorf("uid 65534 POST %s on a 0666 socket: %s; want code 403", route, out)
+		}
+	}
+	if code, out := p.reloadAs(nobody); code != 1 || !strings.Contains(out, "403") {
+		t.Errorf("envoy-agent reload as uid 65534 on a 0666 socket: exit %d: %s; want 1 with 403", code, out)
+	}
+	if err := os.Chmod(filepath.Dir(sock), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sock, 0o660); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.healthz(); code != 200 {
+		t.Fatalf("/healthz/ready = %d after the refused requests, want 200 (nothing drained)", code)
+	}
+	if r, err := testenvoy.Get(testenvoy.URL(p.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
+		t.Fatalf("traffic after the refused requests: %+v, %v", r, err)
+	}
+
+	// 3. The service group can reload and drain; root can quit.
+	if code, out := p.reloadAs(nobodyInAgentGroup); code != 0 || !strings.Contains(out, "reloaded: epoch 1 is serving") {
+		t.Fatalf("envoy-agent reload in the service group: exit %d: %s; want epoch 1 (no earlier reload)", code, out)
+	}
+	if out := controlRequestAs(t, nobodyInAgentGroup, sock, "POST", "/drain"); out != "code 200" {
+		t.Fatalf("POST /drain in the service group: %s", out)
+	}
+	if code := p.healthz(); code != 503 {
+		t.Errorf("/healthz/ready = %d after /drain, want 503", code)
+	}
+	sent := time.Now()
+	if code := p.post("/quitquitquit"); code != 200 {
+		t.Fatalf("POST /quitquitquit as root = %d", code)
+	}
+	if code, _ := p.wait(sent, 10*time.Second); code != 0 {
+		t.Fatalf("exit %d after /quitquitquit, want 0", code)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("control socket left after the exit: %v", err)
+	}
+	for _, want := range []string{"refused POST /quitquitquit", "/drain from pid", "/quitquitquit from pid"} {
+		if !strings.Contains(p.stderr.String(), want) {
+			t.Errorf("the agent's log lacks %q", want)
+		}
+	}
+}
+
+// TestStatusPortSquatted: another user holding the status port fails the
+// start, naming the port, the user and the process.
+func TestStatusPortSquatted(t *testing.T) {
+	t.Parallel()
+	var helper *exec.Cmd
+	var stdin io.WriteCloser
+	p := startAgentWith(t, procOptions{noWaitReady: true}, func(ports testenvoy.Ports) {
+		helper = exec.Command(testBinCopy)
+		helper.Env = append(os.Environ(), helperEnv+"=listen", "ADDR=127.0.0.1:"+strconv.Itoa(ports.Status))
+		helper.SysProcAttr = &syscall.SysProcAttr{Credential: nobody}
+		var err error
+		if stdin, err = helper.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		out, err := helper.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := helper.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		if line != "listening\n" {
+			t.Fatalf("squatter: %q", line)
+		}
+	})
+	defer func() { stdin.Close(); _ = helper.Wait() }()
+	code, _ := p.wait(p.started, 20*time.Second)
+	want := fmt.Sprintf("is already taken by uid 65534 (nobody), pid %d (helper.test)", helper.Process.Pid)
+	if code != 1 || !strings.Contains(p.stderr.String(), "agent.status_port") || !strings.Contains(p.stderr.String(), want) {
+		t.Fatalf("exit %d, want 1 naming agent.status_port and %q:\n%s", code, want, p.stderr)
+	}
+	assertNoEnvoyFor(t, p.dir)
+}
