@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -113,13 +110,6 @@ func (e *Envoy) ensureRunDir() (string, error) {
 		return "", fmt.Errorf("envoy run folder: %w", e.runDirErr)
 	}
 	return e.runDir, nil
-}
-
-func (e *Envoy) adminAddressPath(epoch int) string {
-	if e.runDir == "" {
-		return ""
-	}
-	return filepath.Join(e.runDir, "admin-address-epoch-"+strconv.Itoa(epoch))
 }
 
 // Run starts epoch 0 and blocks until the serving Envoy exits by itself, or
@@ -248,35 +238,6 @@ func (e *Envoy) startEpochFrom(cfg ProxyConfig, snapshot string, epoch int) (*pr
 	return p, nil
 }
 
-// snapshotBootstrap copies the bootstrap at source into the run folder for
-// epoch, keeping the file name of original (Envoy picks the format by its
-// extension). The copy is private (0600): bootstraps may hold secrets. Every
-// copy gets a name of its own (a sequence number), created exclusively and
-// never through a symbolic link: the clean-up of an epoch that failed must
-// not remove the copy that a later epoch with the same number runs from.
-func (e *Envoy) snapshotBootstrap(source, original string, epoch int) (string, error) {
-	data, err := readBootstrap(source)
-	if err != nil {
-		return "", fmt.Errorf("read envoy bootstrap: %w", err)
-	}
-	seq := e.snapshots.Add(1)
-	path := filepath.Join(e.runDir, fmt.Sprintf("epoch-%d-%d-%s", epoch, seq, filepath.Base(original)))
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return "", fmt.Errorf("copy envoy bootstrap: %w", err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		_ = os.Remove(path)
-		return "", fmt.Errorf("copy envoy bootstrap: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		_ = os.Remove(path)
-		return "", fmt.Errorf("copy envoy bootstrap: %w", err)
-	}
-	return path, nil
-}
-
 // stopAll stops every epoch: the serving one through its admin API (Envoy
 // then also ends its hot-restart parent), and whatever is left by signal.
 func (e *Envoy) stopAll() {
@@ -331,89 +292,6 @@ func (e *Envoy) stop(p *process) {
 	e.log.Warnf("envoy pid %d still running %s after it was told to quit; sending SIGKILL", p.pid, grace)
 	p.signalGroup(syscall.SIGKILL)
 	<-p.done
-}
-
-// AdminAddressError reports an admin listener that is not where the
-// configuration says it must be.
-type AdminAddressError struct {
-	Address    string // what Envoy bound: host:port, or a unix socket's path
-	WantPort   int32
-	WantSocket string // the unix socket it must be on, when one is configured
-	NotLocal   bool   // bound beyond loopback without the opt-in
-	WrongPort  bool
-	WrongKind  bool // a unix socket where a port was configured, or the reverse
-}
-
-func (e *AdminAddressError) Error() string {
-	var parts []string
-	switch {
-	case e.WrongKind && e.WantSocket != "":
-		parts = append(parts, fmt.Sprintf("Envoy's admin listener is on %s, not on the unix socket %s: the bootstrap's admin address and the agent's admin socket must agree", e.Address, e.WantSocket))
-	case e.WrongKind:
-		parts = append(parts, fmt.Sprintf("Envoy's admin listener is on the unix socket %s, not on port %d: set the agent's admin socket to that path", e.Address, e.WantPort))
-	case e.WantSocket != "":
-		parts = append(parts, fmt.Sprintf("Envoy's admin listener is on the unix socket %s, not on %s: the bootstrap's admin address and the agent's admin socket must agree", e.Address, e.WantSocket))
-	}
-	if e.WrongPort {
-		parts = append(parts, fmt.Sprintf("Envoy's admin listener is on %s, not on port %d: the bootstrap's admin address and the agent's admin port must agree", e.Address, e.WantPort))
-	}
-	if e.NotLocal {
-		parts = append(parts, fmt.Sprintf("Envoy's admin listener is on %s, which is reachable beyond this host; bind it to 127.0.0.1 (or opt in to a remote admin)", e.Address))
-	}
-	return strings.Join(parts, "; ")
-}
-
-// checkAdminAddress waits for Envoy to write its admin address and checks it
-// against the configuration. It returns nil when Envoy exits first.
-func (e *Envoy) checkAdminAddress(p *process) error {
-	if p.adminAddressPath == "" {
-		return nil
-	}
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		b, err := os.ReadFile(p.adminAddressPath)
-		if err == nil && len(strings.TrimSpace(string(b))) > 0 {
-			return checkAdminAddress(strings.TrimSpace(string(b)), e.config())
-		}
-		select {
-		case <-p.done:
-			return nil
-		case <-tick.C:
-		}
-	}
-}
-
-// checkAdminAddress checks the admin address Envoy wrote: host:port for a
-// TCP listener, the path for a unix socket (relative to the working
-// folder Envoy shares with the agent, when the bootstrap's is).
-func checkAdminAddress(addr string, cfg ProxyConfig) error {
-	host, port, err := net.SplitHostPort(addr)
-	isSocket := err != nil
-	ae := &AdminAddressError{Address: addr, WantPort: cfg.AdminPort, WantSocket: cfg.AdminSocket}
-	switch {
-	case isSocket && cfg.AdminSocket == "":
-		ae.WrongKind = true
-	case isSocket:
-		if abs, err := filepath.Abs(addr); err != nil || abs != filepath.Clean(cfg.AdminSocket) {
-			return ae
-		}
-		return nil
-	case cfg.AdminSocket != "":
-		ae.WrongKind = true
-	default:
-		if port != strconv.Itoa(int(cfg.AdminPort)) {
-			ae.WrongPort = true
-		}
-		ip, err := netip.ParseAddr(host)
-		if !cfg.AllowRemoteAdmin && (err != nil || !ip.IsLoopback()) {
-			ae.NotLocal = true
-		}
-	}
-	if ae.WrongKind || ae.WrongPort || ae.NotLocal {
-		return ae
-	}
-	return nil
 }
 
 // Drain fails health checks, then starts a graceful drain of the listeners

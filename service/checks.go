@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
 )
 
 // maxBaseID is the largest envoy.base_id: Envoy multiplies it by 10 in a
@@ -110,4 +115,110 @@ func (c *Config) checkIsEnvoy(ctx context.Context) error {
 	ps := &problems{file: c.File, lines: c.src}
 	ps.add("envoy.binary_path", "%s is not an Envoy: %s", c.Envoy.BinaryPath, why)
 	return ps.err()
+}
+
+var envoyLogLevels = []string{"trace", "debug", "info", "warning", "warn", "error", "critical", "off"}
+
+var agentLogLevels = []string{"trace", "debug", "info", "warning", "warn", "error", "fatal", "panic"}
+
+func (c *Config) check(ps *problems) {
+	e, a := &c.Envoy, &c.Agent
+	if e.BinaryPath == "" {
+		ps.add("envoy.binary_path", "must not be empty")
+	} else if resolved, err := resolveBinary(e.BinaryPath); err != nil {
+		ps.add("envoy.binary_path", "%v", err)
+	} else {
+		e.BinaryPath = resolved
+	}
+	if e.ConfigPath == "" {
+		ps.add("envoy.config_path", "must not be empty")
+	} else if err := checkReadable(e.ConfigPath); err != nil {
+		ps.add("envoy.config_path", "Envoy bootstrap %v", err)
+	} else if e.AdminPort != 0 || e.AdminSocket != "" {
+		c.checkBootstrapAdmin(ps)
+	}
+	switch {
+	case e.AdminSocket != "":
+		c.checkAdminSocket(ps)
+	case e.AdminPort == 0:
+		ps.add("envoy.admin_port", "must be set (1-65535)")
+	}
+	base, comps := envoy.SplitLogLevel(e.LogLevel)
+	if base != "" && !slices.Contains(envoyLogLevels, base) {
+		ps.add("envoy.log_level", "unknown level %q (one of %s)", base, strings.Join(envoyLogLevels, ", "))
+	}
+	for _, comp := range append(strings.Split(comps, ","), strings.Split(e.ComponentLogLevel, ",")...) {
+		if comp == "" {
+			continue
+		}
+		name, lvl, ok := strings.Cut(comp, ":")
+		key := "envoy.component_log_level"
+		if strings.Contains(e.LogLevel, comp) {
+			key = "envoy.log_level"
+		}
+		if !ok || strings.TrimSpace(name) == "" || !slices.Contains(envoyLogLevels, strings.TrimSpace(lvl)) {
+			ps.add(key, "bad component level %q: want component:level, such as \"upstream:debug\"", comp)
+		}
+	}
+	if e.Concurrency < 0 {
+		ps.add("envoy.concurrency", "must not be negative (0 is Envoy's default)")
+	}
+	for _, ip := range e.NodeIPs {
+		if _, err := netip.ParseAddr(ip); err != nil {
+			ps.add("envoy.node_ips", "%q is not an IP address", ip)
+		}
+	}
+	if e.DrainDuration.D() < time.Second {
+		ps.add("envoy.drain_duration", "must be at least 1s (Envoy counts it in whole seconds)")
+	}
+	if e.ParentShutdownDuration.D() <= e.DrainDuration.D() {
+		ps.add("envoy.parent_shutdown_duration", "must be longer than drain_duration (%s), got %s", e.DrainDuration.D(), e.ParentShutdownDuration.D())
+	}
+
+	if ip, err := netip.ParseAddr(a.Localhost); a.Localhost != "localhost" && (err != nil || !ip.IsLoopback()) {
+		ps.add("agent.localhost", "%q must be a loopback address, such as 127.0.0.1 or ::1", a.Localhost)
+	}
+	if a.StatusPort == 0 {
+		ps.add("agent.status_port", "must be set (1-65535)")
+	}
+	if _, err := netip.ParseAddr(a.PrometheusAddress); err != nil && a.PrometheusAddress != "localhost" {
+		ps.add("agent.prometheus_address", "%q is not an IP address", a.PrometheusAddress)
+	}
+	ports := map[Port]string{}
+	for _, p := range []struct {
+		key  string
+		port Port
+	}{{"envoy.admin_port", e.AdminPort}, {"agent.status_port", a.StatusPort}, {"agent.prometheus_port", a.PrometheusPort}} {
+		if p.port == 0 {
+			continue
+		}
+		if other, dup := ports[p.port]; dup {
+			ps.add(p.key, "port %d is also %s", p.port, other)
+		}
+		ports[p.port] = p.key
+	}
+	if a.TerminationDrainDuration.D() <= 0 {
+		ps.add("agent.termination_drain_duration", "must be more than 0")
+	}
+	if a.MinDrainDuration.D() > a.TerminationDrainDuration.D() {
+		ps.add("agent.min_drain_duration", "must not exceed termination_drain_duration (%s), got %s", a.TerminationDrainDuration.D(), a.MinDrainDuration.D())
+	}
+	if a.StartTimeout.D() <= 0 {
+		ps.add("agent.start_timeout", "must be more than 0")
+	}
+	if !slices.Contains(agentLogLevels, a.LogLevel) {
+		ps.add("agent.log_level", "unknown level %q (one of %s)", a.LogLevel, strings.Join(agentLogLevels, ", "))
+	}
+	if a.LogFormat != "text" && a.LogFormat != "json" {
+		ps.add("agent.log_format", "unknown format %q (text or json)", a.LogFormat)
+	}
+	c.checkLimits(ps)
+	if dir := c.runDir(); dir != "" {
+		if _, err := os.Lstat(dir); err == nil {
+			if err := envoy.CheckRunDir(dir); err != nil {
+				ps.add("agent.run_dir", "%v", err)
+			}
+		}
+	}
+	c.checkControlSocket(ps)
 }

@@ -1,0 +1,118 @@
+// The drain of a stop: fail health checks, drain the listeners, wait for the
+// connections (see docs/design.md, section 3).
+package envoy
+
+import (
+	"context"
+	"time"
+)
+
+// DefaultDrainPollInterval is how often a drain reads Envoy's active
+// connections and reports its progress.
+const DefaultDrainPollInterval = 250 * time.Millisecond
+
+// DrainProgress is what a drain reports while it runs.
+type DrainProgress struct {
+	Elapsed   time.Duration // since the drain began
+	Remaining time.Duration // until termination_drain_duration ends it
+	// ActiveConnections is Envoy's active downstream connection count, or
+	// -1 when it could not be read.
+	ActiveConnections int
+	Done              bool   // the last report of this drain
+	Reason            string // why it ended, on the last report
+}
+
+// DrainNow starts a drain with no end: listeners stay open, health checks
+// fail, and the next stop skips the drain. It is the agent's /drain.
+func (a *Agent) DrainNow() {
+	a.draining.Store(true)
+	if err := a.proxy.Drain(true); err != nil {
+		a.log.Warnf("drain: %v", err)
+	}
+	a.DisableDraining()
+}
+
+// DisableDraining makes a later stop skip the drain, and ends a drain that
+// is under way at once (the second SIGTERM).
+func (a *Agent) DisableDraining() {
+	a.skipDrain.Store(true)
+	a.cutOnce.Do(func() { close(a.cut) })
+}
+
+// terminate drains Envoy, then tells Proxy.Run to stop it. A drain fails
+// health checks and drains the listeners gracefully, then waits at least
+// minDrainDuration; with exitOnZeroActiveConnections it ends as soon as no
+// connection is left, otherwise it waits terminationDrainDuration. It never
+// waits past terminationDrainDuration, and it ends early when Envoy exits or
+// DisableDraining is called.
+func (a *Agent) terminate() {
+	if a.skipDrain.Load() {
+		a.log.Infof("stopping envoy without a drain")
+		a.abortCh <- errAbort
+		return
+	}
+	a.draining.Store(true)
+	start := time.Now()
+	termination, minDrain, exitOnZero := a.drainSettings()
+	atZero := ""
+	if exitOnZero {
+		atZero = ", ending at zero active connections"
+	}
+	a.log.Infof("draining envoy: up to %s (at least %s%s)", termination, minDrain, atZero)
+	if err := a.proxy.Drain(false); err != nil {
+		a.log.Warnf("drain: %v", err)
+	}
+	reason := a.waitDrain(start, termination, minDrain, exitOnZero)
+	a.onProgress(DrainProgress{Elapsed: time.Since(start), ActiveConnections: a.connections(), Done: true, Reason: reason})
+	a.log.Infof("drain ended after %s: %s", time.Since(start).Round(time.Millisecond), reason)
+	a.abortCh <- errAbort
+}
+
+func (a *Agent) waitDrain(start time.Time, termination, minDrain time.Duration, exitOnZero bool) string {
+	deadline := start.Add(termination)
+	earliest := start.Add(minDrain)
+	tick := time.NewTicker(a.pollInterval)
+	defer tick.Stop()
+	end := time.NewTimer(time.Until(deadline))
+	defer end.Stop()
+	for {
+		select {
+		case <-a.exited:
+			return "envoy exited"
+		case <-a.cut:
+			return "drain cut short"
+		case <-end.C:
+			return "termination drain duration reached"
+		case <-tick.C:
+		}
+		now := time.Now()
+		n := a.connections()
+		a.onProgress(DrainProgress{Elapsed: now.Sub(start), Remaining: deadline.Sub(now), ActiveConnections: n})
+		if exitOnZero && n == 0 && !now.Before(earliest) {
+			return "no active connections left"
+		}
+	}
+}
+
+// connectionCounter is a Proxy that counts its own downstream connections
+// (every epoch's, for *Envoy).
+type connectionCounter interface {
+	ActiveConnections(context.Context) (int, error)
+}
+
+// connections reads the active connection count, -1 when Envoy does not
+// say: from the proxy when it can count them (every epoch's), otherwise
+// from the admin API's gauges.
+func (a *Agent) connections() int {
+	ctx, cancel := context.WithTimeout(context.Background(), max(a.pollInterval, 200*time.Millisecond))
+	defer cancel()
+	count := a.admin.ActiveConnections
+	if c, ok := a.proxy.(connectionCounter); ok {
+		count = c.ActiveConnections
+	}
+	n, err := count(ctx)
+	if err != nil {
+		return -1
+	}
+	return n
+}
