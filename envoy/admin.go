@@ -60,7 +60,7 @@ func newAdminClient(base string, dial func(ctx context.Context, network, addr st
 
 func (c *AdminClient) newProbeClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: c.dial, MaxIdleConns: 1, MaxIdleConnsPerHost: 1,
-		IdleConnTimeout: 30 * time.Second}}
+		IdleConnTimeout: adminIdleConnTimeout}}
 }
 
 // Reconnect drops the kept connection, so that the next /ready reaches the

@@ -57,7 +57,7 @@ func (e *Envoy) checkAdminAddress(p *process) error {
 	if p.adminAddressPath == "" {
 		return nil
 	}
-	tick := time.NewTicker(10 * time.Millisecond)
+	tick := time.NewTicker(epochPoll)
 	defer tick.Stop()
 	for {
 		b, err := os.ReadFile(p.adminAddressPath)

@@ -104,7 +104,7 @@ type connectionCounter interface {
 // say: from the proxy when it can count them (every epoch's), otherwise
 // from the admin API's gauges.
 func (a *Agent) connections() int {
-	ctx, cancel := context.WithTimeout(context.Background(), max(a.pollInterval, 200*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), max(a.pollInterval, drainPollTimeoutFloor))
 	defer cancel()
 	count := a.admin.ActiveConnections
 	if c, ok := a.proxy.(connectionCounter); ok {

@@ -15,7 +15,7 @@ import (
 // string (--hot-restart-version). Two Envoys can hot restart into each
 // other only when theirs are equal.
 func HotRestartVersion(ctx context.Context, binary string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, hotRestartVersionTimeout)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, binary, "--hot-restart-version").CombinedOutput()
 	text := strings.TrimSpace(string(out))
@@ -241,7 +241,7 @@ func (e *Envoy) drainingEpoch() (DrainingEpoch, bool) {
 
 // waitEpochLive waits until epoch p answers on the admin port as LIVE.
 func (e *Envoy) waitEpochLive(ctx context.Context, p *process, cfg ProxyConfig) error {
-	tick := time.NewTicker(10 * time.Millisecond)
+	tick := time.NewTicker(epochPoll)
 	defer tick.Stop()
 	checked := false
 	for {
@@ -262,7 +262,7 @@ func (e *Envoy) waitEpochLive(ctx context.Context, p *process, cfg ProxyConfig) 
 			}
 			checked = true
 		}
-		pollCtx, cancel := context.WithTimeout(ctx, time.Second)
+		pollCtx, cancel := context.WithTimeout(ctx, adminCallTimeout)
 		si, err := e.admin.ServerInfo(pollCtx)
 		cancel()
 		if err == nil && si.CommandLineOptions.RestartEpoch == p.epoch && si.State == "LIVE" {
@@ -297,7 +297,7 @@ func (e *Envoy) recover(ctx context.Context, old *process, epoch int) string {
 	if err != nil {
 		e.log.Warnf("hot restart: %v", err)
 	}
-	pollCtx, cancel := context.WithTimeout(ctx, time.Second)
+	pollCtx, cancel := context.WithTimeout(ctx, adminCallTimeout)
 	si, adminErr := e.admin.ServerInfo(pollCtx)
 	cancel()
 	if adminErr == nil && si.CommandLineOptions.RestartEpoch == old.epoch {

@@ -145,7 +145,7 @@ func (e *Envoy) Run(abort <-chan error) error {
 			// A hot restart under way may be about to make its new
 			// epoch the serving one: let it end first.
 			for e.restarting.Load() && e.serving() == p {
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(switchSettle)
 			}
 			if p == e.serving() {
 				e.stopAll()
@@ -255,7 +255,7 @@ func (e *Envoy) stopAll() {
 		e.stop(cur)
 	}
 	for _, p := range others {
-		if !p.waitFor(time.Second) {
+		if !p.waitFor(replacedEpochQuitWait) {
 			p.signalGroup(syscall.SIGTERM)
 			if !p.waitFor(e.quitGrace()) {
 				p.signalGroup(syscall.SIGKILL)
@@ -279,7 +279,7 @@ func (e *Envoy) stop(p *process) {
 		return
 	}
 	grace := e.quitGrace()
-	ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, grace))
+	ctx, cancel := context.WithTimeout(context.Background(), min(adminCallTimeout, grace))
 	err := e.admin.Quit(ctx)
 	cancel()
 	if err != nil {
