@@ -126,14 +126,17 @@ func (e *Envoy) Run(abort <-chan error) error {
 	if _, err := e.ensureRunDir(); err != nil {
 		return err
 	}
-	cfg := e.config()
-	p, err := e.startEpoch(cfg, cfg.ConfigPath, 0)
-	if err != nil {
-		return err
+	var addrErr chan error
+	if e.serving() == nil { // else an epoch adopted from a previous agent (AdoptEnvoy)
+		cfg := e.config()
+		p, err := e.startEpoch(cfg, cfg.ConfigPath, 0)
+		if err != nil {
+			return err
+		}
+		e.setServing(p)
+		addrErr = make(chan error, 1)
+		go func() { addrErr <- e.checkAdminAddress(p) }()
 	}
-	e.setServing(p)
-	addrErr := make(chan error, 1)
-	go func() { addrErr <- e.checkAdminAddress(p) }()
 
 	for {
 		p := e.serving()

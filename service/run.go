@@ -66,12 +66,23 @@ func Run(ctx context.Context, opts Options) error {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
-	cfg, err := LoadConfig(opts.ConfigPath)
+	// An agent that re-executed into this one (a live upgrade) handed over
+	// its Envoys and the settings they run with: the file may have been
+	// edited since, and is only read at the next reload.
+	handover, err := takeHandover()
 	if err != nil {
+		fmt.Fprintf(stderr, "envoy-agent: upgrade: cannot adopt the running Envoy: %v\n", err)
 		return err
 	}
+	cfg := handover.config()
+	if cfg == nil {
+		if cfg, err = LoadConfig(opts.ConfigPath); err != nil {
+			return err
+		}
+	}
 	log := newLogger(stderr, cfg.Agent.LogLevel, cfg.Agent.LogFormat)
-	s := &supervisor{cfg: cfg, log: log, notify: newNotifier(log), metrics: newMetrics(), sigs: sigs}
+	s := &supervisor{cfg: cfg, log: log, notify: newNotifier(log), metrics: newMetrics(), sigs: sigs, handover: handover, version: opts.Version}
+	s.selfPath, _ = os.Executable()
 	return s.run(ctx, opts.Version, stderr)
 }
 
@@ -89,6 +100,13 @@ type supervisor struct {
 	stderr   io.Writer
 
 	lastExtend time.Duration // drain time of the last EXTEND_TIMEOUT_USEC; the drain's goroutine only
+
+	// Live upgrades (handover.go, upgrade.go).
+	handover         *handoverState // what the agent before the exec handed over, nil on a fresh start
+	version          string
+	selfPath         string // the agent's binary, re-executed on an upgrade
+	statusLn, promLn net.Listener
+	up               upgradeState
 
 	mu        sync.Mutex
 	live      bool
@@ -148,10 +166,13 @@ func (s *supervisor) applyLogSettings(cfg *Config) {
 	s.log.SetFormatter(fresh.Formatter)
 }
 
-func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) error {
+func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) (err error) {
 	cfg, log := s.config(), s.log
 	s.stderr = stderr
-	s.proxy = envoy.NewEnvoy(s.proxyConfig(cfg))
+	if s.proxy, err = s.newProxy(cfg); err != nil {
+		log.Errorf("upgrade: cannot adopt the running Envoy: %v", err)
+		return err
+	}
 	s.reloader = newReloader(s.reload)
 	a := cfg.Agent
 	s.agent = envoy.NewAgent(s.proxy, a.TerminationDrainDuration.D(), a.MinDrainDuration.D(), a.Localhost,
@@ -163,23 +184,16 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	// the start with nothing to clean up.
 	serveCtx, stopServing := context.WithCancel(context.Background())
 	defer stopServing()
-	statusLn, err := net.Listen("tcp", net.JoinHostPort(a.Localhost, strconv.Itoa(int(a.StatusPort))))
+	statusLn, promLn, err := s.listen(a)
 	if err != nil {
-		return fmt.Errorf("agent.status_port: %w", err)
+		return err
 	}
-	var promLn net.Listener
-	if a.PrometheusPort != 0 {
-		promLn, err = net.Listen("tcp", net.JoinHostPort(a.PrometheusAddress, strconv.Itoa(int(a.PrometheusPort))))
-		if err != nil {
-			statusLn.Close()
-			return fmt.Errorf("agent.prometheus_port: %w", err)
-		}
-	}
+	s.statusLn, s.promLn = statusLn, promLn
 
 	agentCtx, stopAgent := context.WithCancel(context.Background())
 	defer stopAgent()
 	quit := func() { s.agent.DisableDraining(); stopAgent() }
-	status := &statusServer{log: log, ready: s.ready, quit: quit, drain: s.drainNow, reload: s.requestReload}
+	status := &statusServer{log: log, ready: s.ready, quit: quit, drain: s.drainNow, reload: s.requestReload, upgrade: s.upgradeHandler()}
 	go serveHTTP(serveCtx, statusLn, status.handler(), log)
 	if promLn != nil {
 		go serveHTTP(serveCtx, promLn, s.metrics.mergedHandler(s.proxy.Admin(), log), log)
@@ -232,6 +246,22 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	}
 }
 
+// bindListeners binds the status server's listener and the metrics one.
+func bindListeners(a AgentConfig) (statusLn, promLn net.Listener, err error) {
+	statusLn, err = net.Listen("tcp", net.JoinHostPort(a.Localhost, strconv.Itoa(int(a.StatusPort))))
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent.status_port: %w", err)
+	}
+	if a.PrometheusPort != 0 {
+		promLn, err = net.Listen("tcp", net.JoinHostPort(a.PrometheusAddress, strconv.Itoa(int(a.PrometheusPort))))
+		if err != nil {
+			statusLn.Close()
+			return nil, nil, fmt.Errorf("agent.prometheus_port: %w", err)
+		}
+	}
+	return statusLn, promLn, nil
+}
+
 // waitLive polls Envoy's /ready until it answers 200 LIVE, then sends
 // READY=1 and returns true. Otherwise Envoy is gone when it returns: it
 // exited or was not LIVE in time (an error), or a stop came first (nil).
@@ -281,7 +311,7 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 				took := time.Since(started)
 				s.metrics.startSeconds.Set(took.Seconds())
 				s.setLive(true)
-				s.notify.Ready(s.liveStatus())
+				s.notify.Ready(s.liveStatus() + s.adoptedNote())
 				s.log.Infof("envoy is LIVE after %s", took.Round(time.Millisecond))
 				s.learnVersion()
 				return true, nil

@@ -17,7 +17,8 @@ import (
 //   - POST /quitquitquit: stop Envoy at once, without a drain, and exit 0;
 //   - POST /drain: drain with no end; a later stop exits at once;
 //   - POST /reload: reload the configuration, answering with the outcome
-//     (JSON) once it is done.
+//     (JSON) once it is done;
+//   - GET, POST /upgrade: a live upgrade of the agent (upgrade.go).
 //
 // Peers that are not on loopback get 403; other methods on the POST routes
 // get 405.
@@ -27,6 +28,8 @@ type statusServer struct {
 	quit   func()
 	drain  func()
 	reload func(context.Context) ReloadResult
+	// upgrade serves /upgrade (upgrade.go); nil leaves it out.
+	upgrade http.Handler
 }
 
 func (s *statusServer) handler() http.Handler {
@@ -50,6 +53,9 @@ func (s *statusServer) handler() http.Handler {
 		}
 		_ = json.NewEncoder(w).Encode(res)
 	}))
+	if s.upgrade != nil {
+		mux.Handle("/upgrade", s.upgrade)
+	}
 	return loopbackOnly(mux)
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
@@ -25,6 +26,7 @@ const (
 	exitFailure   = 1 // Envoy exited by itself, was never LIVE, or the agent failed
 	exitUsage     = 2 // the command line is wrong
 	exitBadConfig = 3 // the configuration is invalid; nothing was started
+	exitFallback  = 4 // upgrade: the running agent cannot hand over; restart the unit to switch
 )
 
 const defaultConfig = "/etc/envoy-agent/config.toml"
@@ -35,6 +37,7 @@ Usage:
   envoy-agent run      [--config FILE]   start Envoy, notify systemd, drain on SIGTERM
   envoy-agent validate [--config FILE]   check the configuration and Envoy's bootstrap
   envoy-agent reload   [--config FILE]   make the running agent apply its edited files
+  envoy-agent upgrade  [--config FILE]   make the running agent re-execute the installed binary, Envoy kept
   envoy-agent version                    print the version
   envoy-agent help                       print this help
 
@@ -42,8 +45,12 @@ Run "envoy-agent COMMAND --help" for a command's flags.
 The default configuration file is ` + defaultConfig + `.
 `
 
+// The main goroutine stays on the main thread: it is the thread that forks
+// every Envoy and re-executes the agent on an upgrade (envoy/forker.go).
+func init() { runtime.LockOSThread() }
+
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(envoy.ServeForkerOnMainThread(func() int { return run(os.Args[1:], os.Stdout, os.Stderr) }))
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -71,12 +78,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return code
 		}
 		return exitCode(service.RequestReload(context.Background(), path, stdout), stderr)
+	case "upgrade":
+		path, code := configFlag("upgrade", "Ask the agent running with this configuration to re-execute its binary (the one installed now),\nhanding the running Envoy over with no request dropped; wait until the new agent serves.\nExits 4 when the running agent cannot hand over (it predates live upgrades): restart the unit then.", rest, stdout, stderr)
+		if code >= 0 {
+			return code
+		}
+		err := service.RequestUpgrade(context.Background(), path, stdout)
+		var fe *service.FallbackError
+		if errors.As(err, &fe) {
+			fmt.Fprintf(stderr, "envoy-agent: %v\n", err)
+			return exitFallback
+		}
+		return exitCode(err, stderr)
 	case "version":
 		fs := flag.NewFlagSet("version", flag.ContinueOnError)
 		fs.SetOutput(stderr)
-		fs.Usage = func() { fmt.Fprintln(fs.Output(), "Usage: envoy-agent version\n\nPrint envoy-agent's version.") }
+		handover := fs.Bool("handover", false, "also print the handover state versions this binary reads (for live upgrades)")
+		fs.Usage = func() {
+			fmt.Fprintln(fs.Output(), "Usage: envoy-agent version [--handover]\n\nPrint envoy-agent's version.\n\nFlags:")
+			fs.PrintDefaults()
+		}
 		if err := fs.Parse(rest); err != nil {
 			return helpOrUsage(err)
+		}
+		if *handover {
+			fmt.Fprint(stdout, service.HandoverVersionText(version))
+			return exitOK
 		}
 		fmt.Fprintf(stdout, "envoy-agent %s\n", version)
 		return exitOK

@@ -73,6 +73,7 @@ type procOptions struct {
 	noWaitReady   bool
 	configText    string // the whole TOML file instead, when set
 	bootstrapFile string // an existing bootstrap instead, when set
+	binary        string // the agent binary to run instead of agentBin, when set
 }
 
 type agentProc struct {
@@ -130,7 +131,11 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 	}
 	p := &agentProc{t: t, ports: ports, upstream: up, dir: dir, config: config, stderr: &syncBuffer{}, done: make(chan struct{})}
 	p.ns = testenvoy.NewNotifySocket(t)
-	p.cmd = exec.Command(agentBin, "run", "--config", config)
+	bin := agentBin
+	if o.binary != "" {
+		bin = o.binary
+	}
+	p.cmd = exec.Command(bin, "run", "--config", config)
 	p.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+p.ns.Path)
 	if o.watchdogUsec > 0 {
 		p.cmd.Env = append(p.cmd.Env, "WATCHDOG_USEC="+strconv.Itoa(o.watchdogUsec))
