@@ -81,9 +81,10 @@ func envoysFor(dir string) int {
 	return n
 }
 
-// TestUpgradeUnderLoadKeepsEnvoy swaps the agent's binary twice under load
-// (with a reload between, so that the second exec carries an epoch the
-// re-executed agent forked itself), then offers a broken binary: no request
+// TestUpgradeUnderLoadKeepsEnvoy swaps the agent's binary three times under
+// load (twice with the first Envoy, then after a reload, so that an exec
+// carries an epoch a re-executed agent forked itself), then offers a broken
+// binary: no request
 // fails, the agent's pid and Envoy stay, and the broken one is refused.
 func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 	t.Parallel()
@@ -116,16 +117,24 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 		t.Fatalf("after the upgrade: %v; want version 1.0.1-b adopted from 1.0.0-a, envoy pid %d, agent pid %d", info, envoyPid, agentPid)
 	}
 
-	// The re-executed agent hot-restarts Envoy (its forker forks epoch 1).
-	if code, out := p.reload(); code != 0 || !strings.Contains(out, "epoch 1 is serving") {
-		t.Fatalf("reload after the upgrade: exit %d: %s", code, out)
-	}
-	epoch1 := int(p.upgradeInfo()["envoy_pid"].(float64))
-
+	// A second exec: epoch 0 was forked before the first one, by the
+	// thread that is now the main thread; it must survive this exec too.
 	install(t, binC, installed)
 	upgrade(binC, "1.0.2-c")
-	if info := p.upgradeInfo(); info["version"] != "1.0.2-c" || int(info["envoy_pid"].(float64)) != epoch1 || int(info["epoch"].(float64)) != 1 {
-		t.Fatalf("after the second upgrade: %v; want 1.0.2-c serving epoch 1, pid %d", info, epoch1)
+	if info := p.upgradeInfo(); info["version"] != "1.0.2-c" || int(info["envoy_pid"].(float64)) != envoyPid {
+		t.Fatalf("after the second upgrade: %v; want 1.0.2-c serving envoy pid %d", info, envoyPid)
+	}
+
+	// The twice re-executed agent hot-restarts Envoy (it forks epoch 1),
+	// then execs once more (back to A, a downgrade): epoch 1 must survive.
+	if code, out := p.reload(); code != 0 || !strings.Contains(out, "epoch 1 is serving") {
+		t.Fatalf("reload after the upgrades: exit %d: %s", code, out)
+	}
+	epoch1 := int(p.upgradeInfo()["envoy_pid"].(float64))
+	install(t, binA, installed)
+	upgrade(binA, "1.0.0-a")
+	if info := p.upgradeInfo(); info["version"] != "1.0.0-a" || int(info["envoy_pid"].(float64)) != epoch1 || int(info["epoch"].(float64)) != 1 {
+		t.Fatalf("after the third upgrade: %v; want 1.0.0-a serving epoch 1, pid %d", info, epoch1)
 	}
 	// Epoch 0 drains and exits by itself (parent_shutdown_duration 2s): one Envoy left.
 	if !testenvoy.Eventually(10*time.Second, func() bool { return envoysFor(p.dir) == 1 }) {
@@ -139,17 +148,17 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 		t.Fatal(err)
 	}
 	install(t, broken, installed)
-	code, out := runBinary(t, binC, "upgrade", "--config", p.config)
+	code, out := runBinary(t, binA, "upgrade", "--config", p.config)
 	if code != 1 || !strings.Contains(out, "upgrade refused") || !strings.Contains(out, "does not run") {
 		t.Fatalf("upgrade to a broken binary: exit %d: %s", code, out)
 	}
-	if info := p.upgradeInfo(); info["version"] != "1.0.2-c" || int(info["envoy_pid"].(float64)) != epoch1 || info["live"] != true {
+	if info := p.upgradeInfo(); info["version"] != "1.0.0-a" || int(info["envoy_pid"].(float64)) != epoch1 || info["live"] != true {
 		t.Fatalf("after the refused upgrade: %v", info)
 	}
 
 	time.Sleep(300 * time.Millisecond) // load after the last step, to count
 	l.Stop()
-	t.Logf("%d requests ok, %d failed across two upgrades, a reload and a refused upgrade", l.OK(), l.Failed())
+	t.Logf("%d requests ok, %d failed across three upgrades, a reload and a refused upgrade", l.OK(), l.Failed())
 	if l.Failed() != 0 {
 		t.Fatalf("%d of %d requests failed (last: %s)", l.Failed(), l.OK()+l.Failed(), l.LastErr())
 	}
@@ -183,14 +192,14 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 			last = m.At
 		}
 	}
-	if adopted != 2 || refused != 1 {
-		t.Errorf("%d READY=1 naming an adoption (want 2), %d STATUS= naming the refusal (want 1)", adopted, refused)
+	if adopted != 3 || refused != 1 {
+		t.Errorf("%d READY=1 naming an adoption (want 3), %d STATUS= naming the refusal (want 1)", adopted, refused)
 	}
 	if worst == 0 || worst >= 2*time.Second {
 		t.Errorf("longest gap between watchdog pings %s; the watchdog is 2s", worst)
 	}
 	t.Logf("longest gap between watchdog pings: %s", worst)
-	if !strings.Contains(p.stderr.String(), "upgrade refused, envoy-agent 1.0.2-c keeps serving") {
+	if !strings.Contains(p.stderr.String(), "upgrade refused, envoy-agent 1.0.0-a keeps serving") {
 		t.Errorf("the log does not name the refused upgrade")
 	}
 
