@@ -573,6 +573,47 @@ upgrade_broken() {
 	expect_body
 }
 
+# prepare_fallback: a package of the agent as it was before live upgrades (the parent of the
+# commit that added envoy/forker.go), with that tree's own scripts (its postinst restarts), and a
+# newer one of B: upgrading from the first to the second must fall back to a drained restart.
+prepare_fallback() {
+	local added base old=$work/pre-live
+	added=$(git log --diff-filter=A --format=%H -- envoy/forker.go | tail -n1)
+	[ -n "$added" ] || { echo "no commit adds envoy/forker.go"; return 1; }
+	base=$(git rev-parse "$added^") || return 1
+	mkdir -p "$old/tree" "$old/out" "$work/fallback"
+	git archive "$base" | tar -x -C "$old/tree" || return 1
+	(cd "$old/tree" && go build -ldflags "-X main.version=pre-live" -o "$old/envoy-agent" ./cmd/envoy-agent &&
+		PKG_STAGE=$repo/$PKG_STAGE timeout 300 go run ./packaging/cmd/mkpkg -config packaging/nfpm.yaml \
+			-version "${version%-*}.4" -binary "$old/envoy-agent" -out "$old/out") || return 1
+	PKG_STAGE=$PKG_STAGE timeout 300 go run ./packaging/cmd/mkpkg -config "$NFPM_CONFIG" \
+		-version "${version%-*}.5" -binary "$work/envoy-agent-live" -out "$work/fallback" || return 1
+	cp "$old"/out/envoy-agent_*.deb "$share/envoy-agent-pre-live.deb" &&
+		cp "$work"/fallback/envoy-agent_*.deb "$share/envoy-agent-fallback.deb" || return 1
+	echo "detail: pre-live agent from $(git rev-parse --short "$base")"
+}
+
+# upgrade_fallback: the running agent predates live upgrades (installed from the pre-live
+# package), so the upgrade to B restarts the unit (a drain) and says why.
+upgrade_fallback() {
+	local pid0 since out
+	T=180 ct_run dpkg -i /mnt/e2e/envoy-agent-pre-live.deb </dev/null >/dev/null 2>&1 || return 1
+	wait_for 60 unit_is active || fail "the pre-live agent is not active"
+	[ "$(ct_run envoy-agent version)" = "envoy-agent pre-live" ] || fail "the pre-live agent is not installed"
+	pid0=$(prop MainPID)
+	since=$(cursor)
+	out=$(T=180 ct_run dpkg -i /mnt/e2e/envoy-agent-fallback.deb </dev/null 2>&1) || { echo "$out"; return 1; }
+	echo "$out" | grep -i 'hand over' | sed 's/^/dpkg: /'
+	wait_for 60 unit_is active || fail "not active after the fallback restart"
+	echo "detail: $(ct_run envoy-agent version); MainPID $pid0 -> $(prop MainPID); StatusText=\"$(prop StatusText)\""
+	echo "$out" | grep -q 'cannot hand over; falling back to a restart' || fail "dpkg's output does not name the fallback"
+	ct_run journalctl -t envoy-agent-package --after-cursor "$since" --no-pager -o cat | grep -q 'falling back to a restart' ||
+		fail "the fallback is not in the journal"
+	[ "$(prop MainPID)" != "$pid0" ] || fail "the unit was not restarted"
+	[ "$(ct_run envoy-agent version)" = "envoy-agent $livever" ] || fail "B is not running"
+	expect_body
+}
+
 upgrade_live_deb() { upgrade_live envoy-agent-live.deb "$livever"; }
 upgrade_broken_deb() { upgrade_broken envoy-agent-broken.deb; }
 
@@ -706,6 +747,8 @@ if setup_step "setup: packages, Envoy and test bootstraps staged" prepare_share 
 			if setup_step "setup: live-upgrade packages (B, and a broken one)" prepare_live_upgrade; then
 				step "live upgrade: dpkg -i of B under load, 0 failed, same MainPID and Envoy" upgrade_live_deb
 				step "live upgrade: dpkg -i of a broken B leaves the agent and Envoy serving" upgrade_broken_deb
+				setup_step "setup: a package from before live upgrades" prepare_fallback &&
+					step "live upgrade: from an agent that predates it, falls back to a drained restart" upgrade_fallback
 			fi
 			step "remove: nothing left running" remove
 			step "purge: nothing of ours left on disk" purge
