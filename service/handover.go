@@ -2,6 +2,7 @@ package service
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -177,6 +178,10 @@ func (s *supervisor) adoptedNote() string {
 func (s *supervisor) execHandover(to string) error {
 	cfg := s.config()
 	return s.proxy.Handover(func(es envoy.HandoverState) error {
+		if s.agent.Draining() {
+			// A stop came in meanwhile: it wins, and the drain goes on here.
+			return errors.New("a stop began: not handing over a draining Envoy")
+		}
 		st := &handoverState{Version: handoverVersion, FromAgentVersion: s.version, Written: time.Now(),
 			Config: cfg, HotRestartVersion: s.hotRestartVersion(), StatusFD: -1, PrometheusFD: -1, Envoy: es}
 		var kept []net.Listener
