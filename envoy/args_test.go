@@ -77,11 +77,3 @@ func TestArgs(t *testing.T) {
 		})
 	}
 }
-
-func TestChildEnvDropsSystemdVariables(t *testing.T) {
-	env := childEnv([]string{"PATH=/bin", "NOTIFY_SOCKET=/run/systemd/notify", "WATCHDOG_USEC=1000", "WATCHDOG_PID=1", "HOME=/root", "NOTIFY_SOCKETS=keep"})
-	want := []string{"PATH=/bin", "HOME=/root", "NOTIFY_SOCKETS=keep"}
-	if !slices.Equal(env, want) {
-		t.Fatalf("childEnv = %q, want %q", env, want)
-	}
-}

@@ -80,6 +80,10 @@ type ProxyConfig struct {
 	QuitGrace time.Duration
 	// Stdout and Stderr receive Envoy's output; nil means the agent's own.
 	Stdout, Stderr io.Writer
+	// Env is Envoy's environment; nil means the agent's own. A supervisor
+	// leaves out what its own supervisor set for it alone (systemd's
+	// NOTIFY_SOCKET, say): the package does not know what those are.
+	Env []string
 	// Logger receives the proxy's and agent's log lines; nil discards them.
 	Logger Logger
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -15,40 +14,42 @@ import (
 // process is one running Envoy: one hot-restart epoch.
 type process struct {
 	epoch            int
-	cmd              *exec.Cmd
+	cmd              *exec.Cmd // nil for an epoch adopted from a previous agent
+	proc             *os.Process
 	pid              int
 	started          time.Time
 	replaced         time.Time // when a newer epoch took over serving; guarded by Envoy.mu
 	adminAddressPath string
 	snapshot         string // the copy of the bootstrap this epoch runs
 	tail             *logTail
+	outputs          []*outputPipe // Envoy's output that the agent copies (kept across a re-exec)
+	flushes          []func()      // the relays' Flush, once the outputs are copied
 	done             chan struct{} // closed once Wait returned
 	waitErr          error         // set before done is closed
 }
 
-// notifyEnv are the variables systemd sets for the agent alone; Envoy must
-// not inherit them.
-var notifyEnv = []string{"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"}
+// outputPipe is the read end of a pipe Envoy writes its stdout or stderr
+// to. The agent makes the pipe itself (rather than letting os/exec do it)
+// so that the read end can survive a re-exec of the agent.
+type outputPipe struct {
+	stream string // "stdout" or "stderr"
+	r      *os.File
+	copied chan struct{} // closed when the copy reached EOF
+}
 
-func childEnv(env []string) []string {
-	out := make([]string, 0, len(env))
-next:
-	for _, kv := range env {
-		for _, k := range notifyEnv {
-			if strings.HasPrefix(kv, k+"=") {
-				continue next
-			}
-		}
-		out = append(out, kv)
-	}
-	return out
+func (o *outputPipe) copyTo(w io.Writer) {
+	go func() {
+		defer close(o.copied)
+		_, _ = io.Copy(w, o.r)
+		_ = o.r.Close()
+	}()
 }
 
 // startProcess starts Envoy in its own process group with a parent-death
 // signal of SIGKILL. Linux sends that signal when the thread that forked the
-// child exits, not the process (golang/go#27505), so the fork and the wait
-// happen on one goroutine locked to its OS thread for the child's lifetime.
-func startProcess(binary string, args []string, epoch int, adminAddressPath string, stdout, stderr io.Writer) (*process, error) {
+// child exits, not the process (golang/go#27505), so the fork happens on the
+// forker thread (forker.go), which never exits; the wait can happen anywhere.
+func startProcess(binary string, args, env []string, epoch int, adminAddressPath string, stdout, stderr io.Writer) (*process, error) {
 	p := &process{
 		epoch:            epoch,
 		adminAddressPath: adminAddressPath,
@@ -56,39 +57,68 @@ func startProcess(binary string, args []string, epoch int, adminAddressPath stri
 		done:             make(chan struct{}),
 	}
 	cmd := exec.Command(binary, args...)
-	cmd.Env = childEnv(os.Environ())
-	// Envoy's output is relayed a whole line at a time (see lineWriter), and
-	// reaches the agent's log and error reports only without the
-	// configuration dumps it prints (see redact.go).
-	outLines, errLines := newLineWriter(stdout), newLineWriter(stderr)
-	cmd.Stdout = outLines
-	relay := newRedactWriter(io.MultiWriter(errLines, p.tail))
-	cmd.Stderr = relay
+	cmd.Env = env // nil: the agent's own
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var writeEnds []*os.File
+	closeWriteEnds := func() {
+		for _, w := range writeEnds {
+			_ = w.Close()
+		}
+	}
+	// Both of Envoy's outputs go through pipes the agent copies (relay.go):
+	// a whole line at a time, with the configuration dumps left out of
+	// stderr, and stderr's last lines kept in the tail.
+	relayOut, relayErr := p.relays(stdout, stderr)
+	outs := []struct {
+		stream string
+		w      io.Writer
+		set    func(io.Writer)
+	}{
+		{"stdout", relayOut, func(w io.Writer) { cmd.Stdout = w }},
+		{"stderr", relayErr, func(w io.Writer) { cmd.Stderr = w }},
+	}
+	for _, o := range outs {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeWriteEnds()
+			return nil, fmt.Errorf("start envoy %s: %w", binary, err)
+		}
+		writeEnds = append(writeEnds, w)
+		o.set(w)
+		op := &outputPipe{stream: o.stream, r: r, copied: make(chan struct{})}
+		op.copyTo(o.w)
+		p.outputs = append(p.outputs, op)
+	}
 	p.cmd = cmd
 
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// The goroutine ends locked, so its thread ends with it: only after
-		// the child is gone, which is when the death signal no longer matters.
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
+	var err error
+	onForkerThread(func() { err = cmd.Start() })
+	closeWriteEnds() // Envoy has its copies
+	if err != nil {
+		for _, o := range p.outputs {
+			<-o.copied
 		}
-		p.pid = cmd.Process.Pid
-		p.started = time.Now()
-		started <- nil
-		p.waitErr = cmd.Wait()
-		relay.Flush()
-		outLines.Flush()
-		errLines.Flush()
-		close(p.done)
-	}()
-	if err := <-started; err != nil {
 		return nil, fmt.Errorf("start envoy %s: %w", binary, err)
 	}
+	p.proc = cmd.Process
+	p.pid = cmd.Process.Pid
+	p.started = time.Now()
+	go func() {
+		err := cmd.Wait()
+		p.finish(err)
+	}()
 	return p, nil
+}
+
+// finish records how the process ended, once its output is copied (the
+// tail must hold its last lines), and closes done.
+func (p *process) finish(err error) {
+	for _, o := range p.outputs {
+		<-o.copied
+	}
+	p.flushRelays()
+	p.waitErr = err
+	close(p.done)
 }
 
 // exited reports whether the process has been reaped.
@@ -107,7 +137,7 @@ func (p *process) signalGroup(sig syscall.Signal) {
 		return
 	}
 	if err := syscall.Kill(-p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		_ = p.cmd.Process.Signal(sig)
+		_ = p.proc.Signal(sig)
 	}
 }
 

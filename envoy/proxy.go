@@ -119,14 +119,17 @@ func (e *Envoy) Run(abort <-chan error) error {
 	if _, err := e.ensureRunDir(); err != nil {
 		return err
 	}
-	cfg := e.config()
-	p, err := e.startEpoch(cfg, cfg.ConfigPath, 0)
-	if err != nil {
-		return err
+	var addrErr chan error
+	if e.serving() == nil { // else an epoch adopted from a previous agent (AdoptEnvoy)
+		cfg := e.config()
+		p, err := e.startEpoch(cfg, cfg.ConfigPath, 0)
+		if err != nil {
+			return err
+		}
+		e.setServing(p)
+		addrErr = make(chan error, 1)
+		go func() { addrErr <- e.checkAdminAddress(p) }()
 	}
-	e.setServing(p)
-	addrErr := make(chan error, 1)
-	go func() { addrErr <- e.checkAdminAddress(p) }()
 
 	for {
 		p := e.serving()
@@ -218,7 +221,7 @@ func (e *Envoy) startEpochFrom(cfg ProxyConfig, snapshot string, epoch int) (*pr
 	if stderr == nil {
 		stderr = os.Stderr
 	}
-	p, err := startProcess(cfg.BinaryPath, args, epoch, path, stdout, stderr)
+	p, err := startProcess(cfg.BinaryPath, args, cfg.Env, epoch, path, stdout, stderr)
 	if err != nil {
 		_ = os.Remove(snapshot)
 		return nil, err

@@ -87,7 +87,7 @@ func portClaim(port Port) string { return claimPrefix + "port/" + strconv.Itoa(i
 // claimResources takes this agent's base id (exclusively: a clash is an
 // error naming the other instance and the key to change) and its ports (for
 // naming only), before anything binds or Envoy starts.
-func claimResources(cfg *Config, log *logrus.Logger) (*claims, error) {
+func claimResources(cfg *Config, log *logrus.Logger, adopting bool) (*claims, error) {
 	self := selfIdentity(cfg)
 	c := &claims{}
 	ln, err := listenClaim(baseIDClaim(cfg.Envoy.BaseID), self)
@@ -103,7 +103,9 @@ func claimResources(cfg *Config, log *logrus.Logger) (*claims, error) {
 			cfg.Envoy.BaseID, holder, freeBaseID(cfg.Envoy.BaseID))
 	}
 	c.lns = append(c.lns, ln)
-	if sock, busy := envoyHotRestartSocketBusy(cfg.Envoy.BaseID); busy {
+	// An agent adopting a running Envoy (a live upgrade) finds that Envoy's
+	// own hot-restart socket bound: it is not a stranger's.
+	if sock, busy := envoyHotRestartSocketBusy(cfg.Envoy.BaseID); busy && !adopting {
 		c.Close()
 		return nil, configProblem(cfg, "envoy.base_id", "base_id %d is already used by an Envoy on this host that no envoy-agent runs (its hot-restart socket %s is bound): set envoy.base_id here to another value (%d is free)",
 			cfg.Envoy.BaseID, sock, freeBaseID(cfg.Envoy.BaseID))

@@ -42,14 +42,15 @@ const (
 // controlServer serves the control routes. Its handlers take the peer's
 // credentials, already checked, for the log.
 type controlServer struct {
-	log    *logrus.Logger
-	policy controlPolicy
-	config string // the absolute path of the configuration file
-	quit   func()
-	drain  func()
-	reload func(context.Context) ReloadResult
-	report http.HandlerFunc                   // GET /status (statusreport.go)
-	reopen func(context.Context) ReopenResult // POST /reopen_logs (reopenlogs.go)
+	log     *logrus.Logger
+	policy  controlPolicy
+	config  string // the absolute path of the configuration file
+	quit    func()
+	drain   func()
+	reload  func(context.Context) ReloadResult
+	report  http.HandlerFunc                   // GET /status (statusreport.go)
+	reopen  func(context.Context) ReopenResult // POST /reopen_logs (reopenlogs.go)
+	upgrade http.Handler                       // GET and POST /upgrade (upgrade.go)
 }
 
 // controlRoute is one route of the control API: a net/http ServeMux pattern
@@ -67,6 +68,8 @@ func (c *controlServer) routes() []controlRoute {
 		{"POST /reload", c.handleReload},
 		{"GET /status", c.handleStatus},
 		{"POST /reopen_logs", c.handleReopenLogs},
+		{"GET /upgrade", c.handleUpgrade},
+		{"POST /upgrade", c.handleUpgrade},
 	}
 }
 
@@ -134,6 +137,13 @@ func (c *controlServer) handleReload(w http.ResponseWriter, r *http.Request, pee
 
 func (c *controlServer) handleStatus(w http.ResponseWriter, r *http.Request, _ peerCred) {
 	c.report(w, r)
+}
+
+func (c *controlServer) handleUpgrade(w http.ResponseWriter, r *http.Request, peer peerCred) {
+	if r.Method == http.MethodPost {
+		c.peerLog(peer).Infof("/upgrade from %s", peer)
+	}
+	c.upgrade.ServeHTTP(w, r)
 }
 
 func (c *controlServer) handleReopenLogs(w http.ResponseWriter, r *http.Request, peer peerCred) {

@@ -26,6 +26,9 @@ const (
 // (systemd set JOURNAL_STREAM to it): only then do lines carry a "<N>" prefix, so that output
 // read by hand stays plain.
 func onJournal(w io.Writer) bool {
+	if b, ok := w.(bestEffortWriter); ok {
+		w = b.w // the agent's stderr, written best-effort (sigpipe.go)
+	}
 	if f, ok := w.(*os.File); !ok || f != os.Stderr {
 		return false
 	}

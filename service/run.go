@@ -17,6 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/internal/childenv"
 )
 
 // Options are what `envoy-agent run` takes from its command line.
@@ -69,12 +70,23 @@ func Run(ctx context.Context, opts Options) error {
 	ignoreSIGPIPE()
 	stderr = bestEffortWriter{stderr}
 
-	cfg, err := LoadConfig(opts.ConfigPath)
+	// An agent that re-executed into this one (a live upgrade) handed over
+	// its Envoys and the settings they run with: the file may have been
+	// edited since, and is only read at the next reload.
+	handover, err := takeHandover()
 	if err != nil {
+		fmt.Fprintf(stderr, "envoy-agent: upgrade: cannot adopt the running Envoy: %v\n", err)
 		return err
 	}
+	cfg := handover.config()
+	if cfg == nil {
+		if cfg, err = LoadConfig(opts.ConfigPath); err != nil {
+			return err
+		}
+	}
 	log := newLogger(stderr, cfg.Agent.LogLevel, cfg.Agent.LogFormat)
-	s := &supervisor{cfg: cfg, log: log, notify: newNotifier(log), metrics: newMetrics(), sigs: sigs}
+	s := &supervisor{cfg: cfg, log: log, notify: newNotifier(log), metrics: newMetrics(), sigs: sigs, handover: handover, version: opts.Version}
+	s.selfPath, _ = os.Executable()
 	return s.run(ctx, opts.Version, stderr)
 }
 
@@ -93,6 +105,13 @@ type supervisor struct {
 
 	lastExtend time.Duration // drain time of the last EXTEND_TIMEOUT_USEC; the drain's goroutine only
 	report     statusRecord  // what GET /status reports of past events
+
+	// Live upgrades (handover.go, upgrade.go).
+	handover         *handoverState // what the agent before the exec handed over, nil on a fresh start
+	version          string
+	selfPath         string // the agent's binary, re-executed on an upgrade
+	statusLn, promLn net.Listener
+	up               upgradeState
 
 	mu        sync.Mutex
 	live      bool
@@ -144,6 +163,8 @@ func (s *supervisor) proxyConfig(cfg *Config) envoy.ProxyConfig {
 	pc.Logger = s.log
 	pc.Stderr = envoyOutputFor(s.stderr)
 	pc.Stdout = envoyOutputFor(s.stderr)
+	// Envoy must not answer on systemd's notify socket or take its sockets.
+	pc.Env = childenv.Clean(os.Environ())
 	return pc
 }
 
@@ -154,11 +175,14 @@ func (s *supervisor) applyLogSettings(cfg *Config) {
 	s.log.SetFormatter(fresh.Formatter)
 }
 
-func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) error {
+func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) (err error) {
 	cfg, log := s.config(), s.log
 	s.stderr = stderr
 	s.report.agentStarted(version)
-	s.proxy = envoy.NewEnvoy(s.proxyConfig(cfg))
+	if s.proxy, err = s.newProxy(cfg); err != nil {
+		log.Errorf("upgrade: cannot adopt the running Envoy: %v", err)
+		return err
+	}
 	s.reloader = newReloader(s.reload)
 	s.reloader.wait = s.waitForDrainingEpochs
 	a := cfg.Agent
@@ -171,36 +195,34 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	// the start with nothing to clean up.
 	serveCtx, stopServing := context.WithCancel(context.Background())
 	defer stopServing()
-	held, err := claimResources(cfg, log)
+	// An agent that adopts a running Envoy (a live upgrade) holds its base
+	// id, its ports and its listeners already.
+	adopting := s.handover != nil
+	held, err := claimResources(cfg, log, adopting)
 	if err != nil {
 		return err
 	}
 	defer held.Close()
-	statusLn, err := listenTCP("agent.status_port", a.Localhost, a.StatusPort)
+	statusLn, promLn, err := s.listen(cfg)
 	if err != nil {
-		return portInUse(cfg, "agent.status_port", a.StatusPort, err)
+		return err
 	}
-	var promLn net.Listener
-	if a.PrometheusPort != 0 {
-		promLn, err = listenTCP("agent.prometheus_port", a.PrometheusAddress, a.PrometheusPort)
-		if err != nil {
-			statusLn.Close()
-			return portInUse(cfg, "agent.prometheus_port", a.PrometheusPort, err)
-		}
-	}
-	if err := checkAdminPortFree(ctx, cfg); err != nil {
+	s.statusLn, s.promLn = statusLn, promLn
+	closeListeners := func() {
 		statusLn.Close()
 		if promLn != nil {
 			promLn.Close()
 		}
-		return err
+	}
+	if !adopting {
+		if err := checkAdminPortFree(ctx, cfg); err != nil {
+			closeListeners()
+			return err
+		}
 	}
 	control, controlLn, err := s.newControl()
 	if err != nil {
-		statusLn.Close()
-		if promLn != nil {
-			promLn.Close()
-		}
+		closeListeners()
 		return err
 	}
 	// Closed here, not only by the server's shutdown: the socket file goes
@@ -212,6 +234,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	control.quit = func() { s.agent.DisableDraining(); stopAgent() }
 	control.report = s.handleStatus
 	control.reopen = s.reopenLogs
+	control.upgrade = s.upgradeHandler()
 	status := &statusServer{log: log, ready: s.ready}
 	go serveHTTP(serveCtx, statusLn, status.handler(), serverLimits{maxConns: statusMaxConns, write: statusWriteTimeout}, log)
 	go serveHTTP(serveCtx, controlLn, control.handler(), serverLimits{maxConns: controlMaxConns, context: withPeerCred}, log)
@@ -270,6 +293,23 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	}
 }
 
+// bindListeners binds the status server's listener and the metrics one.
+func bindListeners(cfg *Config) (statusLn, promLn net.Listener, err error) {
+	a := cfg.Agent
+	statusLn, err = listenTCP("agent.status_port", a.Localhost, a.StatusPort)
+	if err != nil {
+		return nil, nil, portInUse(cfg, "agent.status_port", a.StatusPort, err)
+	}
+	if a.PrometheusPort != 0 {
+		promLn, err = listenTCP("agent.prometheus_port", a.PrometheusAddress, a.PrometheusPort)
+		if err != nil {
+			statusLn.Close()
+			return nil, nil, portInUse(cfg, "agent.prometheus_port", a.PrometheusPort, err)
+		}
+	}
+	return statusLn, promLn, nil
+}
+
 // waitLive polls Envoy's /ready until it answers 200 LIVE, then sends
 // READY=1 and returns true. Otherwise Envoy is gone when it returns: it
 // exited or was not LIVE in time (an error), or a stop came first (nil).
@@ -320,7 +360,7 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 				took := time.Since(started)
 				s.metrics.startSeconds.Set(took.Seconds())
 				s.setLive(true)
-				s.notify.Ready(s.liveStatus())
+				s.notify.Ready(s.liveStatus() + s.adoptedNote())
 				s.log.Infof("envoy is LIVE after %s", took.Round(time.Millisecond))
 				s.learnVersion()
 				return true, nil

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
@@ -26,6 +27,7 @@ const (
 	exitFailure   = 1 // Envoy exited by itself, was never LIVE, or the agent failed
 	exitUsage     = 2 // the command line is wrong
 	exitBadConfig = 3 // the configuration is invalid; nothing was started
+	exitFallback  = 4 // upgrade: the running agent cannot hand over; restart the unit to switch
 )
 
 // Exit codes of `envoy-agent status`, as LSB init scripts' status action
@@ -42,8 +44,12 @@ const defaultConfig = manual.DefaultConfig
 
 var usage = manual.Usage()
 
+// The main goroutine stays on the main thread: it is the thread that forks
+// every Envoy and re-executes the agent on an upgrade (envoy/forker.go).
+func init() { runtime.LockOSThread() }
+
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(envoy.ServeForkerOnMainThread(func() int { return run(os.Args[1:], os.Stdout, os.Stderr) }))
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -79,12 +85,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return code
 		}
 		return exitCode(service.RequestReopenLogs(context.Background(), path, stdout), stderr)
+	case "upgrade":
+		path, code := configFlag("upgrade", rest, stdout, stderr)
+		if code >= 0 {
+			return code
+		}
+		err := service.RequestUpgrade(context.Background(), path, stdout)
+		var fe *service.FallbackError
+		if errors.As(err, &fe) {
+			fmt.Fprintf(stderr, "envoy-agent: %v\n", err)
+			return exitFallback
+		}
+		return exitCode(err, stderr)
 	case "version":
 		fs := flag.NewFlagSet("version", flag.ContinueOnError)
 		fs.SetOutput(stderr)
-		fs.Usage = func() { fmt.Fprintf(fs.Output(), "Usage: envoy-agent version\n\n%s\n", describe("version")) }
+		handover := fs.Bool("handover", false, "also print the handover state versions this binary reads (for live upgrades)")
+		fs.Usage = func() {
+			fmt.Fprintf(fs.Output(), "Usage: envoy-agent version [--handover]\n\n%s\n\nFlags:\n", describe("version"))
+			fs.PrintDefaults()
+		}
 		if err := fs.Parse(rest); err != nil {
 			return helpOrUsage(err)
+		}
+		if *handover {
+			fmt.Fprint(stdout, service.HandoverVersionText(version))
+			return exitOK
 		}
 		fmt.Fprintf(stdout, "envoy-agent %s\n", version)
 		return exitOK

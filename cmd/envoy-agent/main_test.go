@@ -83,6 +83,7 @@ type procOptions struct {
 	bootstrapFile string   // an existing bootstrap instead, when set
 	stderrFile    *os.File // the agent's stderr instead of a buffer, when set
 	env           []string // more environment for the agent
+	binary        string   // the agent binary to run instead of agentBin, when set
 }
 
 type agentProc struct {
@@ -145,7 +146,11 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 	}
 	p := &agentProc{t: t, ports: ports, upstream: up, dir: dir, config: config, stderr: &syncBuffer{}, done: make(chan struct{})}
 	p.ns = testenvoy.NewNotifySocket(t)
-	p.cmd = exec.Command(agentBin, "run", "--config", config)
+	bin := agentBin
+	if o.binary != "" {
+		bin = o.binary
+	}
+	p.cmd = exec.Command(bin, "run", "--config", config)
 	p.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+p.ns.Path)
 	if o.watchdogUsec > 0 {
 		p.cmd.Env = append(p.cmd.Env, "WATCHDOG_USEC="+strconv.Itoa(o.watchdogUsec))

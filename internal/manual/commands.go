@@ -35,6 +35,11 @@ var Commands = []Command{
 		Description: "ask the agent running with this file to reload (on its control socket, checking that the agent answering runs this file), wait, print `reloaded: epoch N is serving (T ms)` or the reason it failed (the unit's `ExecReload=`)",
 	},
 	{
+		Name: "upgrade", Args: "[--config FILE]", ConfigFlag: true,
+		Summary:     "make the running agent re-execute the installed binary, Envoy kept",
+		Description: "ask the agent running with this file to re-execute its binary (the one installed now) on its control socket, handing the running Envoy over with no request dropped; wait until the new agent serves. Exits 4 when the running agent cannot hand over (it predates live upgrades): restart the unit then (the packages do)",
+	},
+	{
 		Name: "status", Args: "[--config FILE] [--json]",
 		Summary:     "what the running agent and its Envoy are doing",
 		Description: "what the agent running with this file and its Envoy are doing: state, epochs, versions, connections, listeners, drain, last reload; `--json` for the documented JSON (schema_version 1). Exits 0 when the agent answers, 3 when none runs, 4 when the file or the answer cannot be read",
@@ -45,9 +50,9 @@ var Commands = []Command{
 		Description: "ask the agent running with this file to have every live Envoy epoch reopen its access logs (after logrotate renamed them); prints `reopened: N epochs` (the logrotate rule's `postrotate`)",
 	},
 	{
-		Name:        "version",
+		Name: "version", Args: "[--handover]",
 		Summary:     "print the version",
-		Description: "print the version",
+		Description: "print the version; with `--handover`, also the handover state versions this binary reads (what a live upgrade checks)",
 	},
 	{
 		Name: "help", Args: "",
@@ -91,4 +96,5 @@ var ExitCodes = []ExitCode{
 	{1, "runtime failure: Envoy exited by itself (its reason and last log lines are printed; SIGKILL gets an OOM hint), Envoy was not LIVE within `start_timeout`, a port of the agent's was taken (the error names who holds it), its control socket is served by another live process, a reload failed at run time (the serving Envoy kept serving), no agent answered `reload` or `reopen-logs`"},
 	{2, "command-line usage error"},
 	{3, "invalid configuration: a TOML error, an unknown key, a wrong type, a bad value, a missing or non-executable binary or one that is not an Envoy, a missing bootstrap, a bootstrap Envoy rejects (`validate`, `reload`), an admin address that does not match `admin_port` or `admin_socket`, a `run_dir` others can write, a `base_id` or a port another agent on this host holds; nothing was started. The unit has `RestartPreventExitStatus=3`: restarting cannot fix a bad file"},
+	{4, "`upgrade` only: the running agent cannot hand over (it predates live upgrades, or it and the new binary share no handover version); `systemctl restart` switches with a drain. (`status` has its own codes: 0 running, 3 stopped, 4 unknown)"},
 }

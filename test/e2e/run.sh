@@ -500,8 +500,185 @@ upgrade() {
 	[ "$before" = "$after" ] || { echo "$before"; echo "$after"; fail "the edited configuration changed"; }
 	ct_run grep -q '^# edited by the e2e test' /etc/envoy-agent/config.toml || fail "the edit is gone"
 	! ct_sh 'ls /etc/envoy-agent/*.dpkg-* 2>/dev/null | grep .' || fail "dpkg left .dpkg-* files"
-	unit_is active && [ "$(prop MainPID)" != "$pid0" ] || fail "the unit was not restarted"
+	# The agent hands Envoy over in place (issue 15): the same MainPID, not a restart.
+	unit_is active && [ "$(prop MainPID)" = "$pid0" ] || fail "the unit was restarted, not handed over live"
 	[ "$(ct_run systemctl is-enabled "$UNIT")" = enabled ] && expect_body
+}
+
+# --- live upgrade (issue 15) ---------------------------------------------------------------------
+
+# prepare_live_upgrade: packages for the live-upgrade steps. B is this branch's agent built with
+# its own version string (so `envoy-agent version` shows the switch); "broken" is a newer package
+# whose /usr/bin/envoy-agent exits 1 at once. Both as .deb and .rpm.
+prepare_live_upgrade() {
+	[ -n "${version:-}" ] || { echo "prepare_share did not run"; return 1; }
+	livever="${version%-*}.2"
+	brokenver="${version%-*}.3"
+	mkdir -p "$work/live" "$work/broken"
+	go build -ldflags "-X main.version=$livever" -o "$work/envoy-agent-live" ./cmd/envoy-agent || return 1
+	printf '#!/bin/sh\necho "envoy-agent: broken build" >&2\nexit 1\n' >"$work/envoy-agent-broken"
+	chmod 0755 "$work/envoy-agent-broken"
+	PKG_STAGE=$PKG_STAGE timeout 300 go run ./packaging/cmd/mkpkg -config "$NFPM_CONFIG" \
+		-version "$livever" -binary "$work/envoy-agent-live" -out "$work/live" || return 1
+	PKG_STAGE=$PKG_STAGE timeout 300 go run ./packaging/cmd/mkpkg -config "$NFPM_CONFIG" \
+		-version "$brokenver" -binary "$work/envoy-agent-broken" -out "$work/broken" || return 1
+	cp "$work"/live/envoy-agent_*.deb "$share/envoy-agent-live.deb" &&
+		cp "$work"/broken/envoy-agent_*.deb "$share/envoy-agent-broken.deb" &&
+		cp "$work"/live/envoy-agent-*.rpm "$share/envoy-agent-live.rpm" &&
+		cp "$work"/broken/envoy-agent-*.rpm "$share/envoy-agent-broken.rpm" &&
+		cp "$rpm" "$share/envoy-agent.rpm" || return 1
+	echo "detail: live upgrade to $livever, broken package $brokenver"
+}
+
+envoy_started() { # envoy_started PID: the process's start time, in clock ticks since boot
+	ct_sh "cut -d' ' -f22 /proc/$1/stat"
+}
+
+envoy_count() {
+	ct_run pgrep -c -x envoy
+}
+
+# upgrade_live PACKAGE: install PACKAGE (dpkg -i, or rpm -U for a .rpm) under load; the agent
+# must hand Envoy over in place: same MainPID, same Envoy process, zero failed requests.
+upgrade_live() {
+	local pkg=$1 want=$2 pid0 epid0 est0 since rc v status n
+	unit_is active || { T=120 ct_run systemctl start "$UNIT" && wait_for 60 unit_is active; } || return 1
+	pid0=$(prop MainPID)
+	epid0=$(envoy_pid) || fail "no Envoy running"
+	est0=$(envoy_started "$epid0")
+	since=$(cursor)
+	client_start live || return 1
+	sleep 1
+	case $pkg in
+	*.deb) T=180 ct_run dpkg -i "/mnt/e2e/$pkg" </dev/null >"$work/live.dpkg" 2>&1 ;;
+	*.rpm) T=180 ct_run rpm -U --nodeps "/mnt/e2e/$pkg" </dev/null >"$work/live.dpkg" 2>&1 ;;
+	esac
+	rc=$?
+	sleep 1
+	client_stop live
+	local crc=$?
+	cat "$work/live.dpkg"
+	v=$(ct_run envoy-agent version)
+	status=$(prop StatusText)
+	n=$(envoy_count)
+	journal_after "$since" >"$work/live.journal"
+	echo "detail: $v; MainPID $pid0 -> $(prop MainPID); Envoy pid $epid0 -> $(envoy_pid) (started at tick $est0 -> $(envoy_started "$epid0")); $n Envoy; StatusText=\"$status\""
+	grep -m1 'handing Envoy' "$work/live.journal" | sed 's/^/journal: /'
+	[ $rc -eq 0 ] || fail "the package install failed"
+	[ $crc -eq 0 ] || fail "requests failed during the upgrade"
+	[ "$v" = "envoy-agent $want" ] || fail "envoy-agent version says \"$v\", want $want"
+	[ "$(prop MainPID)" = "$pid0" ] || fail "MainPID changed: the unit was restarted"
+	[ "$(envoy_pid)" = "$epid0" ] && [ "$(envoy_started "$epid0")" = "$est0" ] || fail "Envoy was not kept"
+	[ "$n" = 1 ] || fail "$n Envoy processes"
+	case $status in *"adopted epoch"*) ;; *) fail "StatusText does not name the adoption" ;; esac
+	grep -q 'handing Envoy' "$work/live.journal" || fail "no handover in the journal"
+	unit_is active && expect_body
+}
+
+# upgrade_broken PACKAGE: a package whose agent binary exits 1 at once. The install must not
+# stop the serving agent: same MainPID, same Envoy, traffic served, the refusal in STATUS=.
+upgrade_broken() {
+	local pkg=$1 pid0 epid0 since rc status
+	pid0=$(prop MainPID)
+	epid0=$(envoy_pid) || fail "no Envoy running"
+	since=$(cursor)
+	client_start broken || return 1
+	sleep 1
+	case $pkg in
+	*.deb) T=180 ct_run dpkg -i "/mnt/e2e/$pkg" </dev/null >"$work/broken.dpkg" 2>&1 ;;
+	*.rpm) T=180 ct_run rpm -U --nodeps "/mnt/e2e/$pkg" </dev/null >"$work/broken.dpkg" 2>&1 ;;
+	esac
+	rc=$?
+	sleep 1
+	client_stop broken
+	local crc=$?
+	status=$(prop StatusText)
+	sed 's/^/install: /' "$work/broken.dpkg"
+	journal_after "$since" >"$work/broken.journal"
+	grep -m1 'upgrade refused' "$work/broken.journal" | sed 's/^/journal: /'
+	echo "detail: install exit $rc; MainPID $pid0 -> $(prop MainPID); Envoy pid $epid0 -> $(envoy_pid); StatusText=\"$status\""
+	[ $crc -eq 0 ] || fail "requests failed"
+	[ "$(prop MainPID)" = "$pid0" ] && unit_is active || fail "the agent was replaced or stopped"
+	[ "$(envoy_pid)" = "$epid0" ] || fail "Envoy was not kept"
+	case $status in *"upgrade refused"*) ;; *) fail "StatusText does not say the upgrade was refused" ;; esac
+	grep -q 'upgrade refused' "$work/broken.journal" || fail "no refusal in the journal"
+	expect_body
+}
+
+# prepare_fallback: a package of the agent as it was before live upgrades (the parent of the
+# commit that added envoy/forker.go), with that tree's own scripts (its postinst restarts), and a
+# newer one of B: upgrading from the first to the second must fall back to a drained restart.
+prepare_fallback() {
+	local added base old=$work/pre-live
+	added=$(git log --diff-filter=A --format=%H -- envoy/forker.go | tail -n1)
+	[ -n "$added" ] || { echo "no commit adds envoy/forker.go"; return 1; }
+	base=$(git rev-parse "$added^") || return 1
+	mkdir -p "$old/tree" "$old/out" "$work/fallback"
+	git archive "$base" | tar -x -C "$old/tree" || return 1
+	(cd "$old/tree" && go build -ldflags "-X main.version=pre-live" -o "$old/envoy-agent" ./cmd/envoy-agent &&
+		PKG_STAGE=$repo/$PKG_STAGE timeout 300 go run ./packaging/cmd/mkpkg -config packaging/nfpm.yaml \
+			-version "${version%-*}.4" -binary "$old/envoy-agent" -out "$old/out") || return 1
+	PKG_STAGE=$PKG_STAGE timeout 300 go run ./packaging/cmd/mkpkg -config "$NFPM_CONFIG" \
+		-version "${version%-*}.5" -binary "$work/envoy-agent-live" -out "$work/fallback" || return 1
+	cp "$old"/out/envoy-agent_*.deb "$share/envoy-agent-pre-live.deb" &&
+		cp "$work"/fallback/envoy-agent_*.deb "$share/envoy-agent-fallback.deb" || return 1
+	echo "detail: pre-live agent from $(git rev-parse --short "$base")"
+}
+
+# upgrade_fallback: the running agent predates live upgrades (installed from the pre-live
+# package), so the upgrade to B restarts the unit (a drain) and says why.
+upgrade_fallback() {
+	local pid0 out
+	T=180 ct_run dpkg -i /mnt/e2e/envoy-agent-pre-live.deb </dev/null >/dev/null 2>&1 || return 1
+	wait_for 60 unit_is active || fail "the pre-live agent is not active"
+	[ "$(ct_run envoy-agent version)" = "envoy-agent pre-live" ] || fail "the pre-live agent is not installed"
+	pid0=$(prop MainPID)
+	out=$(T=180 ct_run dpkg -i /mnt/e2e/envoy-agent-fallback.deb </dev/null 2>&1) || { echo "$out"; return 1; }
+	echo "$out" | grep -i 'hand over' | sed 's/^/dpkg: /'
+	wait_for 60 unit_is active || fail "not active after the fallback restart"
+	echo "detail: $(ct_run envoy-agent version); MainPID $pid0 -> $(prop MainPID); StatusText=\"$(prop StatusText)\""
+	echo "$out" | grep -q 'cannot hand over; falling back to a restart' || fail "dpkg's output does not name the fallback"
+	# The scripts also log it (logger): the first such line in this boot's journal. (Read without
+	# --after-cursor, which did not find it.)
+	ct_run journalctl -t envoy-agent-package --no-pager -o cat | grep -q 'falling back to a restart' ||
+		fail "the fallback is not in the journal"
+	[ "$(prop MainPID)" != "$pid0" ] || fail "the unit was not restarted"
+	[ "$(ct_run envoy-agent version)" = "envoy-agent $livever" ] || fail "B is not running"
+	expect_body
+}
+
+upgrade_live_deb() { upgrade_live envoy-agent-live.deb "$livever"; }
+upgrade_broken_deb() { upgrade_broken envoy-agent-broken.deb; }
+
+# rpm_download: Debian's rpm for the container, fetched with apt in a throwaway copy of the rootfs
+# (the booted container has no network).
+rpm_download() {
+	mkdir -p "$share/rpmdebs"
+	timeout 300 systemd-nspawn -D "$ROOTFS" --register=no --keep-unit --volatile=overlay \
+		--machine="envoy-agent-e2e-apt-$$" --bind="$share/rpmdebs:/mnt/debs" --pipe /bin/sh -ec '
+		apt-get -qq update
+		apt-get -qq install --download-only -y -o Dir::Cache::archives=/mnt/debs rpm' </dev/null >"$work/rpm-apt.log" 2>&1 ||
+		{ tail -n 20 "$work/rpm-apt.log"; return 1; }
+	echo "detail: $(ls "$share/rpmdebs" | grep -c '\.deb$') packages"
+}
+
+# rpm_systemd: the .rpm's scriptlets under the container's running systemd: install, start,
+# live upgrade under load, a broken upgrade, erase.
+rpm_systemd() {
+	T=180 ct_sh 'dpkg -i /mnt/e2e/rpmdebs/*.deb >/dev/null && rpm --version' || return 1
+	ct_run systemctl is-active -q "$UNIT" && fail "the .deb's unit is still active"
+	T=180 ct_run rpm -i --nodeps /mnt/e2e/envoy-agent.rpm || return 1
+	ct_run install -m 0644 /mnt/e2e/v1.yaml /etc/envoy-agent/envoy.yaml || return 1
+	ct_sh 'chgrp envoy-agent /etc/envoy-agent/envoy.yaml && chmod 0640 /etc/envoy-agent/envoy.yaml' || return 1
+	current v1
+	T=120 ct_run systemctl start "$UNIT" || { ct_run journalctl -u "$UNIT" -n 30 --no-pager; return 1; }
+	wait_for 60 unit_is active || fail "not active after start"
+	echo "detail: $(ct_run rpm --version), $(ct_run systemctl --version | head -n1)"
+	upgrade_live envoy-agent-live.rpm "$livever" || return 1
+	upgrade_broken envoy-agent-broken.rpm || return 1
+	T=120 ct_run rpm -e --nodeps envoy-agent || return 1
+	unit_is inactive || fail "unit $(prop ActiveState) after erase"
+	! ct_run pgrep -x envoy || fail "an Envoy is still running after erase"
 }
 
 remove() {
@@ -947,9 +1124,18 @@ if setup_step "setup: packages, Envoy and test bootstraps staged" prepare_share 
 			step "envoy package upgraded while envoy-agent is stopped: starts nothing, fails nothing" envoy_upgrade_stopped
 			step "kill -9 of Envoy: the unit restarts by itself" kill9
 			step "SIGSTOP of Envoy: the watchdog restarts the unit" sigstop
-			step "upgrade: newer package keeps the edited config, unit restarted" upgrade
+			step "upgrade: newer package keeps the edited config, agent handed over live" upgrade
+			if setup_step "setup: live-upgrade packages (B, and a broken one)" prepare_live_upgrade; then
+				step "live upgrade: dpkg -i of B under load, 0 failed, same MainPID and Envoy" upgrade_live_deb
+				step "live upgrade: dpkg -i of a broken B leaves the agent and Envoy serving" upgrade_broken_deb
+				setup_step "setup: a package from before live upgrades" prepare_fallback &&
+					step "live upgrade: from an agent that predates it, falls back to a drained restart" upgrade_fallback
+			fi
 			step "remove: nothing left running" remove
 			step "purge: nothing of ours left on disk" purge
+			if [ -n "${livever:-}" ] && setup_step "setup: Debian's rpm for the container (apt)" rpm_download; then
+				step "rpm under systemd: install, start, live upgrade, broken upgrade, erase" rpm_systemd
+			fi
 			step "envoy package without envoy-agent: downgrade and purge succeed" envoy_without_agent
 		fi
 		if [ $failed -gt 0 ]; then

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+)
+
+// buildVersion builds the agent with main.version set, once per version.
+var builds sync.Map
+
+func buildVersion(t *testing.T, version string) string {
+	t.Helper()
+	if p, ok := builds.Load(version); ok {
+		return p.(string)
+	}
+	out := filepath.Join(filepath.Dir(agentBin), "envoy-agent-"+version)
+	build := exec.Command("go", "build", "-ldflags", "-X main.version="+version, "-o", out, ".")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", version, err, b)
+	}
+	builds.Store(version, out)
+	return out
+}
+
+// install puts the file at src in place at dst as a package manager does:
+// a new file renamed over the old one (the running agent keeps its inode).
+func install(t *testing.T, src, dst string) {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := dst + ".new"
+	if err := os.WriteFile(tmp, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// upgradeInfo is GET /upgrade on the agent's control socket.
+func (p *agentProc) upgradeInfo() map[string]any {
+	p.t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", p.controlSocket())
+		}}}
+	resp, err := c.Get("http://envoy-agent/upgrade")
+	if err != nil {
+		p.t.Fatalf("GET /upgrade: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		p.t.Fatalf("GET /upgrade: %s %s", resp.Status, body)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		p.t.Fatalf("GET /upgrade: %v: %s", err, body)
+	}
+	return m
+}
+
+func runBinary(t *testing.T, bin string, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	out, _ := cmd.CombinedOutput()
+	return cmd.ProcessState.ExitCode(), string(out)
+}
+
+// envoysFor counts the Envoy processes running the test's bootstrap copies.
+func envoysFor(dir string) int {
+	n := 0
+	for _, c := range processesMentioning(dir) {
+		if strings.Contains(c, "--restart-epoch") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestUpgradeUnderLoadKeepsEnvoy swaps the agent's binary three times under
+// load (twice with the first Envoy, then after a reload, so that an exec
+// carries an epoch a re-executed agent forked itself), then offers a broken
+// binary: no request
+// fails, the agent's pid and Envoy stay, and the broken one is refused.
+func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
+	t.Parallel()
+	binA, binB, binC := buildVersion(t, "1.0.0-a"), buildVersion(t, "1.0.1-b"), buildVersion(t, "1.0.2-c")
+	installed := filepath.Join(t.TempDir(), "envoy-agent")
+	install(t, binA, installed)
+	// A 2s watchdog: the pings (every 1s) must go on across each exec.
+	p := startAgent(t, procOptions{binary: installed, envoy: quickDrain, watchdogUsec: 2_000_000})
+	agentPid, envoyPid := p.cmd.Process.Pid, p.envoyPid
+	l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/"), 4)
+	defer l.Stop()
+	if !testenvoy.Eventually(10*time.Second, func() bool { return l.OK() > 100 }) {
+		t.Fatalf("no load through Envoy: %d ok, %d failed (%s)", l.OK(), l.Failed(), l.LastErr())
+	}
+
+	upgrade := func(requester, to string) string {
+		t.Helper()
+		code, out := runBinary(t, requester, "upgrade", "--config", p.config)
+		if code != 0 || !strings.Contains(out, "-> "+to+" in pid "+fmt.Sprint(agentPid)) {
+			t.Fatalf("upgrade to %s: exit %d: %s", to, code, out)
+		}
+		return out
+	}
+
+	install(t, binB, installed)
+	out := upgrade(binB, "1.0.1-b")
+	t.Logf("%s", strings.TrimSpace(out))
+	info := p.upgradeInfo()
+	if info["version"] != "1.0.1-b" || info["adopted_from"] != "1.0.0-a" || int(info["envoy_pid"].(float64)) != envoyPid || int(info["pid"].(float64)) != agentPid {
+		t.Fatalf("after the upgrade: %v; want version 1.0.1-b adopted from 1.0.0-a, envoy pid %d, agent pid %d", info, envoyPid, agentPid)
+	}
+
+	// A second exec: epoch 0 was forked before the first one, by the
+	// thread that is now the main thread; it must survive this exec too.
+	install(t, binC, installed)
+	upgrade(binC, "1.0.2-c")
+	if info := p.upgradeInfo(); info["version"] != "1.0.2-c" || int(info["envoy_pid"].(float64)) != envoyPid {
+		t.Fatalf("after the second upgrade: %v; want 1.0.2-c serving envoy pid %d", info, envoyPid)
+	}
+
+	// The twice re-executed agent hot-restarts Envoy (it forks epoch 1),
+	// then execs once more (back to A, a downgrade): epoch 1 must survive.
+	if code, out := p.reload(); code != 0 || !strings.Contains(out, "epoch 1 is serving") {
+		t.Fatalf("reload after the upgrades: exit %d: %s", code, out)
+	}
+	epoch1 := int(p.upgradeInfo()["envoy_pid"].(float64))
+	install(t, binA, installed)
+	upgrade(binA, "1.0.0-a")
+	if info := p.upgradeInfo(); info["version"] != "1.0.0-a" || int(info["envoy_pid"].(float64)) != epoch1 || int(info["epoch"].(float64)) != 1 {
+		t.Fatalf("after the third upgrade: %v; want 1.0.0-a serving epoch 1, pid %d", info, epoch1)
+	}
+	// Epoch 0 drains and exits by itself (parent_shutdown_duration 2s): one Envoy left.
+	if !testenvoy.Eventually(10*time.Second, func() bool { return envoysFor(p.dir) == 1 }) {
+		t.Fatalf("Envoys left: %v", processesMentioning(p.dir))
+	}
+
+	// A broken new binary: exits 1 at once. The upgrade is refused, the
+	// agent says so, and nothing changes.
+	broken := filepath.Join(t.TempDir(), "broken")
+	if err := os.WriteFile(broken, []byte("#!/bin/sh\necho broken >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	install(t, broken, installed)
+	code, out := runBinary(t, binA, "upgrade", "--config", p.config)
+	if code != 1 || !strings.Contains(out, "upgrade refused") || !strings.Contains(out, "does not run") {
+		t.Fatalf("upgrade to a broken binary: exit %d: %s", code, out)
+	}
+	if info := p.upgradeInfo(); info["version"] != "1.0.0-a" || int(info["envoy_pid"].(float64)) != epoch1 || info["live"] != true {
+		t.Fatalf("after the refused upgrade: %v", info)
+	}
+
+	time.Sleep(300 * time.Millisecond) // load after the last step, to count
+	l.Stop()
+	t.Logf("%d requests ok, %d failed across three upgrades, a reload and a refused upgrade", l.OK(), l.Failed())
+	if l.Failed() != 0 {
+		t.Fatalf("%d of %d requests failed (last: %s)", l.Failed(), l.OK()+l.Failed(), l.LastErr())
+	}
+
+	// What systemd saw: the same pid throughout (the process never exited),
+	// RELOADING=1 with MONOTONIC_USEC before each exec, READY=1 naming the
+	// adoption after, "upgrade refused" for the broken binary, and
+	// watchdog pings never further apart than the 2s timeout.
+	select {
+	case <-p.done:
+		t.Fatalf("the agent process exited (%d)", p.exitCode)
+	default:
+	}
+	var adopted, refused int
+	var last time.Time
+	var worst time.Duration
+	for _, m := range p.ns.Messages() {
+		if testenvoy.HasAssignment(m.Text, "RELOADING=1") && strings.Contains(m.Text, "upgrading") && !testenvoy.HasAssignment(m.Text, "MONOTONIC_USEC=") {
+			t.Errorf("RELOADING=1 without MONOTONIC_USEC: %q", m.Text)
+		}
+		if testenvoy.HasAssignment(m.Text, "READY=1") && strings.Contains(m.Text, "adopted epoch") {
+			adopted++
+		}
+		if strings.Contains(m.Text, "upgrade refused: the new "+installed+" does not run") {
+			refused++
+		}
+		if testenvoy.HasAssignment(m.Text, "WATCHDOG=1") {
+			if !last.IsZero() {
+				worst = max(worst, m.At.Sub(last))
+			}
+			last = m.At
+		}
+	}
+	if adopted != 3 || refused != 1 {
+		t.Errorf("%d READY=1 naming an adoption (want 3), %d STATUS= naming the refusal (want 1)", adopted, refused)
+	}
+	if worst == 0 || worst >= 2*time.Second {
+		t.Errorf("longest gap between watchdog pings %s; the watchdog is 2s", worst)
+	}
+	t.Logf("longest gap between watchdog pings: %s", worst)
+	if !strings.Contains(p.stderr.String(), "upgrade refused, envoy-agent 1.0.0-a keeps serving") {
+		t.Errorf("the log does not name the refused upgrade")
+	}
+
+	sent := p.signal(syscall.SIGTERM)
+	if code, _ := p.wait(sent, 30*time.Second); code != 0 {
+		t.Fatalf("stop after the upgrades exited %d", code)
+	}
+	assertNoEnvoyFor(t, p.dir)
+}

@@ -1,0 +1,43 @@
+package envoy
+
+import "time"
+
+// The timings of the envoy package, each with why it has that value. The
+// ones an operator sets (drains, parent shutdown, start timeout) come from
+// ProxyConfig and NewAgent instead.
+const (
+	// hotRestartVersionTimeout bounds `envoy --hot-restart-version`: the
+	// binary only prints a string, but a cold start of a 100 MB binary
+	// from a slow disk can take seconds.
+	hotRestartVersionTimeout = 30 * time.Second
+
+	// epochPoll is how often a starting epoch is checked (its admin address
+	// file, then /server_info): fine enough that a reload ends within a few
+	// milliseconds of the new epoch being LIVE, coarse enough to cost
+	// nothing next to Envoy's own start.
+	epochPoll = 10 * time.Millisecond
+
+	// adminCallTimeout bounds one admin call whose caller polls again
+	// (/server_info during a reload, the quit before SIGTERM): Envoy's
+	// admin answers in milliseconds, so a second means it is not answering.
+	adminCallTimeout = time.Second
+
+	// drainPollTimeoutFloor is the least a drain's connection count may
+	// take, however short the poll interval: on a busy machine reading the
+	// kernel's socket tables takes tens of milliseconds.
+	drainPollTimeoutFloor = 200 * time.Millisecond
+
+	// adminIdleConnTimeout is how long the kept /ready connection may idle:
+	// longer than the watchdog's ping period, so that the watchdog probes
+	// reuse one connection.
+	adminIdleConnTimeout = 30 * time.Second
+
+	// switchSettle is how often Run looks whether a hot restart under way
+	// made its new epoch the serving one, when the serving one exited.
+	switchSettle = 10 * time.Millisecond
+
+	// replacedEpochQuitWait is how long a stop lets replaced epochs exit on
+	// their own after the serving one quit (Envoy's quit ends its parent
+	// too) before it signals them.
+	replacedEpochQuitWait = time.Second
+)

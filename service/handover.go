@@ -1,0 +1,226 @@
+package service
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
+)
+
+// A live upgrade of the agent: the old agent re-executes the new binary in
+// its own process (execve keeps the PID, so systemd's MAINPID and
+// NotifyAccess=main stay right, and the Envoys stay its children), handing
+// over a versioned state file named by handoverEnv. See upgrade.go for the
+// trigger and README.md "Upgrading envoy-agent".
+
+// handoverEnv names the state file a re-executed agent adopts.
+const handoverEnv = "ENVOY_AGENT_HANDOVER"
+
+// handoverVersion is the state file format this agent writes; it reads
+// every version in handoverVersions. A new format gets a new number, and
+// agents keep reading the old ones for a while.
+const handoverVersion = 1
+
+var handoverVersions = []int{1}
+
+// handoverState is the state file: what the new agent needs to go on
+// exactly where the old one was.
+type handoverState struct {
+	Version           int                 `json:"version"`
+	FromAgentVersion  string              `json:"from_agent_version"`
+	Written           time.Time           `json:"written"`
+	Config            *Config             `json:"config"` // the settings that were serving (the file may have been edited since)
+	HotRestartVersion string              `json:"hot_restart_version"`
+	StatusFD          int                 `json:"status_fd"`     // the status server's listening socket
+	PrometheusFD      int                 `json:"prometheus_fd"` // the metrics listener's, -1 when off
+	Envoy             envoy.HandoverState `json:"envoy"`
+}
+
+// writeHandoverState writes st into dir, private (0600) and created
+// exclusively, and returns its path.
+func writeHandoverState(dir string, st *handoverState) (string, error) {
+	data, err := json.Marshal(st)
+	if err != nil {
+		return "", fmt.Errorf("handover state: %w", err)
+	}
+	path := filepath.Join(dir, fmt.Sprintf("handover-%d.json", time.Now().UnixNano()))
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_SYNC, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("handover state: %w", err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		_ = os.Remove(path)
+		return "", fmt.Errorf("handover state: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		_ = os.Remove(path)
+		return "", fmt.Errorf("handover state: %w", err)
+	}
+	return path, nil
+}
+
+// takeHandover reads and removes the state file a previous agent in this
+// process handed over, if any ($ENVOY_AGENT_HANDOVER), and unsets the
+// variable so that no child sees it.
+func takeHandover() (*handoverState, error) {
+	path := os.Getenv(handoverEnv)
+	if path == "" {
+		return nil, nil
+	}
+	_ = os.Unsetenv(handoverEnv)
+	data, err := os.ReadFile(path)
+	_ = os.Remove(path)
+	if err != nil {
+		return nil, fmt.Errorf("handover state %s: %w", path, err)
+	}
+	var head struct {
+		Version int `json:"version"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, fmt.Errorf("handover state %s: %w", path, err)
+	}
+	if !knownHandoverVersion(head.Version) {
+		return nil, fmt.Errorf("handover state %s: version %d, this agent reads %v", path, head.Version, handoverVersions)
+	}
+	var st handoverState
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&st); err != nil {
+		return nil, fmt.Errorf("handover state %s: %w", path, err)
+	}
+	if st.Config == nil || len(st.Envoy.Epochs) == 0 {
+		return nil, fmt.Errorf("handover state %s: no configuration or no Envoy in it", path)
+	}
+	return &st, nil
+}
+
+// config is the configuration handed over, nil without a handover.
+func (st *handoverState) config() *Config {
+	if st == nil {
+		return nil
+	}
+	return st.Config
+}
+
+func knownHandoverVersion(v int) bool {
+	for _, k := range handoverVersions {
+		if k == v {
+			return true
+		}
+	}
+	return false
+}
+
+// adoptedListener is a listening socket inherited through the exec.
+func adoptedListener(fd int, what string) (net.Listener, error) {
+	f := os.NewFile(uintptr(fd), what)
+	if f == nil {
+		return nil, fmt.Errorf("%s: bad inherited fd %d", what, fd)
+	}
+	defer f.Close() // FileListener made its own copy
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: inherited fd %d: %w", what, fd, err)
+	}
+	return ln, nil
+}
+
+// listen binds the status and metrics listeners, or takes them over from
+// the agent that handed over (no moment without them).
+func (s *supervisor) listen(cfg *Config) (statusLn, promLn net.Listener, err error) {
+	if st := s.handover; st != nil {
+		if statusLn, err = adoptedListener(st.StatusFD, "agent.status_port"); err != nil {
+			return nil, nil, err
+		}
+		if st.PrometheusFD >= 0 {
+			if promLn, err = adoptedListener(st.PrometheusFD, "agent.prometheus_port"); err != nil {
+				statusLn.Close()
+				return nil, nil, err
+			}
+		}
+		return statusLn, promLn, nil
+	}
+	return bindListeners(cfg)
+}
+
+// newProxy is the Envoy this agent supervises: a new one, or the one the
+// agent that handed over was running.
+func (s *supervisor) newProxy(cfg *Config) (*envoy.Envoy, error) {
+	if st := s.handover; st != nil {
+		p, err := envoy.AdoptEnvoy(s.proxyConfig(cfg), st.Envoy)
+		if err != nil {
+			return nil, err
+		}
+		s.setHotRestartVersion(st.HotRestartVersion)
+		return p, nil
+	}
+	return envoy.NewEnvoy(s.proxyConfig(cfg)), nil
+}
+
+// adoptedNote is what READY's STATUS= adds after a handover.
+func (s *supervisor) adoptedNote() string {
+	if st := s.handover; st != nil {
+		return fmt.Sprintf("; adopted epoch %d from envoy-agent %s", s.proxy.Epoch(), st.FromAgentVersion)
+	}
+	return ""
+}
+
+// execHandover re-executes the agent's binary with the running Envoys and
+// listeners kept. It returns only when that failed; then everything is as
+// before and the caller reports why.
+func (s *supervisor) execHandover(to string) error {
+	cfg := s.config()
+	return s.proxy.Handover(func(es envoy.HandoverState) error {
+		if s.agent.Draining() {
+			// A stop came in meanwhile: it wins, and the drain goes on here.
+			return errors.New("a stop began: not handing over a draining Envoy")
+		}
+		st := &handoverState{Version: handoverVersion, FromAgentVersion: s.version, Written: time.Now(),
+			Config: cfg, HotRestartVersion: s.hotRestartVersion(), StatusFD: -1, PrometheusFD: -1, Envoy: es}
+		var kept []net.Listener
+		defer func() {
+			for _, ln := range kept {
+				_, _ = envoy.Inheritable(ln.(*net.TCPListener), false)
+			}
+		}()
+		for _, l := range []struct {
+			ln net.Listener
+			fd *int
+		}{{s.statusLn, &st.StatusFD}, {s.promLn, &st.PrometheusFD}} {
+			if l.ln == nil {
+				continue
+			}
+			tl, ok := l.ln.(*net.TCPListener)
+			if !ok {
+				return fmt.Errorf("listener %s is not TCP", l.ln.Addr())
+			}
+			fd, err := envoy.Inheritable(tl, true)
+			if err != nil {
+				return fmt.Errorf("keep listener %s open across the exec: %w", l.ln.Addr(), err)
+			}
+			kept = append(kept, l.ln)
+			*l.fd = fd
+		}
+		path, err := writeHandoverState(es.RunDir, st)
+		if err != nil {
+			return err
+		}
+		env := []string{handoverEnv + "=" + path}
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, handoverEnv+"=") {
+				env = append(env, kv)
+			}
+		}
+		s.log.Infof("upgrade: handing Envoy pid %d (epoch %d) over to envoy-agent %s: exec %s", s.proxy.Pid(), s.proxy.Epoch(), to, s.selfPath)
+		err = envoy.ExecOnForkerThread(s.selfPath, os.Args, env)
+		_ = os.Remove(path)
+		return err
+	})
+}

@@ -1,0 +1,215 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// upgradeCheckTimeout bounds `NEW-BINARY version --handover`, the check a
+// new binary must pass before the agent execs it: a Go binary answers in
+// milliseconds, so one that takes this long is broken.
+const upgradeCheckTimeout = 10 * time.Second
+
+// upgradeState guards the live upgrade: one at a time.
+type upgradeState struct {
+	mu      sync.Mutex
+	running bool
+	lastErr string // why the last upgrade was refused or failed
+}
+
+// UpgradeAnswer is what /upgrade answers, as JSON: to a POST, whether the
+// agent hands over (then it re-executes right after answering); to a GET,
+// what is running now.
+type UpgradeAnswer struct {
+	OK       bool   `json:"ok"`
+	Fallback bool   `json:"fallback,omitempty"` // the agent cannot hand over: a drained restart is the way
+	Error    string `json:"error,omitempty"`
+
+	Version          string `json:"version"`      // the running agent's
+	To               string `json:"to,omitempty"` // the version being handed over to
+	Pid              int    `json:"pid"`
+	EnvoyPid         int    `json:"envoy_pid"`
+	Epoch            int    `json:"epoch"`
+	Live             bool   `json:"live"`
+	AdoptedFrom      string `json:"adopted_from,omitempty"` // the agent version that handed over to this one
+	LastUpgradeError string `json:"last_upgrade_error,omitempty"`
+	// ImageStarted tells one program image from the next in the same pid.
+	ImageStarted int64 `json:"image_started_unix_nano"`
+}
+
+// imageStarted is when this program image started (a re-exec starts anew).
+var imageStarted = time.Now().UnixNano()
+
+// errCannotHandOver marks a new binary that predates the handover or speaks
+// no handover version this agent writes.
+var errCannotHandOver = errors.New("cannot hand over")
+
+// upgradeHandler is the /upgrade route, mountable on any router: GET says
+// what runs; POST checks the agent's binary (as installed now) and, when it
+// can take over, answers 202 and re-executes it with Envoy kept.
+func (s *supervisor) upgradeHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.Method {
+		case http.MethodGet:
+			_ = json.NewEncoder(w).Encode(s.upgradeInfo())
+		case http.MethodPost:
+			ans := s.prepareUpgrade(r.Context())
+			if !ans.OK {
+				w.WriteHeader(http.StatusConflict)
+				_ = json.NewEncoder(w).Encode(ans)
+				return
+			}
+			w.WriteHeader(http.StatusAccepted)
+			_ = json.NewEncoder(w).Encode(ans)
+			if f, ok := w.(http.Flusher); ok {
+				f.Flush()
+			}
+			s.runUpgrade(ans.To)
+		default:
+			w.Header().Set("Allow", "GET, POST")
+			http.Error(w, "method not allowed: use GET or POST", http.StatusMethodNotAllowed)
+		}
+	})
+}
+
+func (s *supervisor) upgradeInfo() UpgradeAnswer {
+	s.up.mu.Lock()
+	lastErr := s.up.lastErr
+	s.up.mu.Unlock()
+	a := UpgradeAnswer{OK: true, Version: s.version, Pid: os.Getpid(), EnvoyPid: s.proxy.Pid(), Epoch: s.proxy.Epoch(),
+		Live: s.isLive() && !s.agent.Draining(), LastUpgradeError: lastErr, ImageStarted: imageStarted}
+	if s.handover != nil {
+		a.AdoptedFrom = s.handover.FromAgentVersion
+	}
+	return a
+}
+
+// prepareUpgrade checks that a live upgrade can go ahead; with OK set, the
+// caller must call runUpgrade.
+func (s *supervisor) prepareUpgrade(ctx context.Context) UpgradeAnswer {
+	ans := s.upgradeInfo()
+	ans.OK, ans.LastUpgradeError = false, ""
+	if !ans.Live {
+		ans.Error = "envoy is not serving (starting or stopping): nothing to hand over"
+		s.log.Warnf("upgrade refused: %s", ans.Error)
+		return ans
+	}
+	s.up.mu.Lock()
+	if s.up.running {
+		s.up.mu.Unlock()
+		ans.Error = "an upgrade is under way"
+		return ans
+	}
+	s.up.running = true
+	s.up.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(ctx, upgradeCheckTimeout)
+	defer cancel()
+	to, err := probeBinary(ctx, s.selfPath)
+	if err == nil {
+		ans.OK, ans.To = true, to
+		return ans
+	}
+	s.up.mu.Lock()
+	s.up.running = false
+	s.up.lastErr = err.Error()
+	s.up.mu.Unlock()
+	ans.Error = err.Error()
+	if errors.Is(err, errCannotHandOver) {
+		ans.Fallback = true
+		s.log.Warnf("upgrade: %v; falling back to a drained restart", err)
+		return ans
+	}
+	s.log.Errorf("upgrade refused, envoy-agent %s keeps serving: %v", s.version, err)
+	s.notify.Status(fmt.Sprintf("%s; upgrade refused: %s", s.liveStatus(), firstLine(err.Error())))
+	return ans
+}
+
+// runUpgrade re-executes the agent's binary; it returns only when that
+// failed, with the old agent still in charge.
+func (s *supervisor) runUpgrade(to string) {
+	s.notify.Reloading(fmt.Sprintf("upgrading: handing Envoy pid %d (epoch %d) over to envoy-agent %s", s.proxy.Pid(), s.proxy.Epoch(), to))
+	err := s.execHandover(to)
+	s.up.mu.Lock()
+	s.up.running = false
+	s.up.lastErr = err.Error()
+	s.up.mu.Unlock()
+	s.log.Errorf("upgrade to envoy-agent %s failed, envoy-agent %s keeps serving: %v", to, s.version, err)
+	s.notify.Ready(fmt.Sprintf("%s; upgrade failed: %s", s.liveStatus(), firstLine(err.Error())))
+}
+
+// probeBinary runs `BINARY version --handover` and returns the binary's
+// version when it reads this agent's handover format.
+func probeBinary(ctx context.Context, binary string) (string, error) {
+	out, err := exec.CommandContext(ctx, binary, "version", "--handover").CombinedOutput()
+	text := strings.TrimSpace(string(out))
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == exitUsageCode && strings.Contains(text, "-handover") {
+			return "", fmt.Errorf("%w: the new %s predates live upgrades (no version --handover)", errCannotHandOver, binary)
+		}
+		return "", fmt.Errorf("the new %s does not run: `version --handover`: %w: %s", binary, err, truncateText(text, 200))
+	}
+	version, versions, err := parseHandoverVersions(text)
+	if err != nil {
+		return "", fmt.Errorf("the new %s: `version --handover`: %w", binary, err)
+	}
+	if !slices.Contains(versions, handoverVersion) {
+		return "", fmt.Errorf("%w: the new %s (envoy-agent %s) reads handover versions %v, this agent writes %d", errCannotHandOver, binary, version, versions, handoverVersion)
+	}
+	return version, nil
+}
+
+// exitUsageCode is the exit status of a command-line error (an unknown
+// flag), the way an agent older than the handover answers --handover.
+const exitUsageCode = 2
+
+// HandoverVersionText is what `envoy-agent version --handover` prints.
+func HandoverVersionText(version string) string {
+	vs := make([]string, len(handoverVersions))
+	for i, v := range handoverVersions {
+		vs[i] = strconv.Itoa(v)
+	}
+	return fmt.Sprintf("envoy-agent %s\nhandover %s\n", version, strings.Join(vs, " "))
+}
+
+// parseHandoverVersions reads HandoverVersionText's output.
+func parseHandoverVersions(text string) (version string, versions []int, err error) {
+	for _, line := range strings.Split(text, "\n") {
+		fields := strings.Fields(line)
+		switch {
+		case len(fields) == 2 && fields[0] == "envoy-agent":
+			version = fields[1]
+		case len(fields) >= 2 && fields[0] == "handover":
+			for _, f := range fields[1:] {
+				v, err := strconv.Atoi(f)
+				if err != nil {
+					return "", nil, fmt.Errorf("bad handover version %q", f)
+				}
+				versions = append(versions, v)
+			}
+		}
+	}
+	if version == "" || len(versions) == 0 {
+		return "", nil, fmt.Errorf("unexpected answer %q", truncateText(text, 200))
+	}
+	return version, versions, nil
+}
+
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
