@@ -15,7 +15,7 @@ prepare_envoy_packages() {
 		cp "$DIST/envoy_$ENVOY_TO-1_amd64.deb" "$share/envoy-to.deb" || return 1
 	# The stand-in of another hot-restart version (a script: no Envoy release at hand has one).
 	mkdir -p "$work/stand-in"
-	timeout 300 go run ./packaging/cmd/mkpkg -config test/e2e/envoy-stand-in.yaml -formats deb \
+	timeout 300 go run ./packaging/cmd/mkpkg -config test/e2e/envoy-stand-in.yaml -formats deb -binary "$BINARY" \
 		-version "$ENVOY_TO+e2e.stand.in" -out "$work/stand-in" >/dev/null || return 1
 	cp "$work"/stand-in/envoy_*.deb "$share/envoy-stand-in.deb" || return 1
 	envoy_rpm_from=$DIST/envoy-$ENVOY_FROM-1.x86_64.rpm
