@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package envoy runs and supervises one Envoy process: it builds Envoy's
 // command line from a ProxyConfig, starts Envoy in its own process group with
 // a parent-death signal, talks to Envoy's admin API (readiness, stats, drain,

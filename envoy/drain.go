@@ -1,3 +1,5 @@
+//go:build linux
+
 // The drain of a stop: fail health checks, drain the listeners, wait for the
 // connections (see docs/design.md, section 3).
 package envoy

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Envoy's hot-restart shared memory: its name, the INITIALIZING mark a
 // failed epoch leaves in it, and its removal once no epoch is left.
 package envoy

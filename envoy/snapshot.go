@@ -1,3 +1,5 @@
+//go:build linux
+
 // The private, per-epoch copies of the bootstrap that every epoch runs from.
 package envoy
 

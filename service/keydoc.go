@@ -1,3 +1,5 @@
+//go:build linux
+
 package service
 
 // KeyDoc documents one key of the configuration file. The README's key table and the

@@ -1,3 +1,5 @@
+//go:build linux
+
 // The mapping of the configuration onto the envoy package's ProxyConfig.
 package service
 

@@ -1,3 +1,5 @@
+//go:build linux
+
 package service
 
 import (
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/sirupsen/logrus"
 )
 
 // ReloadResult is the outcome of one reload, as `envoy-agent reload` and
@@ -179,12 +182,15 @@ func (s *supervisor) reload() ReloadResult {
 		s.metrics.reloadFailures.Inc()
 		res.Error = err.Error()
 		res.Config = errors.As(err, new(errConfig)) || errors.As(err, new(*ConfigError))
-		s.log.Errorf("reload failed after %s; epoch %d keeps serving: %v", took.Round(time.Millisecond), res.Epoch, err)
+		s.log.WithFields(logrus.Fields{"event": "reload", "ok": false, "epoch": res.Epoch, "pid": s.proxy.Pid(),
+			"took_ms": took.Milliseconds(), "reason": firstLine(err.Error())}).
+			Errorf("reload failed after %s; epoch %d keeps serving: %v", took.Round(time.Millisecond), res.Epoch, err)
 		s.notify.Ready(fmt.Sprintf("%s; last reload failed: %s", s.liveStatus(), firstLine(err.Error())))
 		return res
 	}
 	s.metrics.reloads.Inc()
-	s.log.Infof("reloaded in %s: epoch %d is serving", took.Round(time.Millisecond), epoch)
+	s.log.WithFields(logrus.Fields{"event": "reload", "ok": true, "epoch": epoch, "pid": s.proxy.Pid(), "took_ms": took.Milliseconds()}).
+		Infof("reloaded in %s: epoch %d is serving", took.Round(time.Millisecond), epoch)
 	s.notify.Ready(fmt.Sprintf("%s; reloaded %s", s.liveStatus(), time.Now().Format(time.RFC3339)))
 	return res
 }
@@ -269,8 +275,9 @@ func (s *supervisor) waitForDrainingEpochs(ctx context.Context) (time.Duration, 
 	var last envoy.DrainingEpoch
 	waited, err := s.proxy.WaitForDrainingEpochs(ctx, func(d envoy.DrainingEpoch) {
 		if last.Pid == 0 {
-			s.log.Infof("reload: waiting for epoch %d (pid %d, %d active connections) to finish draining, at most %s, before starting a new epoch",
-				d.Epoch, d.Pid, d.Connections, d.Left.Round(time.Second))
+			s.log.WithFields(logrus.Fields{"event": "reload_wait", "epoch": d.Epoch, "pid": d.Pid, "connections": d.Connections, "left_ms": d.Left.Milliseconds()}).
+				Infof("reload: waiting for epoch %d (pid %d, %d active connections) to finish draining, at most %s, before starting a new epoch",
+					d.Epoch, d.Pid, d.Connections, d.Left.Round(time.Second))
 			s.notify.ExtendTimeout(d.Left + 2*s.config().Agent.StartTimeout.D() + validateTimeout)
 		}
 		last = d
@@ -284,6 +291,22 @@ func (s *supervisor) waitForDrainingEpochs(ctx context.Context) (time.Duration, 
 	if err != nil {
 		return waited, note, fmt.Errorf("the agent is stopping: %w", err)
 	}
-	s.log.Infof("reload: %s", note)
+	s.log.WithFields(logrus.Fields{"event": "reload_wait", "epoch": last.Epoch, "pid": last.Pid, "waited_ms": waited.Milliseconds()}).Infof("reload: %s", note)
 	return waited, note, nil
+}
+
+// requestReload asks for a reload and waits for its result; reloads are
+// refused until Envoy is first LIVE and once a stop has begun.
+func (s *supervisor) requestReload(ctx context.Context) ReloadResult {
+	if !s.isLive() || s.agent.Draining() {
+		res := ReloadResult{Error: "envoy is not serving (starting or stopping): nothing to reload", Epoch: s.proxy.Epoch()}
+		s.log.Warnf("reload refused: %s", res.Error)
+		return res
+	}
+	select {
+	case res := <-s.reloader.request():
+		return res
+	case <-ctx.Done():
+		return ReloadResult{Error: "the reload request was cancelled; the reload goes on"}
+	}
 }

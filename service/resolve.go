@@ -1,3 +1,5 @@
+//go:build linux
+
 // Resolution of the paths a configuration names: relative paths, the Envoy
 // binary in PATH, the run folder.
 package service

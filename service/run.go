@@ -1,17 +1,14 @@
+//go:build linux
+
 package service
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/signal"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -26,31 +23,10 @@ type Options struct {
 	Version    string
 	// Stderr receives the agent's log and Envoy's; nil means os.Stderr.
 	Stderr io.Writer
+	// Signals are the second stop signal, SIGHUP and SIGUSR1
+	// (NotifySignals); the first stop signal ends Run's context. nil: none.
+	Signals *Signals
 }
-
-// StartError is an Envoy that did not come up: it exited, or it was not LIVE
-// within start_timeout.
-type StartError struct {
-	Reason    string
-	LastLines []string
-	Hints     []string // per line of LastLines: what to change in the configuration, or ""
-}
-
-func (e *StartError) Error() string {
-	if len(e.LastLines) == 0 {
-		return e.Reason
-	}
-	return e.Reason + "; Envoy's last log lines:\n  " + withHints(e.LastLines, e.Hints)
-}
-
-// readyPoll is how the agent polls Envoy's /ready while it starts: every
-// readyPollMin for readyPollBrisk (most Envoys are LIVE by then), then
-// easing to readyPollMax.
-const (
-	readyPollMin   = 5 * time.Millisecond
-	readyPollMax   = 50 * time.Millisecond
-	readyPollBrisk = 3 * time.Second
-)
 
 // Run is `envoy-agent run`: it starts Envoy, tells systemd when Envoy is LIVE,
 // feeds the watchdog, and on SIGTERM drains Envoy and returns nil. It
@@ -64,10 +40,10 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	// Signals first: a SIGHUP or SIGTERM during start-up must not kill the
 	// agent with the default action and leave nothing drained.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
-	defer signal.Stop(sigs)
-	ignoreSIGPIPE()
+	sigs := opts.Signals
+	if sigs == nil {
+		sigs = &Signals{} // nil channels: no signal reaches this run but ctx's end
+	}
 	stderr = bestEffortWriter{stderr}
 
 	// An agent that re-executed into this one (a live upgrade) handed over
@@ -96,7 +72,7 @@ type supervisor struct {
 	log     *logrus.Logger
 	notify  *notifier
 	metrics *metrics
-	sigs    chan os.Signal
+	sigs    *Signals
 
 	proxy    *envoy.Envoy
 	agent    *envoy.Agent
@@ -272,276 +248,16 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 			return s.finish(err)
 		case <-done:
 			done = nil
-			s.stop("stopping: the agent's context ended", stopAgent)
-		case sig := <-s.sigs:
-			switch sig {
-			case syscall.SIGHUP:
-				log.Infof("SIGHUP: reloading")
-				go s.requestReload(context.Background())
-			case syscall.SIGUSR1:
-				log.Infof("SIGUSR1: reopening envoy's log files")
-				go s.reopenLogs(context.Background())
-			default:
-				if agentCtx.Err() != nil {
-					log.Infof("%s again: ending the drain now", sig)
-					s.agent.DisableDraining()
-					continue
-				}
-				s.stop(fmt.Sprintf("%s: draining Envoy", sig), stopAgent)
-			}
-		}
-	}
-}
-
-// bindListeners binds the status server's listener and the metrics one.
-func bindListeners(cfg *Config) (statusLn, promLn net.Listener, err error) {
-	a := cfg.Agent
-	statusLn, err = listenTCP("agent.status_port", a.Localhost, a.StatusPort)
-	if err != nil {
-		return nil, nil, portInUse(cfg, "agent.status_port", a.StatusPort, err)
-	}
-	if a.PrometheusPort != 0 {
-		promLn, err = listenTCP("agent.prometheus_port", a.PrometheusAddress, a.PrometheusPort)
-		if err != nil {
-			statusLn.Close()
-			return nil, nil, portInUse(cfg, "agent.prometheus_port", a.PrometheusPort, err)
-		}
-	}
-	return statusLn, promLn, nil
-}
-
-// waitLive polls Envoy's /ready until it answers 200 LIVE, then sends
-// READY=1 and returns true. Otherwise Envoy is gone when it returns: it
-// exited or was not LIVE in time (an error), or a stop came first (nil).
-func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-chan error, stopAgent context.CancelFunc) (live bool, err error) {
-	startTimeout := s.config().Agent.StartTimeout.D()
-	deadline := time.NewTimer(startTimeout)
-	defer deadline.Stop()
-	// A start_timeout beyond the unit's TimeoutStartSec must not be cut short.
-	s.notify.ExtendTimeout(startTimeout + 10*time.Second)
-	poll := readyPollMin
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	state := "not started"
-	for {
-		select {
-		case err := <-runErr:
-			var ee *envoy.ExitError
-			if errors.As(err, &ee) {
-				return false, &StartError{Reason: fmt.Sprintf("envoy exited before it was LIVE: %v", ee.Err), LastLines: ee.LastLines,
-					Hints: startHints(s.config(), ee.LastLines)}
-			}
-			if err == nil {
-				err = errors.New("envoy exited before it was LIVE")
-			}
-			return false, err
-		case <-deadline.C:
-			s.log.Errorf("envoy was not LIVE within start_timeout %s (state %s); stopping it", startTimeout, state)
-			lines := s.proxy.LastLines()
+			s.stop(stopReason(ctx)+": draining Envoy", stopAgent)
+		case sig := <-s.sigs.Again:
+			log.Infof("%s again: ending the drain now", sig)
 			s.agent.DisableDraining()
-			stopAgent()
-			<-runErr
-			return false, &StartError{Reason: fmt.Sprintf("envoy was not LIVE within start_timeout %s (its state: %s)", startTimeout, state), LastLines: lines}
-		case <-ctx.Done():
-			return false, s.abortStart("the agent's context ended", runErr, stopAgent)
-		case sig := <-s.sigs:
-			if sig == syscall.SIGHUP || sig == syscall.SIGUSR1 {
-				s.log.Warnf("%s during start-up: ignored", sig)
-				continue
-			}
-			return false, s.abortStart(sig.String(), runErr, stopAgent)
-		case <-timer.C:
-		}
-		pollCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-		r, err := s.proxy.Admin().Ready(pollCtx)
-		cancel()
-		if err == nil {
-			if r.Live {
-				took := time.Since(started)
-				s.metrics.startSeconds.Set(took.Seconds())
-				s.setLive(true)
-				s.notify.Ready(s.liveStatus() + s.adoptedNote())
-				s.log.Infof("envoy is LIVE after %s", took.Round(time.Millisecond))
-				s.learnVersion()
-				return true, nil
-			}
-			if r.State != state {
-				state = r.State
-				s.notify.Status(fmt.Sprintf("waiting for Envoy (pid %d) to be LIVE: %s", s.proxy.Pid(), state))
-			}
-		}
-		timer.Reset(poll)
-		if time.Since(started) > readyPollBrisk {
-			poll = min(poll*5/4+time.Millisecond, readyPollMax)
+		case <-s.sigs.Reload:
+			log.Infof("SIGHUP: reloading")
+			go s.requestReload(context.Background())
+		case <-s.sigs.Reopen:
+			log.Infof("SIGUSR1: reopening envoy's log files")
+			go s.reopenLogs(context.Background())
 		}
 	}
-}
-
-// learnVersion records the serving Envoy's hot-restart version, which a
-// reload's binary must match.
-func (s *supervisor) learnVersion() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	si, err := s.proxy.Admin().ServerInfo(ctx)
-	if err == nil && si.HotRestartVersion != "" {
-		s.setHotRestartVersion(si.HotRestartVersion)
-		s.log.Infof("envoy %s, hot-restart version %s", si.Version, si.HotRestartVersion)
-		return
-	}
-	v, verr := envoy.HotRestartVersion(ctx, s.config().Envoy.BinaryPath)
-	if verr != nil {
-		s.log.Warnf("cannot learn Envoy's hot-restart version (%v; %v): reloads will be refused", err, verr)
-		return
-	}
-	s.setHotRestartVersion(v)
-}
-
-// requestReload asks for a reload and waits for its result; reloads are
-// refused until Envoy is first LIVE and once a stop has begun.
-func (s *supervisor) requestReload(ctx context.Context) ReloadResult {
-	if !s.isLive() || s.agent.Draining() {
-		res := ReloadResult{Error: "envoy is not serving (starting or stopping): nothing to reload", Epoch: s.proxy.Epoch()}
-		s.log.Warnf("reload refused: %s", res.Error)
-		return res
-	}
-	select {
-	case res := <-s.reloader.request():
-		return res
-	case <-ctx.Done():
-		return ReloadResult{Error: "the reload request was cancelled; the reload goes on"}
-	}
-}
-
-// abortStart stops an Envoy that is not LIVE yet: there is nothing to drain.
-func (s *supervisor) abortStart(why string, runErr <-chan error, stopAgent context.CancelFunc) error {
-	s.log.Infof("%s before Envoy was LIVE: stopping it without a drain", why)
-	s.notify.Stopping("stopping before Envoy was LIVE")
-	s.agent.DisableDraining()
-	stopAgent()
-	if err := <-runErr; err != nil {
-		var ee *envoy.ExitError
-		if errors.As(err, &ee) {
-			return &StartError{Reason: fmt.Sprintf("envoy exited before it was LIVE: %v", ee.Err), LastLines: ee.LastLines}
-		}
-		return err
-	}
-	return nil
-}
-
-func (s *supervisor) stop(why string, stopAgent context.CancelFunc) {
-	s.log.Infof("%s", why)
-	if s.isReloading() {
-		s.log.Infof("waiting for the reload under way to end before draining")
-	}
-	s.report.drainBegan("stop", s.config().Agent.TerminationDrainDuration.D())
-	if limit := s.config().Agent.StartTimeout.D(); !s.reloader.closeWithin(limit) {
-		s.log.Warnf("the reload under way did not end within start_timeout (%s); stopping anyway", limit)
-	}
-	s.setLive(false)
-	s.metrics.draining.Set(1)
-	s.notify.Stopping("stopping: draining Envoy")
-	stopAgent()
-}
-
-func (s *supervisor) finish(err error) error {
-	s.setLive(false)
-	if err != nil {
-		s.notify.Status("Envoy exited: " + firstLine(err.Error()))
-		return err
-	}
-	s.notify.Status("stopped")
-	s.log.Infof("envoy-agent stopped")
-	return nil
-}
-
-func (s *supervisor) drainNow() {
-	s.report.drainBegan("endless", 0)
-	s.metrics.draining.Set(1)
-	s.setLive(false)
-	s.agent.DrainNow()
-	s.notify.Status("draining with no end (POST /drain); the next stop exits at once")
-}
-
-// drainProgress keeps STATUS= current during a drain and extends systemd's
-// stop timeout so that it never cuts a configured drain short.
-func (s *supervisor) drainProgress(p envoy.DrainProgress) {
-	s.report.drainProgress(p)
-	s.metrics.drainSeconds.Set(p.Elapsed.Seconds())
-	conns := "unknown"
-	if p.ActiveConnections >= 0 {
-		conns = strconv.Itoa(p.ActiveConnections)
-	}
-	if p.Done {
-		s.notify.Status(fmt.Sprintf("drained for %s (%s); stopping Envoy", p.Elapsed.Round(100*time.Millisecond), p.Reason))
-		s.notify.ExtendTimeout(envoy.DefaultQuitGrace + 5*time.Second)
-		return
-	}
-	s.notify.Status(fmt.Sprintf("draining: %s active connections, %s left", conns, p.Remaining.Round(time.Second)))
-	// Once a second is plenty: each extension covers the whole rest.
-	if p.Elapsed-s.lastExtend >= time.Second || s.lastExtend == 0 {
-		s.lastExtend = max(p.Elapsed, 1)
-		s.notify.ExtendTimeout(p.Remaining + envoy.DefaultQuitGrace + 5*time.Second)
-	}
-}
-
-func (s *supervisor) setLive(v bool) {
-	s.mu.Lock()
-	s.live = v
-	s.mu.Unlock()
-	if v {
-		s.metrics.live.Set(1)
-	} else {
-		s.metrics.live.Set(0)
-	}
-	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
-}
-
-func (s *supervisor) isLive() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.live
-}
-
-func (s *supervisor) liveStatus() string {
-	cfg := s.config()
-	status := fmt.Sprintf("live: Envoy pid %d, epoch %d, admin %s", s.proxy.Pid(), s.proxy.Epoch(), cfg.adminAddress())
-	if note := s.checkInstalledEnvoy(); note != "" {
-		status += "; " + note
-	}
-	return status
-}
-
-// ready is /healthz/ready: Envoy answers LIVE and no drain has begun.
-func (s *supervisor) ready(ctx context.Context) (bool, string) {
-	if s.agent.Draining() {
-		return false, "draining"
-	}
-	r, err := s.proxy.Admin().Ready(ctx)
-	if err != nil {
-		if s.isReloading() {
-			// A starting epoch takes the admin port over early; the
-			// serving epoch keeps serving meanwhile.
-			return true, "LIVE (reloading)"
-		}
-		return false, "envoy admin API not answering"
-	}
-	if !r.Live {
-		return false, r.State
-	}
-	return true, r.State
-}
-
-// watchdogAlive is true before Envoy is first LIVE (the agent itself is
-// alive) and afterwards only while Envoy's admin API answers.
-func (s *supervisor) watchdogAlive(ctx context.Context) bool {
-	if (!s.isLive() && !s.agent.Draining()) || s.isReloading() {
-		return true // the start timeout bounds both
-	}
-	_, err := s.proxy.Admin().Ready(ctx)
-	return err == nil
-}
-
-func firstLine(s string) string {
-	first, _, _ := strings.Cut(s, "\n")
-	return first
 }

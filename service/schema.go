@@ -1,3 +1,5 @@
+//go:build linux
+
 // The TOML schema: the tables, their keys and types, and the defaults.
 package service
 

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 // The control socket as a local attacker meets it: the tests run as root

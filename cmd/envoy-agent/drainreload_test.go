@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 // Reloads and stops with requests in flight on an epoch that a hot restart

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 // Fault tests: each fault repeated ENVOY_AGENT_TRIALS times (default 3; CI

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 // Several agents on one host, and `envoy-agent status`: each test runs real

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 // Logs: journal priorities on the agent's stderr, and Envoy's log files reopened for logrotate.

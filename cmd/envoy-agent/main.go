@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command envoy-agent supervises one Envoy on a systemd host: it starts
 // Envoy, tells systemd when Envoy is ready, feeds the watchdog while Envoy
 // answers, and drains Envoy gracefully on stop.
@@ -64,7 +66,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if code >= 0 {
 			return code
 		}
-		return exitCode(service.Run(context.Background(), service.Options{ConfigPath: path, Version: version, Stderr: stderr}), stderr)
+		// Signals first, before the configuration is read: a SIGTERM or
+		// SIGHUP during start-up must not kill the agent with the default
+		// action and leave nothing drained.
+		ctx, sigs, stopSignals := service.NotifySignals(context.Background())
+		defer stopSignals()
+		return exitCode(service.Run(ctx, service.Options{ConfigPath: path, Version: version, Stderr: stderr, Signals: sigs}), stderr)
 	case "validate":
 		path, code := configFlag("validate", rest, stdout, stderr)
 		if code >= 0 {

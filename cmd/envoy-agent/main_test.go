@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 // End-to-end tests: the envoy-agent binary, built once, runs a real Envoy

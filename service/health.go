@@ -1,0 +1,73 @@
+//go:build linux
+
+// Health: what /healthz/ready answers, what feeds the watchdog, and the
+// live state both read.
+package service
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+func (s *supervisor) setLive(v bool) {
+	s.mu.Lock()
+	s.live = v
+	s.mu.Unlock()
+	if v {
+		s.metrics.live.Set(1)
+	} else {
+		s.metrics.live.Set(0)
+	}
+	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
+}
+
+func (s *supervisor) isLive() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.live
+}
+
+func (s *supervisor) liveStatus() string {
+	cfg := s.config()
+	status := fmt.Sprintf("live: Envoy pid %d, epoch %d, admin %s", s.proxy.Pid(), s.proxy.Epoch(), cfg.adminAddress())
+	if note := s.checkInstalledEnvoy(); note != "" {
+		status += "; " + note
+	}
+	return status
+}
+
+// ready is /healthz/ready: Envoy answers LIVE and no drain has begun.
+func (s *supervisor) ready(ctx context.Context) (bool, string) {
+	if s.agent.Draining() {
+		return false, "draining"
+	}
+	r, err := s.proxy.Admin().Ready(ctx)
+	if err != nil {
+		if s.isReloading() {
+			// A starting epoch takes the admin port over early; the
+			// serving epoch keeps serving meanwhile.
+			return true, "LIVE (reloading)"
+		}
+		return false, "envoy admin API not answering"
+	}
+	if !r.Live {
+		return false, r.State
+	}
+	return true, r.State
+}
+
+// watchdogAlive is true before Envoy is first LIVE (the agent itself is
+// alive) and afterwards only while Envoy's admin API answers.
+func (s *supervisor) watchdogAlive(ctx context.Context) bool {
+	if (!s.isLive() && !s.agent.Draining()) || s.isReloading() {
+		return true // the start timeout bounds both
+	}
+	_, err := s.proxy.Admin().Ready(ctx)
+	return err == nil
+}
+
+func firstLine(s string) string {
+	first, _, _ := strings.Cut(s, "\n")
+	return first
+}

@@ -1,0 +1,159 @@
+//go:build linux
+
+// Start-up: bind the agent's listeners, wait for Envoy to be LIVE (READY=1),
+// learn its hot-restart version; or report why it never was.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/sirupsen/logrus"
+)
+
+// StartError is an Envoy that did not come up: it exited, or it was not LIVE
+// within start_timeout.
+type StartError struct {
+	Reason    string
+	LastLines []string
+	Hints     []string // per line of LastLines: what to change in the configuration, or ""
+}
+
+func (e *StartError) Error() string {
+	if len(e.LastLines) == 0 {
+		return e.Reason
+	}
+	return e.Reason + "; Envoy's last log lines:\n  " + withHints(e.LastLines, e.Hints)
+}
+
+// readyPoll is how the agent polls Envoy's /ready while it starts: every
+// readyPollMin for readyPollBrisk (most Envoys are LIVE by then), then
+// easing to readyPollMax.
+const (
+	readyPollMin   = 5 * time.Millisecond
+	readyPollMax   = 50 * time.Millisecond
+	readyPollBrisk = 3 * time.Second
+)
+
+// bindListeners binds the status server's listener and the metrics one.
+func bindListeners(cfg *Config) (statusLn, promLn net.Listener, err error) {
+	a := cfg.Agent
+	statusLn, err = listenTCP("agent.status_port", a.Localhost, a.StatusPort)
+	if err != nil {
+		return nil, nil, portInUse(cfg, "agent.status_port", a.StatusPort, err)
+	}
+	if a.PrometheusPort != 0 {
+		promLn, err = listenTCP("agent.prometheus_port", a.PrometheusAddress, a.PrometheusPort)
+		if err != nil {
+			statusLn.Close()
+			return nil, nil, portInUse(cfg, "agent.prometheus_port", a.PrometheusPort, err)
+		}
+	}
+	return statusLn, promLn, nil
+}
+
+// waitLive polls Envoy's /ready until it answers 200 LIVE, then sends
+// READY=1 and returns true. Otherwise Envoy is gone when it returns: it
+// exited or was not LIVE in time (an error), or a stop came first (nil).
+func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-chan error, stopAgent context.CancelFunc) (live bool, err error) {
+	startTimeout := s.config().Agent.StartTimeout.D()
+	deadline := time.NewTimer(startTimeout)
+	defer deadline.Stop()
+	// A start_timeout beyond the unit's TimeoutStartSec must not be cut short.
+	s.notify.ExtendTimeout(startTimeout + 10*time.Second)
+	poll := readyPollMin
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	state := "not started"
+	for {
+		select {
+		case err := <-runErr:
+			var ee *envoy.ExitError
+			if errors.As(err, &ee) {
+				return false, &StartError{Reason: fmt.Sprintf("envoy exited before it was LIVE: %v", ee.Err), LastLines: ee.LastLines,
+					Hints: startHints(s.config(), ee.LastLines)}
+			}
+			if err == nil {
+				err = errors.New("envoy exited before it was LIVE")
+			}
+			return false, err
+		case <-deadline.C:
+			s.log.WithFields(logrus.Fields{"event": "start_timeout", "pid": s.proxy.Pid(), "state": state, "start_timeout_ms": startTimeout.Milliseconds()}).
+				Errorf("envoy was not LIVE within start_timeout %s (state %s); stopping it", startTimeout, state)
+			lines := s.proxy.LastLines()
+			s.agent.DisableDraining()
+			stopAgent()
+			<-runErr
+			return false, &StartError{Reason: fmt.Sprintf("envoy was not LIVE within start_timeout %s (its state: %s)", startTimeout, state), LastLines: lines}
+		case <-ctx.Done():
+			return false, s.abortStart(stopReason(ctx), runErr, stopAgent)
+		case sig := <-s.sigs.Reload:
+			s.log.Warnf("%s during start-up: ignored", sig)
+		case sig := <-s.sigs.Reopen:
+			s.log.Warnf("%s during start-up: ignored", sig)
+		case <-timer.C:
+		}
+		pollCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		r, err := s.proxy.Admin().Ready(pollCtx)
+		cancel()
+		if err == nil {
+			if r.Live {
+				took := time.Since(started)
+				s.metrics.startSeconds.Set(took.Seconds())
+				s.setLive(true)
+				s.notify.Ready(s.liveStatus() + s.adoptedNote())
+				s.log.WithFields(logrus.Fields{"event": "live", "pid": s.proxy.Pid(), "epoch": s.proxy.Epoch(), "took_ms": took.Milliseconds()}).
+					Infof("envoy is LIVE after %s", took.Round(time.Millisecond))
+				s.learnVersion()
+				return true, nil
+			}
+			if r.State != state {
+				state = r.State
+				s.notify.Status(fmt.Sprintf("waiting for Envoy (pid %d) to be LIVE: %s", s.proxy.Pid(), state))
+			}
+		}
+		timer.Reset(poll)
+		if time.Since(started) > readyPollBrisk {
+			poll = min(poll*5/4+time.Millisecond, readyPollMax)
+		}
+	}
+}
+
+// learnVersion records the serving Envoy's hot-restart version, which a
+// reload's binary must match.
+func (s *supervisor) learnVersion() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	si, err := s.proxy.Admin().ServerInfo(ctx)
+	if err == nil && si.HotRestartVersion != "" {
+		s.setHotRestartVersion(si.HotRestartVersion)
+		s.log.Infof("envoy %s, hot-restart version %s", si.Version, si.HotRestartVersion)
+		return
+	}
+	v, verr := envoy.HotRestartVersion(ctx, s.config().Envoy.BinaryPath)
+	if verr != nil {
+		s.log.Warnf("cannot learn Envoy's hot-restart version (%v; %v): reloads will be refused", err, verr)
+		return
+	}
+	s.setHotRestartVersion(v)
+}
+
+// abortStart stops an Envoy that is not LIVE yet: there is nothing to drain.
+func (s *supervisor) abortStart(why string, runErr <-chan error, stopAgent context.CancelFunc) error {
+	s.log.Infof("%s before Envoy was LIVE: stopping it without a drain", why)
+	s.notify.Stopping("stopping before Envoy was LIVE")
+	s.agent.DisableDraining()
+	stopAgent()
+	if err := <-runErr; err != nil {
+		var ee *envoy.ExitError
+		if errors.As(err, &ee) {
+			return &StartError{Reason: fmt.Sprintf("envoy exited before it was LIVE: %v", ee.Err), LastLines: ee.LastLines}
+		}
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,72 @@
+//go:build linux
+
+// The systemd side of a stop and its drain (the drain itself is
+// envoy/drain.go): STOPPING=1, the drain's STATUS= and EXTEND_TIMEOUT_USEC,
+// the drain with no end, and the agent's last status.
+package service
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/sirupsen/logrus"
+)
+
+func (s *supervisor) stop(why string, stopAgent context.CancelFunc) {
+	s.log.WithFields(logrus.Fields{"event": "stop", "reason": why}).Infof("%s", why)
+	if s.isReloading() {
+		s.log.Infof("waiting for the reload under way to end before draining")
+	}
+	s.report.drainBegan("stop", s.config().Agent.TerminationDrainDuration.D())
+	if limit := s.config().Agent.StartTimeout.D(); !s.reloader.closeWithin(limit) {
+		s.log.Warnf("the reload under way did not end within start_timeout (%s); stopping anyway", limit)
+	}
+	s.setLive(false)
+	s.metrics.draining.Set(1)
+	s.notify.Stopping("stopping: draining Envoy")
+	stopAgent()
+}
+
+func (s *supervisor) finish(err error) error {
+	s.setLive(false)
+	if err != nil {
+		s.notify.Status("Envoy exited: " + firstLine(err.Error()))
+		return err
+	}
+	s.notify.Status("stopped")
+	s.log.Infof("envoy-agent stopped")
+	return nil
+}
+
+func (s *supervisor) drainNow() {
+	s.report.drainBegan("endless", 0)
+	s.metrics.draining.Set(1)
+	s.setLive(false)
+	s.agent.DrainNow()
+	s.notify.Status("draining with no end (POST /drain); the next stop exits at once")
+}
+
+// drainProgress keeps STATUS= current during a drain and extends systemd's
+// stop timeout so that it never cuts a configured drain short.
+func (s *supervisor) drainProgress(p envoy.DrainProgress) {
+	s.report.drainProgress(p)
+	s.metrics.drainSeconds.Set(p.Elapsed.Seconds())
+	conns := "unknown"
+	if p.ActiveConnections >= 0 {
+		conns = strconv.Itoa(p.ActiveConnections)
+	}
+	if p.Done {
+		s.notify.Status(fmt.Sprintf("drained for %s (%s); stopping Envoy", p.Elapsed.Round(100*time.Millisecond), p.Reason))
+		s.notify.ExtendTimeout(envoy.DefaultQuitGrace + 5*time.Second)
+		return
+	}
+	s.notify.Status(fmt.Sprintf("draining: %s active connections, %s left", conns, p.Remaining.Round(time.Second)))
+	// Once a second is plenty: each extension covers the whole rest.
+	if p.Elapsed-s.lastExtend >= time.Second || s.lastExtend == 0 {
+		s.lastExtend = max(p.Elapsed, 1)
+		s.notify.ExtendTimeout(p.Remaining + envoy.DefaultQuitGrace + 5*time.Second)
+	}
+}
