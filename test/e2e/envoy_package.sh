@@ -23,7 +23,7 @@ prepare_envoy_packages() {
 }
 
 server_version() { # the serving Envoy's release, from its /server_info
-	ct_run curl -sS --max-time 5 http://127.0.0.1:15000/server_info |
+	ct_run curl -sS --max-time 5 --unix-socket /run/envoy-agent/admin.sock http://envoy/server_info |
 		sed -n 's|.*"version": "[0-9a-f]*/\([^/]*\)/.*|\1|p'
 }
 

@@ -778,7 +778,7 @@ iprop() { # iprop NAME PROPERTY: one property of envoy-agent@NAME
 inst_files() {
 	local n=$1 body=$2 base=${3:-$(inst "$1" base)}
 	bootstrap "$body" | sed -e "s/port_value: 80 }/port_value: $(inst "$n" listener) }/" \
-		-e "s/port_value: 15000 }/port_value: $(inst "$n" admin) }/" >"$share/inst-$n.yaml" || return 1
+		-e "s|pipe: { path: /run/envoy-agent/admin.sock, mode: 0600 }|socket_address: { address: 127.0.0.1, port_value: $(inst "$n" admin) }|" >"$share/inst-$n.yaml" || return 1
 	cat >"$share/inst-$n.toml" <<-TOML
 		[envoy]
 		binary_path = "/usr/bin/envoy"
