@@ -162,8 +162,8 @@ func renderGrowth(w writer, r *Results) {
 		return
 	}
 	base := s.Rows[0]
-	w("A bare Envoy with N HTTP listeners, each of which has had a connection (so its gauge is in the answer), %d held open. %d rounds of: one drain poll as the agent makes it (`GET %s` on a fresh connection, then `envoy.ParseActiveConnections`) and one `GET /ready`. Baseline: the %d-listener row.\n\n",
-		base.Held, s.Iterations, "/stats?usedonly&filter=^listener\\..*downstream_cx_active$", base.Listeners)
+	w("A bare Envoy with N HTTP listeners, each of which has had a connection (so its gauge is in the answer), %d held open. %d rounds of: one count of the active connections from Envoy's stats, the agent's fallback when it cannot read the kernel's socket tables (`GET %s` on a fresh connection, then `envoy.ParseActiveConnections`; the kernel count the agent uses is measured by `go test -bench CountConnections ./envoy`), and one `GET /ready`. Baseline: the %d-listener row.\n\n",
+		base.Held, s.Iterations, drainPollPath, base.Listeners)
 	w("| Listeners | LIVE after | drain poll median / p99 | of it, parse median | stats answer | connections parsed | /ready median / p99 | poll vs %d listeners | poll share of a 250 ms interval |\n", base.Listeners)
 	w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, g := range s.Rows {

@@ -160,7 +160,7 @@ type GrowthRow struct {
 	StatsLines int     `json:"stats_lines"`
 	Parsed     int     `json:"parsed_connections"`
 	Held       int     `json:"held_connections"`
-	Get        Dist    `json:"stats_get"`  // GET /stats?usedonly&filter=... on a fresh connection
+	Get        Dist    `json:"stats_get"`  // GET /stats?filter=... on a fresh connection
 	Parse      Dist    `json:"parse"`      // envoy.ParseActiveConnections
 	Poll       Dist    `json:"drain_poll"` // both: one drain poll
 	Ready      Dist    `json:"ready"`      // GET /ready on a fresh connection

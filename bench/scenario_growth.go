@@ -18,7 +18,7 @@ var (
 )
 
 // drainPollPath is the query the agent's drain poll makes.
-const drainPollPath = `/stats?usedonly&filter=^listener\..*downstream_cx_active$`
+const drainPollPath = `/stats?filter=^listener\..*downstream_cx_active$`
 
 // scenarioGrowth is scenario 5: what one drain poll (the stats query and
 // envoy.ParseActiveConnections) and one GET /ready cost with 10, 100 and

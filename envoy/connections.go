@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/netip"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Downstream connections, counted from the kernel's socket tables rather
@@ -57,8 +59,11 @@ func socketInodes(pid int) (map[uint64]bool, error) {
 	inodes := make(map[uint64]bool, len(entries))
 	for _, e := range entries {
 		link, err := os.Readlink(dir + "/" + e.Name())
-		if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
 			continue // closed meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read envoy's sockets: %w", err)
 		}
 		if s, ok := strings.CutPrefix(link, "socket:["); ok {
 			if n, err := strconv.ParseUint(strings.TrimSuffix(s, "]"), 10, 64); err == nil {
@@ -180,14 +185,20 @@ func countDownstream(entries []socketEntry, owners, counted map[uint64]bool, ski
 // ActiveConnections counts the downstream connections of every epoch not
 // yet reaped (the serving one and those still draining after a hot
 // restart), from the kernel's socket tables: complete and current, where
-// Envoy's own gauges are neither right after a hot restart. It falls back
-// to the serving epoch's stats when /proc cannot be read.
+// Envoy's own gauges are neither right after a hot restart. It also reads
+// the serving epoch's stats and answers the larger count: neither source
+// over-counts, and a drain must never end while one of them still sees a
+// connection (a sandbox that hides part of /proc makes the kernel's count
+// short). With one source unreadable, it answers the other's.
 func (e *Envoy) ActiveConnections(ctx context.Context) (int, error) {
 	n, err := e.countConnections(nil)
-	if err == nil {
+	m, aerr := e.admin.ActiveConnections(ctx)
+	switch {
+	case err == nil && aerr == nil:
+		return max(n, m), nil
+	case err == nil:
 		return n, nil
-	}
-	if m, aerr := e.admin.ActiveConnections(ctx); aerr == nil {
+	case aerr == nil:
 		return m, nil
 	}
 	return 0, err
@@ -215,8 +226,11 @@ func (e *Envoy) countConnections(only *process) (int, error) {
 	var counted map[uint64]bool
 	for _, pid := range pids {
 		inodes, err := socketInodes(pid)
-		if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 			continue // exited meanwhile
+		}
+		if err != nil {
+			return 0, err
 		}
 		for i := range inodes {
 			owners[i] = true

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end tests of the envoy-agent .deb in a real systemd (`make e2e`; DESIGN.md section 10).
+# End-to-end tests of the envoy-agent .deb in a real systemd (`make e2e`; docs/design.md, section 12).
 #
 # Boots Debian bookworm with systemd as PID 1 under systemd-nspawn (private network, volatile
 # overlay over a cached debootstrap rootfs), installs the Envoy package (`make package-envoy`) and
