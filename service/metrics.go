@@ -6,7 +6,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -66,7 +65,7 @@ func (m *metrics) mergedHandler(admin *envoy.AdminClient, log *logrus.Logger) ht
 		}
 		format := expfmt.NewFormat(expfmt.TypeTextPlain)
 		w.Header().Set("Content-Type", string(format))
-		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), metricsScrapeTimeout)
 		defer cancel()
 		if resp, err := admin.Get(ctx, "/stats/prometheus"); err != nil {
 			log.Debugf("metrics: %v", err)

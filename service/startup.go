@@ -64,7 +64,7 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 	deadline := time.NewTimer(startTimeout)
 	defer deadline.Stop()
 	// A start_timeout beyond the unit's TimeoutStartSec must not be cut short.
-	s.notify.ExtendTimeout(startTimeout + 10*time.Second)
+	s.notify.ExtendTimeout(startTimeout + startExtendMargin)
 	poll := readyPollMin
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -97,7 +97,7 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 			s.log.Warnf("%s during start-up: ignored", sig)
 		case <-timer.C:
 		}
-		pollCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		pollCtx, cancel := context.WithTimeout(context.Background(), readyProbeTimeout)
 		r, err := s.proxy.Admin().Ready(pollCtx)
 		cancel()
 		if err == nil {
@@ -126,7 +126,7 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 // learnVersion records the serving Envoy's hot-restart version, which a
 // reload's binary must match.
 func (s *supervisor) learnVersion() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), serverInfoTimeout)
 	defer cancel()
 	si, err := s.proxy.Admin().ServerInfo(ctx)
 	if err == nil && si.HotRestartVersion != "" {

@@ -154,7 +154,7 @@ func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, lim serverL
 	}
 	go func() {
 		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), serverShutdownGrace)
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
 	}()

@@ -60,13 +60,13 @@ func (s *supervisor) drainProgress(p envoy.DrainProgress) {
 	}
 	if p.Done {
 		s.notify.Status(fmt.Sprintf("drained for %s (%s); stopping Envoy", p.Elapsed.Round(100*time.Millisecond), p.Reason))
-		s.notify.ExtendTimeout(envoy.DefaultQuitGrace + 5*time.Second)
+		s.notify.ExtendTimeout(envoy.DefaultQuitGrace + stopExtendMargin)
 		return
 	}
 	s.notify.Status(fmt.Sprintf("draining: %s active connections, %s left", conns, p.Remaining.Round(time.Second)))
 	// Once a second is plenty: each extension covers the whole rest.
-	if p.Elapsed-s.lastExtend >= time.Second || s.lastExtend == 0 {
+	if p.Elapsed-s.lastExtend >= drainExtendEvery || s.lastExtend == 0 {
 		s.lastExtend = max(p.Elapsed, 1)
-		s.notify.ExtendTimeout(p.Remaining + envoy.DefaultQuitGrace + 5*time.Second)
+		s.notify.ExtendTimeout(p.Remaining + envoy.DefaultQuitGrace + stopExtendMargin)
 	}
 }

@@ -1,0 +1,41 @@
+//go:build linux
+
+package service
+
+import "time"
+
+// Timings of the service that have no better home beside their use, each
+// with why it has its value. The ones an operator sets are in the
+// configuration (schema.go).
+const (
+	// startExtendMargin is added to start_timeout in the EXTEND_TIMEOUT_USEC
+	// sent at start: the agent's own start-up and the stop of an Envoy that
+	// missed the deadline must fit too.
+	startExtendMargin = 10 * time.Second
+
+	// stopExtendMargin is added to what a drain still needs (and to Envoy's
+	// quit grace) in EXTEND_TIMEOUT_USEC: the agent's exit after Envoy's.
+	stopExtendMargin = 5 * time.Second
+
+	// drainExtendEvery is how often a drain renews EXTEND_TIMEOUT_USEC:
+	// each one covers the whole rest of the drain, so once a second is
+	// plenty, and the journal is not flooded.
+	drainExtendEvery = time.Second
+
+	// readyProbeTimeout bounds one /ready poll while Envoy starts: the
+	// admin answers in milliseconds, and the poll runs again at once.
+	readyProbeTimeout = time.Second
+
+	// serverInfoTimeout bounds the /server_info read after the first LIVE
+	// (Envoy's version and hot-restart version, for the log and reloads).
+	serverInfoTimeout = 5 * time.Second
+
+	// metricsScrapeTimeout bounds the read of Envoy's /stats/prometheus for
+	// one scrape: a large Envoy renders tens of megabytes, and Prometheus's
+	// own default scrape timeout is 10 s.
+	metricsScrapeTimeout = 10 * time.Second
+
+	// serverShutdownGrace is how long the agent's HTTP servers get to
+	// finish answering when the agent exits.
+	serverShutdownGrace = time.Second
+)
