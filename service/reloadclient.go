@@ -38,16 +38,10 @@ func (e *ReloadError) Error() string {
 // pid (controlPidHeader) that is the pid the kernel gives for the socket's
 // server (SO_PEERCRED), whose uid owns the socket file.
 func RequestReload(ctx context.Context, path string, out io.Writer) error {
-	data, err := readConfigFile(path)
+	cfg, err := clientConfig(path)
 	if err != nil {
-		return &ConfigError{Problems: []Problem{{File: path, Msg: err.Error()}}}
+		return err
 	}
-	cfg := DefaultConfig()
-	cfg.File = path
-	if _, err := toml.Decode(string(data), &cfg); err != nil {
-		return &ConfigError{Problems: []Problem{decodeProblem(path, err)}}
-	}
-	cfg.resolvePaths()
 	sock := cfg.controlSocket()
 	ctx, cancel := context.WithTimeout(ctx, 2*cfg.Agent.StartTimeout.D()+2*validateTimeout)
 	defer cancel()
@@ -161,4 +155,22 @@ func sameFile(a, b string) bool {
 func IsConfigReloadError(err error) bool {
 	var re *ReloadError
 	return errors.As(err, &re) && re.Result.Config
+}
+
+// clientConfig reads what a command that reaches the running agent needs
+// from its file (reload, status, upgrade, reopen-logs): where the control
+// socket is, and the timeouts. Unlike LoadConfig it checks nothing else:
+// the agent re-reads and checks the whole file itself.
+func clientConfig(path string) (*Config, error) {
+	data, err := readConfigFile(path)
+	if err != nil {
+		return nil, &ConfigError{Problems: []Problem{{File: path, Msg: err.Error()}}}
+	}
+	cfg := DefaultConfig()
+	cfg.File = path
+	if _, err := toml.Decode(string(data), &cfg); err != nil {
+		return nil, &ConfigError{Problems: []Problem{decodeProblem(path, err)}}
+	}
+	cfg.resolvePaths()
+	return &cfg, nil
 }

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"time"
-
-	"github.com/BurntSushi/toml"
 )
 
 // reopenTimeout bounds a log reopening: it waits for a hot restart under way (bounded by
@@ -55,16 +53,10 @@ func (s *supervisor) reopenLogs(ctx context.Context) ReopenResult {
 // RequestReopenLogs is `envoy-agent reopen-logs`: it asks the agent running with the
 // configuration at path to have every Envoy epoch reopen its log files, and prints the outcome.
 func RequestReopenLogs(ctx context.Context, path string, out io.Writer) error {
-	data, err := readConfigFile(path)
+	cfg, err := clientConfig(path)
 	if err != nil {
-		return &ConfigError{Problems: []Problem{{File: path, Msg: err.Error()}}}
+		return err
 	}
-	cfg := DefaultConfig()
-	cfg.File = path
-	if _, err := toml.Decode(string(data), &cfg); err != nil {
-		return &ConfigError{Problems: []Problem{decodeProblem(path, err)}}
-	}
-	cfg.resolvePaths()
 	url := cfg.controlSocket()
 	ctx, cancel := context.WithTimeout(ctx, cfg.Agent.StartTimeout.D()+reopenTimeout)
 	defer cancel()

@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/BurntSushi/toml"
 )
 
 // statusRequestTimeout bounds `envoy-agent status`: the agent answers at
@@ -34,19 +32,13 @@ func (e *NotRunningError) Error() string { return e.Report.Error }
 // agent answers, it prints the state "stopped" and returns a
 // *NotRunningError.
 func RequestStatus(ctx context.Context, path string, asJSON bool, out io.Writer) error {
-	data, err := readConfigFile(path)
+	cfg, err := clientConfig(path)
 	if err != nil {
-		return &ConfigError{Problems: []Problem{{File: path, Msg: err.Error()}}}
+		return err
 	}
-	cfg := DefaultConfig()
-	if _, err := toml.Decode(string(data), &cfg); err != nil {
-		return &ConfigError{Problems: []Problem{decodeProblem(path, err)}}
-	}
-	cfg.File = path
-	cfg.resolvePaths()
 	ctx, cancel := context.WithTimeout(ctx, statusRequestTimeout)
 	defer cancel()
-	rep, reached, err := getStatus(ctx, &cfg)
+	rep, reached, err := getStatus(ctx, cfg)
 	if err != nil && reached {
 		return fmt.Errorf("status: %w", err)
 	}

@@ -11,8 +11,6 @@ import (
 	"net/http"
 	"syscall"
 	"time"
-
-	"github.com/BurntSushi/toml"
 )
 
 // upgradePoll is how often `envoy-agent upgrade` asks the re-executed
@@ -34,16 +32,10 @@ func (e *FallbackError) Error() string {
 // one) with Envoy kept, waits until the new agent serves, and prints the
 // outcome.
 func RequestUpgrade(ctx context.Context, path string, out io.Writer) error {
-	data, err := readConfigFile(path)
+	cfg, err := clientConfig(path)
 	if err != nil {
-		return &ConfigError{Problems: []Problem{{File: path, Msg: err.Error()}}}
+		return err
 	}
-	cfg := DefaultConfig()
-	cfg.File = path
-	if _, err := toml.Decode(string(data), &cfg); err != nil {
-		return &ConfigError{Problems: []Problem{decodeProblem(path, err)}}
-	}
-	cfg.resolvePaths()
 	url := cfg.controlSocket()
 	ctx, cancel := context.WithTimeout(ctx, cfg.Agent.StartTimeout.D()+2*upgradeCheckTimeout)
 	defer cancel()

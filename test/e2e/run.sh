@@ -42,48 +42,10 @@ mkdir -p "$share"
 nspawn_pid=
 ct= # the container's PID 1, as seen from the host
 
-# --- reporting -----------------------------------------------------------------------------------
+# --- reporting ---------------------------------------------------------------------------------
 
-# step NAME FUNCTION [ARGS...]: runs FUNCTION in a subshell (so that fail ends it), prints PASS or
-# FAIL with NAME; on failure, the step's output follows, indented. A function may print
-# "detail: TEXT" to append TEXT to the line. setup_step does the same in this shell, for the
-# steps whose variables the others use; those return instead of calling fail.
-step() {
-	("${@:2}") >"$work/step.log" 2>&1
-	report "$1" $?
-}
-
-setup_step() {
-	"${@:2}" >"$work/step.log" 2>&1
-	report "$1" $?
-}
-
-report() {
-	local name=$1 rc=$2 out detail
-	out=$work/step.$((passed + failed)).log
-	mv "$work/step.log" "$out"
-	detail=$(sed -n 's/^detail: //p' "$out" | tr '\n' ' ' | sed 's/ *$//')
-	if [ $rc -eq 0 ]; then
-		passed=$((passed + 1))
-		echo "PASS $name${detail:+ ($detail)}"
-	else
-		failed=$((failed + 1))
-		echo "FAIL $name${detail:+ ($detail)}"
-		grep -v '^detail: ' "$out" | tail -n 40 | sed 's/^/    /'
-	fi
-	return $rc
-}
-
-# skip NAME REASON: a step that could not run counts as failed.
-skip() {
-	failed=$((failed + 1))
-	echo "FAIL $1 (not run: $2)"
-}
-
-fail() {
-	echo "$*" >&2
-	exit 1
-}
+# shellcheck source=test/lib/steps.sh
+. "$repo/test/lib/steps.sh"
 
 # --- the container -------------------------------------------------------------------------------
 

@@ -53,56 +53,11 @@ share=$work/share # bound read-only at /mnt/fleet in every host
 mkdir -p "$share"
 declare -A nspawn_pid ct # host name -> systemd-nspawn's pid, the host's PID 1 as seen from here
 
-# --- reporting (as test/e2e/run.sh) ----------------------------------------------------------
+# --- reporting ---------------------------------------------------------------------------------
 
-# step NAME FUNCTION [ARGS...]: runs FUNCTION in a subshell (so that fail ends it), prints PASS or
-# FAIL with NAME; on failure, the step's output follows, indented. "detail: TEXT" lines are
-# appended to the line. setup_step runs in this shell, for steps that set variables.
-step() {
-	("${@:2}") >"$work/step.log" 2>&1
-	report "$1" $?
-}
-
-setup_step() {
-	"${@:2}" >"$work/step.log" 2>&1
-	report "$1" $?
-}
-
-report() {
-	local name=$1 rc=$2 out detail
-	out=$work/step.$((passed + failed)).log
-	mv "$work/step.log" "$out"
-	detail=$(sed -n 's/^detail: //p' "$out" | awk 'NR > 1 {printf "; "} {printf "%s", $0}')
-	if [ $rc -eq 0 ]; then
-		passed=$((passed + 1))
-		echo "PASS $name${detail:+ ($detail)}"
-	else
-		failed=$((failed + 1))
-		echo "FAIL $name${detail:+ ($detail)}"
-		grep -v '^detail: ' "$out" | tail -n 60 | sed 's/^/    /'
-	fi
-	return $rc
-}
-
-skip() { # skip NAME REASON: a step that could not run counts as failed
-	failed=$((failed + 1))
-	echo "FAIL $1 (not run: $2)"
-}
-
-fail() {
-	echo "$*" >&2
-	exit 1
-}
-
-# wait_for SECONDS CMD...: poll CMD every 0.2s until it succeeds; fail after SECONDS.
-wait_for() {
-	local deadline=$((SECONDS + $1))
-	shift
-	until "$@" >/dev/null 2>&1; do
-		[ $SECONDS -lt $deadline ] || return 1
-		sleep 0.2
-	done
-}
+REPORT_TAIL=60
+# shellcheck source=test/lib/steps.sh
+. "$repo/test/lib/steps.sh"
 
 # --- the hosts -------------------------------------------------------------------------------
 
