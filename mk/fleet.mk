@@ -18,5 +18,5 @@ fleet-envoy-from:
 	@test -x $(FLEET_ENVOY_FROM_BIN) || $(MAKE) --no-print-directory $(FLEET_ENVOY_FROM_BIN) ENVOY_VERSION=$(FLEET_ENVOY_FROM)
 
 fleet: package envoy fleet-envoy-from
-	PKG_STAGE=$(PKG_STAGE) DIST=$(DIST) ENVOY_BIN=$(ENVOY_BIN) ENVOY_BIN_FROM=$(FLEET_ENVOY_FROM_BIN) \
+	PKG_STAGE=$(PKG_STAGE) DIST=$(DIST) BINARY=$(PKG_STAGE)/envoy-agent ENVOY_BIN=$(ENVOY_BIN) ENVOY_BIN_FROM=$(FLEET_ENVOY_FROM_BIN) \
 	    test/fleet/run.sh

@@ -27,7 +27,7 @@ PKG_STAGE=${PKG_STAGE:-.cache/package}
 ENVOY_FROM=${E2E_ENVOY_FROM:-1.39.3}
 ENVOY_TO=${E2E_ENVOY_TO:-1.40.0}
 NFPM_CONFIG=${NFPM_CONFIG:-packaging/nfpm.yaml}
-BINARY=${BINARY:-bin/envoy-agent}
+BINARY=${BINARY:-${PKG_STAGE:-.cache/package}/envoy-agent}
 ROOTFS=${E2E_ROOTFS:-$repo/.cache/rootfs-bookworm}
 # man-db and logrotate: the man page and log rotation steps use the distribution's own tools.
 ROOTFS_INCLUDE=systemd,systemd-sysv,dbus,procps,curl,man-db,logrotate
