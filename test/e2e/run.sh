@@ -594,11 +594,13 @@ upgrade_fallback() {
 	# The pre-live agent predates envoy.admin_socket: a TCP admin on loopback, which both accept.
 	ct_sh "sed -i 's|^admin_socket *=.*|admin_port = 15000|' /etc/envoy-agent/config.toml &&
 		sed -i 's|pipe: { path: /run/envoy-agent/admin.sock, mode: 0600 }|socket_address: { address: 127.0.0.1, port_value: 15000 }|' /etc/envoy-agent/envoy.yaml" || return 1
-	out=$(T=180 ct_run dpkg -i /mnt/e2e/envoy-agent-pre-live.deb </dev/null 2>&1) || { echo "$out"; ct_run journalctl -u "$UNIT" -n 20 --no-pager; return 1; }
+	# Its package ships the older example files: keep the files as they are here.
+	out=$(T=180 ct_run dpkg --force-confdef --force-confold -i /mnt/e2e/envoy-agent-pre-live.deb </dev/null 2>&1) ||
+		{ echo "$out"; ct_run journalctl -u "$UNIT" -n 20 --no-pager; return 1; }
 	wait_for 60 unit_is active || fail "the pre-live agent is not active"
 	[ "$(ct_run envoy-agent version)" = "envoy-agent pre-live" ] || fail "the pre-live agent is not installed"
 	pid0=$(prop MainPID)
-	out=$(T=180 ct_run dpkg -i /mnt/e2e/envoy-agent-fallback.deb </dev/null 2>&1) || { echo "$out"; return 1; }
+	out=$(T=180 ct_run dpkg --force-confdef --force-confold -i /mnt/e2e/envoy-agent-fallback.deb </dev/null 2>&1) || { echo "$out"; return 1; }
 	echo "$out" | grep -i 'hand over' | sed 's/^/dpkg: /'
 	wait_for 60 unit_is active || fail "not active after the fallback restart"
 	echo "detail: $(ct_run envoy-agent version); MainPID $pid0 -> $(prop MainPID); StatusText=\"$(prop StatusText)\""
