@@ -244,3 +244,31 @@ func TestDefaultRunDir(t *testing.T) {
 		}
 	}
 }
+
+// Root validating the file of a service whose run_dir the service user
+// owns (0750, as systemd's RuntimeDirectory= makes it) is no error: who
+// owns it is checked by the agent that runs. A run_dir others can write is
+// refused whoever asks.
+func TestLoadConfigRunDirOwnedByTheServiceUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give the folder to another user")
+	}
+	dir, bin := configDir(t)
+	rd := filepath.Join(dir, "run")
+	if err := os.Mkdir(rd, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(rd, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	text := "[envoy]\nbinary_path = \"" + bin + "\"\nconfig_path = \"envoy.yaml\"\n\n[agent]\nrun_dir = \"run\"\n"
+	if _, err := LoadConfig(writeConfig(t, dir, text)); err != nil {
+		t.Fatalf("LoadConfig with run_dir owned by uid 65534 (0750): %v", err)
+	}
+	if err := os.Chmod(rd, 0o770); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadConfig(writeConfig(t, dir, text)); err == nil || !strings.Contains(err.Error(), "agent.run_dir") {
+		t.Fatalf("LoadConfig with a group-writable run_dir: %v, want an agent.run_dir error", err)
+	}
+}

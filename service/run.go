@@ -59,6 +59,15 @@ func Run(ctx context.Context, opts Options) error {
 		if cfg, err = LoadConfig(opts.ConfigPath); err != nil {
 			return err
 		}
+		// The run folder must be the agent's user's (or root's): whoever else
+		// owns it could swap the files Envoy runs.
+		if dir := cfg.runDir(); dir != "" {
+			if _, serr := os.Lstat(dir); serr == nil {
+				if err := envoy.CheckRunDir(dir); err != nil {
+					return configProblem(cfg, "agent.run_dir", "%v", err)
+				}
+			}
+		}
 	}
 	log := newLogger(stderr, cfg.Agent.LogLevel, cfg.Agent.LogFormat)
 	s := &supervisor{cfg: cfg, log: log, notify: newNotifier(log), metrics: newMetrics(), sigs: sigs, handover: handover, version: opts.Version}

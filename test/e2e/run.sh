@@ -591,8 +591,9 @@ prepare_fallback() {
 # package), so the upgrade to B restarts the unit (a drain) and says why.
 upgrade_fallback() {
 	local pid0 out
-	# The pre-live agent predates envoy.admin_socket: a TCP admin on loopback, which both accept.
-	ct_sh "sed -i 's|^admin_socket *=.*|admin_port = 15000|' /etc/envoy-agent/config.toml &&
+	# The pre-live agent predates envoy.admin_socket (a TCP admin on loopback, which both accept)
+	# and agent.control_socket.
+	ct_sh "sed -i -e 's|^admin_socket *=.*|admin_port = 15000|' -e 's|^control_socket *=|# control_socket =|' /etc/envoy-agent/config.toml &&
 		sed -i 's|pipe: { path: /run/envoy-agent/admin.sock, mode: 0600 }|socket_address: { address: 127.0.0.1, port_value: 15000 }|' /etc/envoy-agent/envoy.yaml" || return 1
 	# Its package ships the older example files: keep the files as they are here.
 	out=$(T=180 ct_run dpkg --force-confdef --force-confold -i /mnt/e2e/envoy-agent-pre-live.deb </dev/null 2>&1) ||
