@@ -434,7 +434,7 @@ reload_fails() {
 }
 
 served_envoy() { # served_envoy HOST: the version the serving Envoy reports
-	on "$1" curl -s http://127.0.0.1:15000/server_info | python3 -c 'import json,sys; print(json.load(sys.stdin)["version"].split("/")[1])'
+	on "$1" curl -s --unix-socket /run/envoy-agent/admin.sock http://envoy/server_info | python3 -c 'import json,sys; print(json.load(sys.stdin)["version"].split("/")[1])'
 }
 
 envoy_upgrade() {
