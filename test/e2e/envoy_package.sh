@@ -54,13 +54,13 @@ envoy_switch() {
 	echo "detail: dpkg -i exit $rc in $((SECONDS - start))s, /server_info $v, Envoy pid $pid0 -> $pid1 running $exe; $(pkg_states)"
 	echo "detail: StatusText=\"$(prop StatusText)\""
 	[ $rc -eq 0 ] || fail "dpkg -i failed"
-	echo "$out" | grep -q 'reloading envoy-agent.service' || fail "the trigger did not reload the agent"
+	grep -q 'reloading envoy-agent.service' <<<"$out" || fail "the trigger did not reload the agent"
 	[ $crc -eq 0 ] || fail "requests failed"
 	[ "$v" = "$want" ] || fail "/server_info says $v, want $want"
 	[ "$pid1" != "$pid0" ] && [ "$exe" = /usr/bin/envoy ] || fail "the serving Envoy (pid $pid1) runs $exe"
 	[ "$(pkg_states)" = "envoy ii, envoy-agent ii" ] || fail "package states: $(pkg_states)"
 	unit_is active || fail "unit $(prop ActiveState)"
-	! prop StatusText | grep -q 'installed Envoy' || fail "STATUS= still says the installed Envoy differs"
+	! prop StatusText | grep 'installed Envoy' >/dev/null || fail "STATUS= still says the installed Envoy differs"
 }
 
 envoy_upgrade() {
@@ -72,7 +72,7 @@ envoy_downgrade() {
 }
 
 status_has() { # status_has TEXT: the unit's STATUS= has TEXT
-	prop StatusText | grep -qF "$1"
+	prop StatusText | grep -F "$1" >/dev/null
 }
 
 # A binary replaced without dpkg (no trigger): the agent notices by itself and says so; a
@@ -88,7 +88,7 @@ envoy_by_hand() {
 		fail "STATUS= did not tell of the replaced binary: \"$(prop StatusText)\""
 	echo "detail: noticed after $((SECONDS - start))s: StatusText=\"$(prop StatusText)\""
 	journal_after "$since" | grep -m1 'differs from the running one' | sed 's/^/journal: /'
-	journal_after "$since" | grep -q 'differs from the running one' || fail "the log does not say it"
+	journal_after "$since" | grep 'differs from the running one' >/dev/null || fail "the log does not say it"
 	T=120 ct_run systemctl reload "$UNIT" || fail "systemctl reload failed"
 	local v
 	v=$(server_version)
@@ -125,12 +125,12 @@ envoy_other_hot_restart_version() {
 	echo "detail: dpkg -i exit $rc in $((SECONDS - start))s; /server_info $v0 -> $v; $(pkg_states); StatusText=\"$status\""
 	journal_after "$since" | grep -m1 'cannot hot restart from it' | sed 's/^/journal: /'
 	[ $rc -eq 0 ] || fail "dpkg -i failed"
-	echo "$out" | grep -q 'the reload was refused' || fail "the trigger's reload was not refused"
+	grep -q 'the reload was refused' <<<"$out" || fail "the trigger's reload was not refused"
 	[ $crc -eq 0 ] || fail "requests failed"
 	[ "$v" = "$v0" ] || fail "the serving Envoy changed: $v0 -> $v"
-	echo "$status" | grep -q "the installed Envoy /usr/bin/envoy ($ENVOY_TO, hot-restart version 99.1) differs from the running one (hot-restart version 11.104) and cannot hot restart from it: a restart switches to it with a drain" ||
+	grep -q "the installed Envoy /usr/bin/envoy ($ENVOY_TO, hot-restart version 99.1) differs from the running one (hot-restart version 11.104) and cannot hot restart from it: a restart switches to it with a drain" <<<"$status" ||
 		fail "STATUS= does not say the installed Envoy differs and a restart switches with a drain"
-	journal_after "$since" | grep -q 'a restart switches to it with a drain' || fail "the log does not say it"
+	journal_after "$since" | grep 'a restart switches to it with a drain' >/dev/null || fail "the log does not say it"
 	[ "$(pkg_states)" = "envoy ii, envoy-agent ii" ] || fail "package states: $(pkg_states)"
 	out=$(T=180 ct_run dpkg -i /mnt/e2e/envoy-from.deb </dev/null 2>&1) || { echo "$out"; fail "dpkg -i of the real package failed"; }
 	v=$(server_version)
@@ -157,13 +157,13 @@ envoy_removed_while_serving() {
 	local crc=$?
 	echo "detail: dpkg -r exit $rc; /server_info $v0 -> $v; StatusText=\"$status\""
 	[ $rc -eq 0 ] || fail "dpkg -r failed"
-	echo "$out" | grep -q 'the reload was refused' || fail "the trigger's reload was not refused"
+	grep -q 'the reload was refused' <<<"$out" || fail "the trigger's reload was not refused"
 	[ $crc -eq 0 ] || fail "requests failed"
 	[ -n "$v" ] && [ "$v" = "$v0" ] || fail "the serving Envoy changed: $v0 -> $v"
-	echo "$status" | grep -q 'is gone (no such file or directory): the running one keeps serving' ||
+	grep -q 'is gone (no such file or directory): the running one keeps serving' <<<"$status" ||
 		fail "STATUS= does not say the installed Envoy is gone"
 	out=$(T=180 ct_run dpkg -i /mnt/e2e/envoy-from.deb </dev/null 2>&1) || { echo "$out"; fail "dpkg -i failed"; }
-	echo "$out" | grep -q 'reloading envoy-agent.service' || fail "the trigger did not reload the agent"
+	grep -q 'reloading envoy-agent.service' <<<"$out" || fail "the trigger did not reload the agent"
 	echo "detail: installed again: /server_info $(server_version), StatusText=\"$(prop StatusText)\""
 	! status_has 'installed Envoy' || fail "STATUS= still says the installed Envoy differs"
 	unit_is active
@@ -178,8 +178,8 @@ envoy_upgrade_stopped() {
 	echo "$out"
 	echo "detail: dpkg -i exit $rc; unit $(prop ActiveState); $(pkg_states); $(ct_run envoy --version | grep -o 'version: [^ ]*')"
 	[ $rc -eq 0 ] || fail "dpkg -i failed"
-	echo "$out" | grep -q 'Processing triggers for envoy-agent' || fail "the trigger did not run"
-	! echo "$out" | grep -q 'reloading' || fail "the trigger reloaded a stopped unit"
+	grep -q 'Processing triggers for envoy-agent' <<<"$out" || fail "the trigger did not run"
+	! grep -q 'reloading' <<<"$out" || fail "the trigger reloaded a stopped unit"
 	unit_is inactive || fail "the unit is $(prop ActiveState)"
 	! ct_run pgrep -x envoy || fail "an Envoy was started"
 	[ "$(pkg_states)" = "envoy ii, envoy-agent ii" ] || fail "package states: $(pkg_states)"
@@ -261,7 +261,7 @@ rpm_envoy_scratch_root() {
 	said=$(grep -v -e 'should not be used directly' -e 'assuming you know what you are doing' "$work/envoy-rpm.out")
 	echo "detail: installed $v1, upgraded to $v2, downgraded to $v3; scriptlet output: ${said:-none}"
 	[ "$v3" = "envoy-$ENVOY_FROM-1.x86_64" ] || fail "rpm -q envoy: $v3"
-	echo "$v2" | grep -q "/$ENVOY_TO/" || fail "the upgrade did not install $ENVOY_TO"
+	grep -q "/$ENVOY_TO/" <<<"$v2" || fail "the upgrade did not install $ENVOY_TO"
 	[ -z "$said" ] || fail "%posttrans said something without systemd"
 	timeout 120 rpm --root "$R" -e envoy envoy-agent || return 1
 	test ! -e "$R/usr/bin/envoy" || fail "erase left /usr/bin/envoy"

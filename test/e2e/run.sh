@@ -291,7 +291,7 @@ verify_in_container() {
 	out=$(ct_run systemd-analyze verify "/lib/systemd/system/$UNIT" 2>&1)
 	local rc=$?
 	echo "$out"
-	[ $rc -eq 0 ] && ! echo "$out" | grep -q envoy-agent
+	[ $rc -eq 0 ] && ! grep -q envoy-agent <<<"$out"
 }
 
 status_text() {
@@ -320,7 +320,7 @@ edit_config() {
 }
 
 has_reload() { # the installed binary has the reload command
-	ct_run envoy-agent help 2>&1 | grep -qw reload || fail "envoy-agent has no reload command (yet)"
+	ct_run envoy-agent help 2>&1 | grep -w reload >/dev/null || fail "envoy-agent has no reload command (yet)"
 }
 
 reload_good() {
@@ -413,7 +413,7 @@ stop_draining() {
 }
 
 rq_active() { # a request is in flight: Envoy counts it as active
-	ct_run curl -s --unix-socket /run/envoy-agent/admin.sock "http://envoy/stats?filter=http.e2e.downstream_rq_active" | grep -q ': [1-9]'
+	ct_run curl -s --unix-socket /run/envoy-agent/admin.sock "http://envoy/stats?filter=http.e2e.downstream_rq_active" | grep ': [1-9]' >/dev/null
 }
 
 restarts_above() { # restarts_above N: the unit restarted more than N times
@@ -605,10 +605,10 @@ upgrade_fallback() {
 	echo "$out" | grep -i 'hand over' | sed 's/^/dpkg: /'
 	wait_for 60 unit_is active || fail "not active after the fallback restart"
 	echo "detail: $(ct_run envoy-agent version); MainPID $pid0 -> $(prop MainPID); StatusText=\"$(prop StatusText)\""
-	echo "$out" | grep -q 'cannot hand over; falling back to a restart' || fail "dpkg's output does not name the fallback"
+	grep -q 'cannot hand over; falling back to a restart' <<<"$out" || fail "dpkg's output does not name the fallback"
 	# The scripts also log it (logger): the first such line in this boot's journal. (Read without
 	# --after-cursor, which did not find it.)
-	ct_run journalctl -t envoy-agent-package --no-pager -o cat | grep -q 'falling back to a restart' ||
+	ct_run journalctl -t envoy-agent-package --no-pager -o cat | grep 'falling back to a restart' >/dev/null ||
 		fail "the fallback is not in the journal"
 	[ "$(prop MainPID)" != "$pid0" ] || fail "the unit was not restarted"
 	[ "$(ct_run envoy-agent version)" = "envoy-agent $livever" ] || fail "B is not running"
@@ -680,16 +680,16 @@ rpm_inspect() {
 	echo "$files"
 	for f in /usr/bin/envoy-agent /usr/lib/systemd/system/envoy-agent.service /etc/envoy-agent/config.toml \
 		/etc/envoy-agent/envoy.yaml /usr/share/doc/envoy-agent/README.md; do
-		echo "$files" | grep -qx "$f" || fail "$f missing from the rpm"
+		grep -qx "$f" <<<"$files" || fail "$f missing from the rpm"
 	done
 	cfg=$(rpm -qp --qf '[%{FILEFLAGS:fflags} %{FILEMODES:perms} %{FILEUSERNAME}:%{FILEGROUPNAME} %{FILENAMES}\n]' "$rpm")
 	echo "$cfg"
-	echo "$cfg" | grep -qE '^cn .* /etc/envoy-agent/config.toml$' || fail "config.toml is not %config(noreplace)"
-	echo "$cfg" | grep -qE '^cn .* /etc/envoy-agent/envoy.yaml$' || fail "envoy.yaml is not %config(noreplace)"
+	grep -qE '^cn .* /etc/envoy-agent/config.toml$' <<<"$cfg" || fail "config.toml is not %config(noreplace)"
+	grep -qE '^cn .* /etc/envoy-agent/envoy.yaml$' <<<"$cfg" || fail "envoy.yaml is not %config(noreplace)"
 	scripts=$(rpm -qp --scripts "$rpm")
 	echo "$scripts"
 	for s in preinstall postinstall preuninstall postuninstall; do
-		echo "$scripts" | grep -q "^$s scriptlet" || fail "no $s scriptlet"
+		grep -q "^$s scriptlet" <<<"$scripts" || fail "no $s scriptlet"
 	done
 	echo "detail: $(echo "$files" | wc -l) files, config(noreplace): $(echo "$cfg" | awk '$1=="cn"{print $NF}' | tr '\n' ' ')"
 }
@@ -874,7 +874,7 @@ c 8083 15003 15023 2"
 	msg=$(grep -m1 'envoy.base_id' "$work/clash.journal")
 	echo "detail: start exit $rc, ExecMainStatus $(iprop c ExecMainStatus), journal: $msg"
 	[ $rc -ne 0 ] || fail "envoy-agent@c started with b's base_id"
-	echo "$msg" | grep -q "/etc/envoy-agent/c.toml:5: envoy.base_id: base_id 2 is already used by envoy-agent@b (pid $(iprop b MainPID), /etc/envoy-agent/b.toml)" ||
+	grep -q "/etc/envoy-agent/c.toml:5: envoy.base_id: base_id 2 is already used by envoy-agent@b (pid $(iprop b MainPID), /etc/envoy-agent/b.toml)" <<<"$msg" ||
 		{ cat "$work/clash.journal"; fail "the error does not name envoy-agent@b and envoy.base_id"; }
 	[ "$(iprop c ExecMainStatus)" = 3 ] || fail "exit status $(iprop c ExecMainStatus), want 3"
 	[ "$(iprop c NRestarts)" = 0 ] || fail "systemd restarted envoy-agent@c"
@@ -891,7 +891,7 @@ instances_stop_one() {
 		"http://127.0.0.1:$(inst a listener)/slow" >"$work/islow.out" 2>&1 &
 	local slow=$!
 	echo "$slow" >>"$work/bg.pids"
-	wait_for 5 sh -c "nsenter --target $ct --mount --uts --ipc --net --pid --cgroup -- curl -s 'http://127.0.0.1:$(inst a admin)/stats?filter=http.e2e.downstream_rq_active' | grep -q ': [1-9]'" ||
+	wait_for 5 sh -c "nsenter --target $ct --mount --uts --ipc --net --pid --cgroup -- curl -s 'http://127.0.0.1:$(inst a admin)/stats?filter=http.e2e.downstream_rq_active' | grep ': [1-9]' >/dev/null" ||
 		fail "the slow request never became active"
 	T=90 ct_run systemctl stop envoy-agent@a &
 	local stop=$!

@@ -482,7 +482,7 @@ agent_upgrade() {
 		[ "$v" = "$want" ] || fail "$h: envoy-agent $v installed"
 		[ "$(on "$h" systemctl show -p MainPID --value envoy-agent)" = "${pids[$i]}" ] ||
 			fail "$h: the agent's main PID changed (${pids[$i]} -> $(on "$h" systemctl show -p MainPID --value envoy-agent)): restarted, not handed over"
-		on "$h" pgrep -x envoy | grep -qx "${envoys[$i]}" || fail "$h: Envoy pid ${envoys[$i]} is gone"
+		on "$h" pgrep -x envoy | grep -x "${envoys[$i]}" >/dev/null || fail "$h: Envoy pid ${envoys[$i]} is gone"
 		i=$((i + 1))
 	done
 	expect_version 2
