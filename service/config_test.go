@@ -272,3 +272,19 @@ func TestLoadConfigRunDirOwnedByTheServiceUser(t *testing.T) {
 		t.Fatalf("LoadConfig with a group-writable run_dir: %v, want an agent.run_dir error", err)
 	}
 }
+
+func TestAdminAddress(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"port", Config{Envoy: EnvoyConfig{AdminPort: 15000}, Agent: AgentConfig{Localhost: "127.0.0.1"}}, "127.0.0.1:15000"},
+		{"socket", Config{Envoy: EnvoyConfig{AdminSocket: "/run/envoy-agent/admin.sock"}, Agent: AgentConfig{Localhost: "127.0.0.1"}}, "unix:/run/envoy-agent/admin.sock"},
+	}
+	for _, tt := range tests {
+		if got := tt.cfg.adminAddress(); got != tt.want {
+			t.Errorf("%s: adminAddress() = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}

@@ -233,7 +233,7 @@ func (s *supervisor) statusReport(ctx context.Context) StatusReport {
 
 	es := &EnvoyStatus{
 		HotRestartVersion: s.hotRestartVersion(),
-		Admin:             net.JoinHostPort(cfg.Agent.Localhost, strconv.Itoa(int(cfg.Envoy.AdminPort))),
+		Admin:             cfg.adminAddress(),
 		BaseID:            cfg.Envoy.BaseID,
 		ServingEpoch:      s.proxy.Epoch(),
 		Listeners:         []envoy.Listener{},
