@@ -37,6 +37,12 @@ type Process struct {
 // Start runs bin with args, the environment cleaned of systemd's
 // service-only variables plus env, and output to out (nil: discarded).
 func Start(bin string, args []string, out io.Writer, env ...string) (*Process, error) {
+	return start(bin, args, out, nil, env...)
+}
+
+// start is Start with a function run once the process has been reaped,
+// before Done closes (so that whoever waits for Done sees it done).
+func start(bin string, args []string, out io.Writer, onExit func(), env ...string) (*Process, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = childenv.Clean(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = out, out
@@ -45,24 +51,22 @@ func Start(bin string, args []string, out io.Writer, env ...string) (*Process, e
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	p := &Process{Args: args, cmd: cmd, done: make(chan struct{})}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
+	go func() {
+		p.err = cmd.Wait()
+		if onExit != nil {
+			onExit()
+		}
+		close(p.done)
+	}()
 	return p, nil
 }
 
 // StartEnvoy runs a bare Envoy on bootstrap (BareArgs). Once it has exited,
-// its hot-restart shared memory is removed: Envoy leaves
-// /dev/shm/envoy_shared_memory_<base id × 10> behind, and runs of the
-// tests and the benchmark would pile them up.
+// and before Done closes, its hot-restart shared memory is removed: Envoy
+// leaves /dev/shm/envoy_shared_memory_<base id × 10> behind, and runs of
+// the tests and the benchmark would pile them up.
 func StartEnvoy(bin, bootstrap string, baseID uint32, out io.Writer) (*Process, error) {
-	p, err := Start(bin, BareArgs(bootstrap, baseID), out)
-	if err != nil {
-		return nil, err
-	}
-	go func() {
-		<-p.done
-		RemoveSharedMemory(baseID)
-	}()
-	return p, nil
+	return start(bin, BareArgs(bootstrap, baseID), out, func() { RemoveSharedMemory(baseID) })
 }
 
 // RemoveSharedMemory removes the hot-restart shared memory an Envoy with

@@ -2,9 +2,11 @@ package envoykit
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -76,7 +78,8 @@ func TestLoadThroughEnvoy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := StartEnvoy(bin, path, BaseID(), t.Output())
+	baseID := BaseID()
+	env, err := StartEnvoy(bin, path, baseID, t.Output())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,5 +99,9 @@ func TestLoadThroughEnvoy(t *testing.T) {
 	}
 	if !strings.Contains(fmt.Sprint(env.Args), "--base-id") {
 		t.Errorf("a kit Envoy runs with a base id of its own: %v", env.Args)
+	}
+	env.Kill()
+	if _, err := os.Stat(fmt.Sprintf("/dev/shm/envoy_shared_memory_%d", baseID*10)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the killed Envoy's shared memory is left behind: %v", err)
 	}
 }
