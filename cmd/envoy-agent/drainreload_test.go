@@ -184,8 +184,16 @@ func TestReloadsSeenByClientsThatDoNotRetry(t *testing.T) {
 	if o1.Failed != 0 {
 		t.Errorf("busy, long or briefly idle HTTP/1.1 requests failed: %s %q", o1, o1.Errors)
 	}
-	if o2.Failed != 0 || o2idle.Failed != 0 {
-		t.Errorf("HTTP/2 requests failed: %s, %s %q %q", o2, o2idle, o2.Errors, o2idle.Errors)
+	if o2.Failed != 0 {
+		t.Errorf("busy or long HTTP/2 requests failed: %s %q", o2, o2.Errors)
+	}
+	// HTTP/2 connections idle across the replaced epoch's exit: Go's client
+	// notices the close before reusing one, but on a busy machine a request
+	// can race the GOAWAY and the close (seen in CI under stress-ng: 2 of 36,
+	// "server sent GOAWAY and closed the connection"). Allowed, on idle
+	// connections only (README, Reload).
+	if o2idle.FailedInFlight != 0 {
+		t.Errorf("HTTP/2 idle-connection workers failed on fresh or busy connections: %s %q", o2idle, o2idle.Errors)
 	}
 	// HTTP/1.1 connections idle across the replaced epoch's exit: Envoy
 	// closes them then, and a client that writes on one without checking
