@@ -72,26 +72,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ctx, sigs, stopSignals := service.NotifySignals(context.Background())
 		defer stopSignals()
 		return exitCode(service.Run(ctx, service.Options{ConfigPath: path, Version: version, Stderr: stderr, Signals: sigs}), stderr)
-	case "validate":
-		path, code := configFlag("validate", rest, stdout, stderr)
+	case "validate", "reload", "reopen-logs":
+		path, code := configFlag(cmd, rest, stdout, stderr)
 		if code >= 0 {
 			return code
 		}
-		return exitCode(service.Validate(context.Background(), path, stdout), stderr)
-	case "reload":
-		path, code := configFlag("reload", rest, stdout, stderr)
-		if code >= 0 {
-			return code
-		}
-		return exitCode(service.RequestReload(context.Background(), path, stdout), stderr)
+		return exitCode(fileCommands[cmd](context.Background(), path, stdout), stderr)
 	case "status":
 		return statusCommand(rest, stdout, stderr)
-	case "reopen-logs":
-		path, code := configFlag("reopen-logs", rest, stdout, stderr)
-		if code >= 0 {
-			return code
-		}
-		return exitCode(service.RequestReopenLogs(context.Background(), path, stdout), stderr)
 	case "upgrade":
 		path, code := configFlag("upgrade", rest, stdout, stderr)
 		if code >= 0 {
@@ -128,6 +116,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "envoy-agent: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
 	}
+}
+
+// fileCommands are the commands that take only --config FILE and print
+// their outcome: each is one call into service.
+var fileCommands = map[string]func(context.Context, string, io.Writer) error{
+	"validate":    service.Validate,
+	"reload":      service.RequestReload,
+	"reopen-logs": service.RequestReopenLogs,
 }
 
 // describe is a command's description from internal/manual, as a sentence without markup.
