@@ -8,10 +8,10 @@ import "time"
 // ones an operator sets (drains, parent shutdown, start timeout) come from
 // ProxyConfig and NewAgent instead.
 const (
-	// hotRestartVersionTimeout bounds `envoy --hot-restart-version`: the
-	// binary only prints a string, but a cold start of a 100 MB binary
-	// from a slow disk can take seconds.
-	hotRestartVersionTimeout = 30 * time.Second
+	// versionQuestionTimeout bounds `envoy --version` and
+	// `--hot-restart-version`: the binary only prints a string, but a cold
+	// start of a 100 MB binary from a slow disk can take seconds.
+	versionQuestionTimeout = 30 * time.Second
 
 	// epochPoll is how often a starting epoch is checked (its admin address
 	// file, then /server_info): fine enough that a reload ends within a few

@@ -69,7 +69,7 @@ func TestControlServer(t *testing.T) {
 	var quits, drains, reloads int
 	c := &controlServer{log: testLogger(), policy: ownControlPolicy(), config: "/etc/envoy-agent/config.toml",
 		quit: func() { quits++ }, drain: func() { drains++ },
-		reload: func(context.Context) ReloadResult { reloads++; return ReloadResult{OK: true, Epoch: 1} }}
+		reload: func(context.Context, func(string)) ReloadResult { reloads++; return ReloadResult{OK: true, Epoch: 1} }}
 	path := serveControl(t, c)
 	fi, err := os.Stat(path)
 	if err != nil {

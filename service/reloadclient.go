@@ -45,7 +45,7 @@ func RequestReload(ctx context.Context, path string, out io.Writer) error {
 	sock := cfg.controlSocket()
 	ctx, cancel := context.WithTimeout(ctx, 2*cfg.Agent.StartTimeout.D()+2*validateTimeout)
 	defer cancel()
-	resp, server, err := controlPost(ctx, sock, "/reload")
+	resp, server, err := controlRequest(ctx, sock, http.MethodPost, "/reload", reloadProgressType)
 	if err != nil {
 		return fmt.Errorf("reload: cannot reach the agent on its control socket %s (is envoy-agent running with %s? if agent.run_dir or agent.control_socket was edited, the agent still listens on the old one: restart the service): %w", sock, path, err)
 	}
@@ -57,9 +57,23 @@ func RequestReload(ctx context.Context, path string, out io.Writer) error {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return fmt.Errorf("reload: the agent at %s answered %s: %s", sock, resp.Status, firstLine(string(body)))
 	}
+	// Progress lines first (an agent that predates them sends none), then
+	// the result.
+	dec := json.NewDecoder(io.LimitReader(resp.Body, 1<<20))
 	var res ReloadResult
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&res); err != nil {
-		return fmt.Errorf("reload: the agent at %s answered %s, not a reload result: %w", sock, resp.Status, err)
+	for {
+		var line struct {
+			ReloadResult
+			Progress string `json:"progress"`
+		}
+		if err := dec.Decode(&line); err != nil {
+			return fmt.Errorf("reload: the agent at %s answered %s, not a reload result: %w", sock, resp.Status, err)
+		}
+		if line.Progress == "" {
+			res = line.ReloadResult
+			break
+		}
+		fmt.Fprintf(out, "reload: %s\n", line.Progress)
 	}
 	if !res.OK {
 		if res.Error == "" {
@@ -77,11 +91,12 @@ func RequestReload(ctx context.Context, path string, out io.Writer) error {
 // controlPost POSTs to route on the control socket at sock, and returns the
 // answer with the credentials of the process serving the socket.
 func controlPost(ctx context.Context, sock, route string) (*http.Response, peerCred, error) {
-	return controlRequest(ctx, sock, http.MethodPost, route)
+	return controlRequest(ctx, sock, http.MethodPost, route, "")
 }
 
-// controlRequest is controlPost with any method.
-func controlRequest(ctx context.Context, sock, method, route string) (*http.Response, peerCred, error) {
+// controlRequest is controlPost with any method, and an Accept header
+// unless accept is "".
+func controlRequest(ctx context.Context, sock, method, route, accept string) (*http.Response, peerCred, error) {
 	var server peerCred
 	var credErr error
 	tr := &http.Transport{
@@ -99,6 +114,9 @@ func controlRequest(ctx context.Context, sock, method, route string) (*http.Resp
 	req, err := http.NewRequestWithContext(ctx, method, "http://envoy-agent"+route, nil)
 	if err != nil {
 		return nil, server, err
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
 	}
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {

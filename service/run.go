@@ -103,7 +103,8 @@ type supervisor struct {
 	reloading bool
 	hrVersion string // the serving Envoy's hot-restart version
 
-	installed installedEnvoy // is the Envoy at binary_path the running one? (installedenvoy.go)
+	installed installedEnvoy     // is the Envoy at binary_path the running one? (installedenvoy.go)
+	versions  envoy.VersionCache // what the binaries at binary_path said of themselves, per file
 }
 
 func (s *supervisor) config() *Config {
@@ -168,7 +169,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 		log.Errorf("upgrade: cannot adopt the running Envoy: %v", err)
 		return err
 	}
-	s.reloader = newReloader(s.reload)
+	s.reloader = newReloader(s.prepareReload, s.applyReload, s.discardReload)
 	s.reloader.wait = s.waitForDrainingEpochs
 	a := cfg.Agent
 	s.agent = envoy.NewAgent(s.proxy, a.TerminationDrainDuration.D(), a.MinDrainDuration.D(), a.Localhost,
@@ -263,7 +264,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 			s.agent.DisableDraining()
 		case <-s.sigs.Reload:
 			log.Infof("SIGHUP: reloading")
-			go s.requestReload(context.Background())
+			go s.requestReload(context.Background(), nil)
 		case <-s.sigs.Reopen:
 			log.Infof("SIGUSR1: reopening envoy's log files")
 			go s.reopenLogs(context.Background())

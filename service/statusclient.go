@@ -66,7 +66,7 @@ func RequestStatus(ctx context.Context, path string, asJSON bool, out io.Writer)
 // that runs this file. reached is false when nothing answered at all.
 func getStatus(ctx context.Context, cfg *Config) (rep StatusReport, reached bool, err error) {
 	url := cfg.controlSocket()
-	resp, server, err := controlRequest(ctx, url, http.MethodGet, "/status")
+	resp, server, err := controlRequest(ctx, url, http.MethodGet, "/status", "")
 	if err != nil {
 		return rep, false, fmt.Errorf("no envoy-agent answers on %s (is envoy-agent running with %s?): %w", url, cfg.File, err)
 	}
