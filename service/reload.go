@@ -11,24 +11,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/service/config"
+	"github.com/envoy-agent/envoy-agent/service/control"
+
 	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/sirupsen/logrus"
 )
-
-// ReloadResult is the outcome of one reload, as `envoy-agent reload` and
-// the log report it.
-type ReloadResult struct {
-	OK     bool   `json:"ok"`
-	Epoch  int    `json:"epoch"` // the serving epoch afterwards
-	Error  string `json:"error,omitempty"`
-	Config bool   `json:"config_error,omitempty"` // refused for the configuration itself
-	TookMs int64  `json:"took_ms"`
-	// WaitedMs is the part of TookMs spent waiting for the epoch a previous
-	// reload replaced to finish its requests (see waitForDrainingEpochs).
-	WaitedMs int64 `json:"waited_ms,omitempty"`
-	// Note says what the reload waited for, for `envoy-agent reload`.
-	Note string `json:"note,omitempty"`
-}
 
 // reloader runs reloads one at a time. A request made while one runs
 // waits for the next run, which serves every request made meanwhile (they
@@ -43,9 +31,9 @@ type ReloadResult struct {
 // files it validated; a good one replaces them, and its requests join the
 // run.
 type reloader struct {
-	prepare func(nested bool) (*preparedReload, ReloadResult) // nil: refused, with the result
+	prepare func(nested bool) (*preparedReload, control.ReloadResult) // nil: refused, with the result
 	wait    func(ctx context.Context, progress func(string)) (time.Duration, string, error)
-	apply   func(*preparedReload) ReloadResult
+	apply   func(*preparedReload) control.ReloadResult
 	discard func(*preparedReload) // a prepared reload that will not run
 
 	ctx    context.Context // ended by close: a stop ends a wait
@@ -62,11 +50,11 @@ type reloader struct {
 // reloadRequest is one caller's request: the result comes on result, and
 // progress (when not nil) hears at once what the run waits for.
 type reloadRequest struct {
-	result   chan ReloadResult
+	result   chan control.ReloadResult
 	progress func(string)
 }
 
-func newReloader(prepare func(bool) (*preparedReload, ReloadResult), apply func(*preparedReload) ReloadResult, discard func(*preparedReload)) *reloader {
+func newReloader(prepare func(bool) (*preparedReload, control.ReloadResult), apply func(*preparedReload) control.ReloadResult, discard func(*preparedReload)) *reloader {
 	idle := make(chan struct{})
 	close(idle)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -76,12 +64,12 @@ func newReloader(prepare func(bool) (*preparedReload, ReloadResult), apply func(
 
 // request asks for a reload; the channel gets its result. progress may be
 // nil.
-func (r *reloader) request(progress func(string)) <-chan ReloadResult {
-	ch := make(chan ReloadResult, 1)
+func (r *reloader) request(progress func(string)) <-chan control.ReloadResult {
+	ch := make(chan control.ReloadResult, 1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		ch <- ReloadResult{Error: "the agent is stopping"}
+		ch <- control.ReloadResult{Error: "the agent is stopping"}
 		return ch
 	}
 	r.pending = append(r.pending, reloadRequest{result: ch, progress: progress})
@@ -158,7 +146,7 @@ func (r *reloader) serve(batch []reloadRequest) {
 		}
 		if r.ctx.Err() != nil { // a stop
 			r.discard(p)
-			answer(batch, ReloadResult{Error: err.Error(), TookMs: waited.Milliseconds(), WaitedMs: waited.Milliseconds(), Note: note})
+			answer(batch, control.ReloadResult{Error: err.Error(), TookMs: waited.Milliseconds(), WaitedMs: waited.Milliseconds(), Note: note})
 			return
 		}
 		// A request arrived during the wait: check its files now.
@@ -183,7 +171,7 @@ func (r *reloader) serve(batch []reloadRequest) {
 	answer(batch, res)
 }
 
-func answer(batch []reloadRequest, res ReloadResult) {
+func answer(batch []reloadRequest, res control.ReloadResult) {
 	for _, q := range batch {
 		q.result <- res
 	}
@@ -217,34 +205,6 @@ func (r *reloader) closeWithin(d time.Duration) bool {
 	}
 }
 
-// restartOnly lists the keys a reload cannot change, and how to read them.
-var restartOnly = []struct {
-	key string
-	get func(*Config) any
-}{
-	{"envoy.admin_port", func(c *Config) any { return c.Envoy.AdminPort }},
-	{"envoy.admin_socket", func(c *Config) any { return c.Envoy.AdminSocket }},
-	{"envoy.base_id", func(c *Config) any { return c.Envoy.BaseID }},
-	{"agent.localhost", func(c *Config) any { return c.Agent.Localhost }},
-	{"agent.status_port", func(c *Config) any { return c.Agent.StatusPort }},
-	{"agent.prometheus_port", func(c *Config) any { return c.Agent.PrometheusPort }},
-	{"agent.prometheus_address", func(c *Config) any { return c.Agent.PrometheusAddress }},
-	{"agent.run_dir", func(c *Config) any { return c.runDir() }},
-	{"agent.control_socket", func(c *Config) any { return c.controlSocket() }},
-}
-
-// restartOnlyChanges names the keys that differ between old and new and
-// need a restart.
-func restartOnlyChanges(old, new *Config) []string {
-	var keys []string
-	for _, k := range restartOnly {
-		if k.get(old) != k.get(new) {
-			keys = append(keys, fmt.Sprintf("%s (%v -> %v)", k.key, k.get(old), k.get(new)))
-		}
-	}
-	return keys
-}
-
 // errConfig marks reload errors that are about the configuration itself.
 type errConfig struct{ error }
 
@@ -256,7 +216,7 @@ func (e errConfig) Unwrap() error { return e.error }
 type preparedReload struct {
 	start   time.Time
 	from    int // the serving epoch when it was prepared
-	cfg     *Config
+	cfg     *config.Config
 	copied  string
 	version string
 	steps   reloadSteps
@@ -280,21 +240,21 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()/100) / 10 }
 // the files. A refusal is logged and answered at once, READY=1 with the
 // reason in STATUS= (STATUS= only when nested: another reload, whose files
 // were good, is still under way).
-func (s *supervisor) prepareReload(nested bool) (*preparedReload, ReloadResult) {
+func (s *supervisor) prepareReload(nested bool) (*preparedReload, control.ReloadResult) {
 	start := time.Now()
 	from := s.proxy.Epoch()
 	if !nested {
 		s.notify.Reloading(fmt.Sprintf("reloading: epoch %d serving, checking the configuration for epoch %d", from, from+1))
-		s.notify.ExtendTimeout(2*s.config().Agent.StartTimeout.D() + validateTimeout)
+		s.notify.ExtendTimeout(2*s.config().Agent.StartTimeout.D() + config.ValidateTimeout)
 	}
 	p, err := s.checkReload()
 	if err == nil {
 		p.start, p.from = start, from
-		return p, ReloadResult{}
+		return p, control.ReloadResult{}
 	}
 	took := time.Since(start)
-	res := ReloadResult{Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds(), Error: err.Error(),
-		Config: errors.As(err, new(errConfig)) || errors.As(err, new(*ConfigError))}
+	res := control.ReloadResult{Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds(), Error: err.Error(),
+		Config: errors.As(err, new(errConfig)) || errors.As(err, new(*config.ConfigError))}
 	s.reloadFailed(start, res, err)
 	status := fmt.Sprintf("%s; last reload failed: %s", s.liveStatus(), firstLine(err.Error()))
 	if nested {
@@ -306,7 +266,7 @@ func (s *supervisor) prepareReload(nested bool) (*preparedReload, ReloadResult) 
 }
 
 // reloadFailed logs and counts a reload that failed after start.
-func (s *supervisor) reloadFailed(start time.Time, res ReloadResult, err error) {
+func (s *supervisor) reloadFailed(start time.Time, res control.ReloadResult, err error) {
 	took := time.Since(start)
 	s.metrics.reloadSeconds.Set(took.Seconds())
 	s.metrics.reloadFailures.Inc()
@@ -323,16 +283,16 @@ func (s *supervisor) reloadFailed(start time.Time, res ReloadResult, err error) 
 func (s *supervisor) checkReload() (*preparedReload, error) {
 	t := time.Now()
 	old := s.config()
-	cfg, err := LoadConfig(old.File)
+	cfg, err := config.LoadConfig(old.File)
 	if err != nil {
 		return nil, err
 	}
-	if keys := restartOnlyChanges(old, cfg); len(keys) > 0 {
+	if keys := config.RestartOnlyChanges(old, cfg); len(keys) > 0 {
 		return nil, errConfig{fmt.Errorf("a reload cannot change %s: restart the service to apply it", strings.Join(keys, ", "))}
 	}
 	p := &preparedReload{cfg: cfg}
 	p.steps.load = time.Since(t)
-	ctx, cancel := context.WithTimeout(context.Background(), validateTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), config.ValidateTimeout)
 	defer cancel()
 	type answer struct {
 		version string
@@ -387,7 +347,7 @@ func (s *supervisor) discardReload(p *preparedReload) {
 
 // applyReload is a reload's second half: hot restart Envoy into the
 // prepared configuration, READY=1 whatever happened.
-func (s *supervisor) applyReload(p *preparedReload) ReloadResult {
+func (s *supervisor) applyReload(p *preparedReload) control.ReloadResult {
 	cfg := p.cfg
 	s.setReloading(true)
 	s.notify.Status(fmt.Sprintf("reloading: epoch %d serving, starting epoch %d", s.proxy.Epoch(), s.proxy.Epoch()+1))
@@ -407,7 +367,7 @@ func (s *supervisor) applyReload(p *preparedReload) ReloadResult {
 	// The reload's own work; the wait for a draining epoch is WaitedMs.
 	took := p.steps.load + p.steps.copy + p.steps.validate + p.steps.hotRestart
 	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
-	res := ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds()}
+	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds()}
 	if err != nil {
 		res.Error = err.Error()
 		s.reloadFailed(p.start, res, err)
@@ -427,11 +387,11 @@ func (s *supervisor) applyReload(p *preparedReload) ReloadResult {
 // validateCopy runs `envoy --mode validate` on copied, the private copy of
 // cfg's bootstrap that the new epoch will run; problems name the
 // operator's file, not the copy.
-func validateCopy(ctx context.Context, cfg *Config, copied string, versions *envoy.VersionCache) error {
+func validateCopy(ctx context.Context, cfg *config.Config, copied string, versions *envoy.VersionCache) error {
 	c := *cfg
 	c.Envoy.ConfigPath = copied
-	err := validateBootstrap(ctx, &c, versions)
-	var ce *ConfigError
+	err := config.ValidateBootstrap(ctx, &c, versions)
+	var ce *config.ConfigError
 	if errors.As(err, &ce) {
 		for i := range ce.Problems {
 			ce.Problems[i].File = strings.ReplaceAll(ce.Problems[i].File, copied, cfg.Envoy.ConfigPath)
@@ -456,7 +416,7 @@ func (s *supervisor) waitForDrainingEpochs(ctx context.Context, progress func(st
 				d.Epoch, d.Pid, d.Connections, d.Left.Round(time.Second))
 			s.log.WithFields(logrus.Fields{"event": "reload_wait", "epoch": d.Epoch, "pid": d.Pid, "connections": d.Connections, "left_ms": d.Left.Milliseconds()}).
 				Infof("reload: %s", msg)
-			s.notify.ExtendTimeout(d.Left + 2*s.config().Agent.StartTimeout.D() + validateTimeout)
+			s.notify.ExtendTimeout(d.Left + 2*s.config().Agent.StartTimeout.D() + config.ValidateTimeout)
 			if progress != nil {
 				progress(msg)
 			}
@@ -479,9 +439,9 @@ func (s *supervisor) waitForDrainingEpochs(ctx context.Context, progress func(st
 // requestReload asks for a reload and waits for its result; reloads are
 // refused until Envoy is first LIVE and once a stop has begun. progress,
 // when not nil, hears at once what the reload waits for.
-func (s *supervisor) requestReload(ctx context.Context, progress func(string)) ReloadResult {
+func (s *supervisor) requestReload(ctx context.Context, progress func(string)) control.ReloadResult {
 	if !s.isLive() || s.agent.Draining() {
-		res := ReloadResult{Error: "envoy is not serving (starting or stopping): nothing to reload", Epoch: s.proxy.Epoch()}
+		res := control.ReloadResult{Error: "envoy is not serving (starting or stopping): nothing to reload", Epoch: s.proxy.Epoch()}
 		s.log.Warnf("reload refused: %s", res.Error)
 		return res
 	}
@@ -489,6 +449,6 @@ func (s *supervisor) requestReload(ctx context.Context, progress func(string)) R
 	case res := <-s.reloader.request(progress):
 		return res
 	case <-ctx.Done():
-		return ReloadResult{Error: "the reload request was cancelled; the reload goes on"}
+		return control.ReloadResult{Error: "the reload request was cancelled; the reload goes on"}
 	}
 }
