@@ -31,6 +31,9 @@ func (s *supervisor) isLive() bool {
 func (s *supervisor) liveStatus() string {
 	cfg := s.config()
 	status := fmt.Sprintf("live: Envoy pid %d, epoch %d, admin %s", s.proxy.Pid(), s.proxy.Epoch(), cfg.adminAddress())
+	if s.hotRestartOff() {
+		status += "; " + hotRestartOffNote
+	}
 	if note := s.checkInstalledEnvoy(); note != "" {
 		status += "; " + note
 	}
@@ -44,6 +47,9 @@ func (s *supervisor) ready(ctx context.Context) (bool, string) {
 	}
 	r, err := s.proxy.Admin().Ready(ctx)
 	if err != nil {
+		if s.isRestarting() {
+			return false, "restarting: " + hotRestartOffNote
+		}
 		if s.isReloading() {
 			// A starting epoch takes the admin port over early; the
 			// serving epoch keeps serving meanwhile.

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
 )
 
 // statusRequestTimeout bounds `envoy-agent status`: the agent answers at
@@ -102,6 +104,9 @@ func FormatStatus(r StatusReport) string {
 	line("agent", "%s, pid %d, up %s, status server %s", r.Agent.Version, r.Agent.Pid, secs(r.Agent.UptimeSeconds), r.Agent.StatusAddress)
 	if e := r.Envoy; e != nil {
 		line("envoy", "%s, hot-restart version %s, base_id %d, admin %s", orUnknown(e.Version), orUnknown(e.HotRestartVersion), e.BaseID, e.Admin)
+		if e.HotRestartVersion == envoy.HotRestartDisabled {
+			line("reload", "%s", hotRestartOffNote)
+		}
 		if e.AdminError != "" {
 			line("admin API", "%s", e.AdminError)
 		}
