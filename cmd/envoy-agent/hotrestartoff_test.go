@@ -291,3 +291,34 @@ func TestHotRestartCompiledOutBinaryUpgrade(t *testing.T) {
 		})
 	}
 }
+
+// A live upgrade of the agent hands the mode over with the Envoy: the new
+// agent's reload still drains and restarts, and the new Envoy still runs
+// without hot restart.
+func TestHotRestartCompiledOutSurvivesAgentUpgrade(t *testing.T) {
+	t.Parallel()
+	binA, binB := buildVersion(t, "1.0.0-a"), buildVersion(t, "1.0.1-b")
+	installed := filepath.Join(t.TempDir(), "envoy-agent")
+	install(t, binA, installed)
+	standIn := writeHotRestartOffStandIn(t, t.TempDir())
+	p := startAgent(t, procOptions{binary: installed, envoy: map[string]string{"binary_path": strconv.Quote(standIn)},
+		bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
+	first := p.envoyPid
+	install(t, binB, installed)
+	if code, out := runBinary(t, binB, "upgrade", "--config", p.config); code != 0 || !strings.Contains(out, "-> 1.0.1-b") {
+		t.Fatalf("upgrade: exit %d: %s", code, out)
+	}
+	if info := p.upgradeInfo(); info["version"] != "1.0.1-b" || int(info["envoy_pid"].(float64)) != first {
+		t.Fatalf("after the upgrade: %v; want 1.0.1-b serving envoy pid %d", info, first)
+	}
+	p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "v1"})
+	code, out := p.reload()
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("Envoy pid %d drained for", first)) {
+		t.Fatalf("reload after the upgrade: exit %d: %s", code, out)
+	}
+	p.envoyPid = p.servingPid()
+	p.checkRunsWithoutHotRestart(p.envoyPid)
+	if v := p.answer(); v != "v1" {
+		t.Errorf("after the reload Envoy answers %q, want v1", v)
+	}
+}
