@@ -83,7 +83,7 @@ func (s *supervisor) drainAndRestart(cfg *Config, copied, next string) (int, err
 	if err != nil {
 		return 0, err
 	}
-	s.setHotRestartVersion(next)
+	s.takeReloadedConfig(cfg, next)
 	note := fmt.Sprintf("%s: Envoy pid %d drained for %s, pid %d serves the new configuration", hotRestartOffNote, old, drained.Round(time.Millisecond), pid)
 	s.setReloadNote(note)
 	s.log.WithFields(logrus.Fields{"event": "reload_restart", "old_pid": old, "pid": pid, "drained_ms": drained.Milliseconds()}).Infof("reload: %s", note)

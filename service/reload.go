@@ -244,12 +244,19 @@ func (s *supervisor) reloadSteps() (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	s.takeReloadedConfig(cfg, version)
+	return epoch, nil
+}
+
+// takeReloadedConfig makes cfg, now running in an Envoy of hot-restart
+// version version, the agent's configuration: drain settings, log settings,
+// and what the next reload compares with.
+func (s *supervisor) takeReloadedConfig(cfg *Config, version string) {
 	a := cfg.Agent
 	s.agent.SetDrainSettings(a.TerminationDrainDuration.D(), a.MinDrainDuration.D(), a.ExitOnZeroActiveConnections)
 	s.applyLogSettings(cfg)
 	s.setConfig(cfg)
 	s.setHotRestartVersion(version)
-	return epoch, nil
 }
 
 // validateCopy runs `envoy --mode validate` on copied, the private copy of

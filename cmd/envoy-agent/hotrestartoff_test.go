@@ -161,8 +161,14 @@ func TestHotRestartCompiledOutReloadDrainsAndRestarts(t *testing.T) {
 	}
 
 	// A good one drains the serving Envoy (its request in flight completes)
-	// and starts the new configuration in a new Envoy.
+	// and starts the new configuration in a new Envoy; the agent takes the
+	// TOML's new settings too (a stop's drain bound, seen at the stop).
 	p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "v1"})
+	config, err := os.ReadFile(p.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, p.config, strings.Replace(string(config), `termination_drain_duration = "15s"`, `termination_drain_duration = "12s"`, 1))
 	slow := p.slowRequest(false, 2*time.Second)
 	code, out := p.reload()
 	if code != 0 || !strings.Contains(out, hotRestartOffNote) || !strings.Contains(out, fmt.Sprintf("Envoy pid %d drained for", first)) {
@@ -194,6 +200,9 @@ func TestHotRestartCompiledOutReloadDrainsAndRestarts(t *testing.T) {
 	sent := p.signal(syscall.SIGTERM)
 	if code, took := p.wait(sent, 30*time.Second); code != 0 || took < time.Second {
 		t.Fatalf("stop after the restart: exit %d after %s; want 0 after min_drain_duration 1s", code, took)
+	}
+	if !strings.Contains(p.stderr.String(), "draining envoy: up to 12s") {
+		t.Errorf("the stop did not drain with the reloaded termination_drain_duration 12s")
 	}
 	assertNoEnvoyFor(t, p.dir)
 }
