@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/service/control"
 )
 
 // The agent notices by itself when the Envoy installed at binary_path is no
@@ -111,6 +113,9 @@ func (s *supervisor) installedNote(path string, running os.FileInfo) string {
 		return fmt.Sprintf("the installed Envoy %s differs from the running one (its versions are not known yet): the running one keeps serving", path)
 	}
 	release := envoyRelease(version)
+	if s.restartsInstead(hrVersion) {
+		return fmt.Sprintf("the installed Envoy %s (%s, hot-restart version %s) differs from the running one: a reload switches to it with a drain and a restart (%s)", path, release, hrVersion, control.HotRestartOffNote)
+	}
 	if runningHR := s.hotRestartVersion(); runningHR != "" && hrVersion != runningHR {
 		return fmt.Sprintf("the installed Envoy %s (%s, hot-restart version %s) differs from the running one (hot-restart version %s) and cannot hot restart from it: a restart switches to it with a drain", path, release, hrVersion, runningHR)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -167,7 +168,8 @@ func (r *reloader) serve(batch []reloadRequest) {
 	}
 	res = r.apply(p)
 	res.TookMs = time.Since(start).Milliseconds()
-	res.WaitedMs, res.Note = waited.Milliseconds(), note
+	res.WaitedMs = waited.Milliseconds()
+	res.Note = strings.Join(slices.DeleteFunc([]string{note, res.Note}, func(n string) bool { return n == "" }), "; ")
 	answer(batch, res)
 }
 
@@ -219,6 +221,7 @@ type preparedReload struct {
 	cfg     *config.Config
 	copied  string
 	version string
+	restart bool // drain and restart instead of a hot restart (drainrestart.go)
 	steps   reloadSteps
 }
 
@@ -244,7 +247,7 @@ func (s *supervisor) prepareReload(nested bool) (*preparedReload, control.Reload
 	start := time.Now()
 	from := s.proxy.Epoch()
 	if !nested {
-		s.notify.Reloading(fmt.Sprintf("reloading: epoch %d serving, checking the configuration for epoch %d", from, from+1))
+		s.notify.Reloading(s.reloadingStatus())
 		s.notify.ExtendTimeout(2*s.config().Agent.StartTimeout.D() + config.ValidateTimeout)
 	}
 	p, err := s.checkReload()
@@ -327,7 +330,8 @@ func (s *supervisor) checkReload() (*preparedReload, error) {
 		if s.hotRestartVersion() == "" {
 			s.learnVersion() // a reload asked for right at READY=1
 		}
-		if running := s.hotRestartVersion(); v.version != running {
+		p.restart = s.restartsInstead(v.version)
+		if running := s.hotRestartVersion(); !p.restart && v.version != running {
 			err = errConfig{fmt.Errorf("envoy.binary_path: %s has hot-restart version %s, the running Envoy %s: they cannot hot restart into each other; restart the service to switch", cfg.Envoy.BinaryPath, v.version, running)}
 		}
 	}
@@ -350,24 +354,26 @@ func (s *supervisor) discardReload(p *preparedReload) {
 func (s *supervisor) applyReload(p *preparedReload) control.ReloadResult {
 	cfg := p.cfg
 	s.setReloading(true)
-	s.notify.Status(fmt.Sprintf("reloading: epoch %d serving, starting epoch %d", s.proxy.Epoch(), s.proxy.Epoch()+1))
+	s.notify.Status(s.reloadingStatus())
 	t := time.Now()
-	startCtx, cancelStart := context.WithTimeout(context.Background(), cfg.Agent.StartTimeout.D())
-	epoch, err := s.proxy.HotRestartFrom(startCtx, s.proxyConfig(cfg), p.copied)
-	cancelStart()
-	p.steps.hotRestart = time.Since(t)
-	if err == nil {
-		a := cfg.Agent
-		s.agent.SetDrainSettings(a.TerminationDrainDuration.D(), a.MinDrainDuration.D(), a.ExitOnZeroActiveConnections)
-		s.applyLogSettings(cfg)
-		s.setConfig(cfg)
-		s.setHotRestartVersion(p.version)
+	var epoch int
+	var err error
+	if p.restart {
+		epoch, err = s.drainAndRestart(cfg, p.copied, p.version) // takes cfg itself
+	} else {
+		startCtx, cancelStart := context.WithTimeout(context.Background(), cfg.Agent.StartTimeout.D())
+		epoch, err = s.proxy.HotRestartFrom(startCtx, s.proxyConfig(cfg), p.copied)
+		cancelStart()
+		if err == nil {
+			s.takeReloadedConfig(cfg, p.version)
+		}
 	}
+	p.steps.hotRestart = time.Since(t)
 	s.setReloading(false)
 	// The reload's own work; the wait for a draining epoch is WaitedMs.
 	took := p.steps.load + p.steps.copy + p.steps.validate + p.steps.hotRestart
 	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
-	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds()}
+	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds(), Note: s.takeReloadNote()}
 	if err != nil {
 		res.Error = err.Error()
 		s.reloadFailed(p.start, res, err)
@@ -382,6 +388,17 @@ func (s *supervisor) applyReload(p *preparedReload) control.ReloadResult {
 		Infof("reloaded in %s: epoch %d is serving", took.Round(time.Millisecond), epoch)
 	s.notify.Ready(fmt.Sprintf("%s; reloaded %s", s.liveStatus(), time.Now().Format(time.RFC3339)))
 	return res
+}
+
+// takeReloadedConfig makes cfg, now running in an Envoy of hot-restart
+// version version, the agent's configuration: drain settings, log settings,
+// and what the next reload compares with.
+func (s *supervisor) takeReloadedConfig(cfg *config.Config, version string) {
+	a := cfg.Agent
+	s.agent.SetDrainSettings(a.TerminationDrainDuration.D(), a.MinDrainDuration.D(), a.ExitOnZeroActiveConnections)
+	s.applyLogSettings(cfg)
+	s.setConfig(cfg)
+	s.setHotRestartVersion(version)
 }
 
 // validateCopy runs `envoy --mode validate` on copied, the private copy of
