@@ -1,6 +1,7 @@
 //go:build linux
 
 // The private, per-epoch copies of the bootstrap that every epoch runs from.
+
 package envoy
 
 import (

@@ -2,6 +2,7 @@
 
 // Resolution of the paths a configuration names: relative paths, the Envoy
 // binary in PATH, the run folder.
+
 package config
 
 import (
