@@ -11,15 +11,19 @@ PKG_STAGE ?= .cache/package
 
 .PHONY: package e2e lint-packages $(PKG_STAGE)/envoy-agent
 
-# The packaged binary is built as distributions build Go: -trimpath (no build paths), PIE, linked
-# by the system linker with full RELRO and BIND_NOW (what lintian's hardening checks look for),
-# stripped (-s -w), and with the module version stamped from git (-buildvcs=true overrides a
-# GOFLAGS=-buildvcs=false; `go version -m` shows it). cgo stays on: the external linker needs it.
+# The packaged binary is a pure Go build (CGO_ENABLED=0: the code imports no C), so it calls
+# nothing in glibc and runs on any glibc release: -trimpath (no build paths), a PIE linked by Go's
+# own linker, which also gives it a read-only PT_GNU_RELRO segment and, with -bindnow, BIND_NOW
+# (what lintian's hardening checks look for), stripped (-s -w), and with the module version
+# stamped from git (-buildvcs=true overrides a GOFLAGS=-buildvcs=false; `go version -m` shows it).
+# Its only tie to the C library is the dynamic loader that relocates a PIE (PT_INTERP, no
+# DT_NEEDED); mkpkg reads that from the binary and makes the package depend on libc6/glibc
+# unversioned. GOARCH picks the architecture (see PKG_ARCHES).
 PKG_GOFLAGS  := -trimpath -buildmode=pie -buildvcs=true
-PKG_LDFLAGS  := -s -w -linkmode=external -extldflags '-Wl,-z,relro,-z,now' -X main.version=$(VERSION)
+PKG_LDFLAGS  := -s -w -bindnow -X main.version=$(VERSION)
 $(PKG_STAGE)/envoy-agent:
 	@mkdir -p $(@D)
-	CGO_ENABLED=1 $(GO) build $(PKG_GOFLAGS) -ldflags "$(PKG_LDFLAGS)" -o $@ ./cmd/envoy-agent
+	CGO_ENABLED=0 $(GO) build $(PKG_GOFLAGS) -ldflags "$(PKG_LDFLAGS)" -o $@ ./cmd/envoy-agent
 
 # Man pages, generated from the commands and keys the code declares (internal/manual); the date
 # is the last commit's, so a rebuild of the same commit gives the same pages.
