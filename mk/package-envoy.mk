@@ -35,7 +35,8 @@ package-envoy: $(foreach a,$(ENVOY_ARCHES),$(call envoy_wheel_bin,$(a))) $(if $(
 	$(GO) build -o $(PKG_STAGE)/mkpkg ./packaging/cmd/mkpkg
 	@set -e; for a in $(ENVOY_ARCHES); do \
 	  case $$a in $(GOHOSTARCH)) run=;; arm64) run="qemu-aarch64-static -L /usr/aarch64-linux-gnu";; *) echo "no way to run $$a here" >&2; exit 1;; esac; \
-	  bin=$(CACHE)/envoy/$(ENVOY_VERSION)$$(test $$a = arm64 && echo -aarch64)/envoy; \
+	  case $$a in arm64) sfx=-aarch64;; *) sfx=;; esac; \
+	  bin=$(CACHE)/envoy/$(ENVOY_VERSION)$$sfx/envoy; \
 	  v=$$($$run $$bin --version | sed -n 's|.*version: [0-9a-f]*/\([^/]*\)/.*|\1|p'); \
 	  test "$$v" = "$(ENVOY_VERSION)" || { echo "$$bin says version '$$v', want $(ENVOY_VERSION)" >&2; exit 1; }; \
 	  hr=$$($$run $$bin --hot-restart-version 2>&1 | tail -n 1); \

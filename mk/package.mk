@@ -4,7 +4,9 @@
 #
 #   make package   dist/envoy-agent_<ver>-1_<arch>.deb and dist/envoy-agent-<ver>-1.<arch>.rpm for
 #                  each of PKG_ARCHES (amd64 arm64: .deb amd64/arm64, .rpm x86_64/aarch64)
-#   make e2e       boots Debian bookworm under systemd-nspawn and tests the .deb (needs root)
+#   make e2e       boots Debian 12, 11 and 13 under systemd-nspawn and tests the .deb (needs root):
+#                  every step on 12, the operator's path on 11 and 13 (test/e2e/run.sh says which);
+#                  E2E_RELEASES picks releases, E2E_ROOTS where the debootstrapped roots are cached
 #   make lint-packages  Debian 12's lintian and rpmlint on both packages
 
 DIST      ?= dist
@@ -98,5 +100,8 @@ lint-packages: package
 	    if [ -n "$$bad" ]; then echo "rpmlint: errors or warnings besides no-signature:"; echo "$$bad"; exit 1; fi; \
 	    grep -q 'packages and 0 specfiles checked' $(PKG_STAGE)/rpmlint.out || { echo "rpmlint did not run (exit $$rc)"; exit 1; }
 
+E2E_RELEASES ?= bookworm bullseye trixie
+E2E_ROOTS    ?= $(CURDIR)/.cache
 e2e: package envoy
-	PKG_STAGE=$(PKG_STAGE) ENVOY_BIN=$(ENVOY_BIN) DIST=$(DIST) BINARY=$(PKG_STAGE)/envoy-agent test/e2e/run.sh
+	PKG_STAGE=$(PKG_STAGE) ENVOY_BIN=$(ENVOY_BIN) DIST=$(DIST) BINARY=$(PKG_STAGE)/envoy-agent \
+	    E2E_RELEASES="$(E2E_RELEASES)" E2E_ROOTS=$(E2E_ROOTS) test/e2e/run.sh

@@ -2,8 +2,9 @@ package main
 
 import (
 	"debug/elf"
-	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strconv"
 	"strings"
 )
@@ -61,12 +62,18 @@ var elfMachines = map[string]elf.Machine{
 // readLibcNeed reads what the binary at path needs from the C library (see libcNeed), and checks
 // that it is an ELF binary for goarch. A file that is not ELF (a script) needs nothing.
 func readLibcNeed(path, goarch string) (libcNeed, error) {
-	f, err := elf.Open(path)
-	var notELF *elf.FormatError
-	if errors.As(err, &notELF) {
+	fd, err := os.Open(path)
+	if err != nil {
+		return libcNeed{}, err
+	}
+	magic := make([]byte, len(elf.ELFMAG))
+	_, _ = io.ReadFull(fd, magic) // a shorter file is no ELF file
+	fd.Close()
+	if string(magic) != elf.ELFMAG {
 		// A script (the e2e's broken stand-in agent): it needs no particular C library.
 		return libcNeed{}, nil
 	}
+	f, err := elf.Open(path)
 	if err != nil {
 		return libcNeed{}, err
 	}

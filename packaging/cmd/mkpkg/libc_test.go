@@ -53,6 +53,10 @@ func TestReadLibcNeed(t *testing.T) {
 	if err := os.WriteFile(script, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	short := filepath.Join(t.TempDir(), "envoy-agent")
+	if err := os.WriteFile(short, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name           string
 		path, goarch   string
@@ -61,6 +65,7 @@ func TestReadLibcNeed(t *testing.T) {
 		wantErrContain string
 	}{
 		{name: "script", path: script, goarch: "amd64", want: libcNeed{}},
+		{name: "script shorter than an ELF header", path: short, goarch: "amd64", want: libcNeed{}},
 		{name: "static, no interpreter", path: writeELF(t, elf.EM_X86_64, ""), goarch: "amd64", want: libcNeed{}},
 		{
 			name: "pure Go PIE: glibc's loader only", path: writeELF(t, elf.EM_X86_64, "/lib64/ld-linux-x86-64.so.2"),

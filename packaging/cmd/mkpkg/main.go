@@ -141,6 +141,12 @@ func build(cfg *nfpm.Config, format, dir, debChangelog string, libc libcNeed) (s
 	if err := write(path, func(f *os.File) error { return pkg.Package(info, f) }); err != nil {
 		return "", err
 	}
+	if format == "deb" {
+		if err := dropDebDirs(path); err != nil {
+			_ = os.Remove(path)
+			return "", err
+		}
+	}
 	return path, nil
 }
 
