@@ -40,6 +40,10 @@ type Envoy struct {
 	runDir     string
 	runDirErr  error
 	ownRunDir  bool
+	// hotRestartSocket is Envoy's --socket-path (hotrestartsocket.go); ""
+	// only for epochs adopted from an agent that ran Envoy with the
+	// abstract sockets, whose successors must find them there.
+	hotRestartSocket string
 
 	mu       sync.Mutex
 	cur      *process               // the serving epoch
@@ -93,7 +97,7 @@ func (e *Envoy) Epoch() int {
 
 // Args returns the command line (without the binary) that epoch would run with.
 func (e *Envoy) Args(epoch int) []string {
-	return e.config().args(epoch, e.adminAddressPath(epoch))
+	return e.config().args(epoch, e.adminAddressPath(epoch), e.hotRestartSocket)
 }
 
 func (e *Envoy) ensureRunDir() (string, error) {
@@ -103,10 +107,14 @@ func (e *Envoy) ensureRunDir() (string, error) {
 			if e.runDirErr = os.MkdirAll(e.runDir, 0o750); e.runDirErr == nil {
 				e.runDirErr = CheckRunDir(e.runDir)
 			}
-			return
+		} else {
+			e.runDir, e.runDirErr = os.MkdirTemp("", "envoy-agent-")
+			e.ownRunDir = e.runDirErr == nil
 		}
-		e.runDir, e.runDirErr = os.MkdirTemp("", "envoy-agent-")
-		e.ownRunDir = e.runDirErr == nil
+		if e.runDirErr == nil && !e.config().DisableHotRestart {
+			e.runDirErr = CheckHotRestartSocketPath(e.runDir, e.config().BaseID)
+			e.hotRestartSocket = HotRestartSocketPrefix(e.runDir)
+		}
 	})
 	if e.runDirErr != nil {
 		return "", fmt.Errorf("envoy run folder: %w", e.runDirErr)
@@ -215,7 +223,7 @@ func (e *Envoy) startEpochFrom(cfg ProxyConfig, snapshot string, epoch int) (*pr
 	}
 	runCfg := cfg
 	runCfg.ConfigPath = snapshot
-	args := runCfg.args(epoch, path)
+	args := runCfg.args(epoch, path, e.hotRestartSocket)
 	stdout, stderr := cfg.Stdout, cfg.Stderr
 	if stdout == nil {
 		stdout = os.Stdout

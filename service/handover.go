@@ -26,10 +26,12 @@ const handoverEnv = "ENVOY_AGENT_HANDOVER"
 
 // handoverVersion is the state file format this agent writes; it reads
 // every version in handoverVersions. A new format gets a new number, and
-// agents keep reading the old ones for a while.
-const handoverVersion = 1
+// agents keep reading the old ones for a while. Version 2 adds Envoy's
+// hot-restart socket path (version 1's Envoys use the abstract sockets) and
+// the claims' lock files.
+const handoverVersion = 2
 
-var handoverVersions = []int{1}
+var handoverVersions = []int{1, 2}
 
 // handoverState is the state file: what the new agent needs to go on
 // exactly where the old one was.

@@ -64,6 +64,8 @@ func helperMain() bool {
 		fmt.Println("listening")
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		ln.Close()
+	case "hotrestart":
+		hotRestartProbe()
 	default:
 		return false
 	}
