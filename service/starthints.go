@@ -51,7 +51,7 @@ func startHint(cfg *Config, line, listener string) string {
 	if m := baseIDClashRE.FindStringSubmatch(line); m != nil {
 		id, _ := strconv.ParseUint(m[1], 10, 32)
 		who := "another Envoy on this host"
-		if holder, err := askClaim(baseIDClaim(uint32(id))); err == nil && holder.Pid != selfIdentity(cfg).Pid {
+		if holder, held := askClaim(baseIDClaim(uint32(id))); held && holder.Pid != selfIdentity(cfg).Pid {
 			who = "the Envoy of " + holder.String()
 		}
 		return fmt.Sprintf("base_id %d is used by %s: set envoy.base_id in %s to a base_id of its own (%d is free)", id, who, cfg.File, freeBaseID(uint32(id)))

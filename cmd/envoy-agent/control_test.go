@@ -66,6 +66,8 @@ func helperMain() bool {
 		ln.Close()
 	case "hotrestart":
 		hotRestartProbe()
+	case "squat":
+		claimSquat()
 	default:
 		return false
 	}

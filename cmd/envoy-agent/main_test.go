@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/service"
 )
 
 var agentBin string
@@ -43,6 +44,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	agentBin = filepath.Join(dir, "envoy-agent")
+	// The agents these tests start see each other's claims, and no one
+	// else's (other test runs on the host share /run/envoy-agent-claims).
+	os.Setenv(service.EnvClaimsDir, filepath.Join(dir, "claims"))
+	if err := os.Mkdir(filepath.Join(dir, "claims"), 0o700); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	build := exec.Command("go", "build", "-o", agentBin, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
