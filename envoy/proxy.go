@@ -131,6 +131,9 @@ func (e *Envoy) Run(abort <-chan error) error {
 	}
 	var addrErr chan error
 	if e.serving() == nil { // else an epoch adopted from a previous agent (AdoptEnvoy)
+		if err := e.clearLeftovers(); err != nil {
+			return err
+		}
 		cfg := e.config()
 		p, err := e.startEpoch(cfg, cfg.ConfigPath, 0)
 		if err != nil {
@@ -347,7 +350,7 @@ func (e *Envoy) Cleanup() {
 	if e.ownRunDir {
 		_ = os.RemoveAll(e.runDir)
 	} else if e.runDir != "" {
-		for _, pattern := range []string{"admin-address-epoch-*", "epoch-*-*"} {
+		for _, pattern := range leftoverPatterns {
 			matches, _ := filepath.Glob(filepath.Join(e.runDir, pattern))
 			for _, m := range matches {
 				_ = os.Remove(m)

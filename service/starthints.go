@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
 )
 
 // Envoy's own messages for start failures an operator fixes in the files,
@@ -20,6 +22,7 @@ var (
 	baseIDClashRE = regexp.MustCompile(`unable to bind domain socket with base_id=(\d+), id=\d+, errno=98`)
 	portInUseRE   = regexp.MustCompile(`cannot bind '([^']+)': Address already in use`)
 	listenerRE    = regexp.MustCompile(`listener '([^']+)' failed to bind`)
+	shmExistsRE   = regexp.MustCompile(`cannot open shared memory region /envoy_shared_memory_(\d+) .*File exists`)
 	unreadableRE  = regexp.MustCompile("(?:unable to read file: |Invalid path: |unable to open file ')([^'`\\s]+)")
 )
 
@@ -55,6 +58,14 @@ func startHint(cfg *Config, line, listener string) string {
 			who = "the Envoy of " + holder.String()
 		}
 		return fmt.Sprintf("base_id %d is used by %s: set envoy.base_id in %s to a base_id of its own (%d is free)", id, who, cfg.File, freeBaseID(uint32(id)))
+	}
+	if m := shmExistsRE.FindStringSubmatch(line); m != nil {
+		n, _ := strconv.ParseUint(m[1], 10, 32)
+		owner := envoy.SharedMemoryOwner(uint32(n / envoyBaseIDScale))
+		if owner == "" {
+			owner = "/dev/shm/envoy_shared_memory_" + m[1] + " existed"
+		}
+		return fmt.Sprintf("%s: Envoy's hot-restart shared memory for base_id %d was made by another process before this Envoy started; remove it (as root) or set envoy.base_id in %s to another value (%d is free)", owner, n/envoyBaseIDScale, cfg.File, freeBaseID(uint32(n/envoyBaseIDScale)))
 	}
 	if m := portInUseRE.FindStringSubmatch(line); m != nil {
 		who := "another process"

@@ -89,11 +89,12 @@ type procOptions struct {
 	bootstrap     testenvoy.BootstrapOptions
 	watchdogUsec  int
 	noWaitReady   bool
-	configText    string   // the whole TOML file instead, when set
-	bootstrapFile string   // an existing bootstrap instead, when set
-	stderrFile    *os.File // the agent's stderr instead of a buffer, when set
-	env           []string // more environment for the agent
-	binary        string   // the agent binary to run instead of agentBin, when set
+	configText    string              // the whole TOML file instead, when set
+	bootstrapFile string              // an existing bootstrap instead, when set
+	stderrFile    *os.File            // the agent's stderr instead of a buffer, when set
+	env           []string            // more environment for the agent
+	binary        string              // the agent binary to run instead of agentBin, when set
+	cred          *syscall.Credential // run the agent as this user instead of root, when set
 }
 
 type agentProc struct {
@@ -166,6 +167,14 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 		p.cmd.Env = append(p.cmd.Env, "WATCHDOG_USEC="+strconv.Itoa(o.watchdogUsec))
 	}
 	p.cmd.Stderr = p.stderr
+	if o.cred != nil {
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: o.cred}
+		for _, d := range []string{filepath.Dir(dir), dir} { // t.TempDir's are 0700
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	if o.stderrFile != nil {
 		p.cmd.Stderr = o.stderrFile
 	}
