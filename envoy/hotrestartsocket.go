@@ -4,7 +4,6 @@
 package envoy
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -81,7 +80,8 @@ func HotRestartSocketFiles(prefix string, baseID uint32) []string {
 
 // HotRestartSocketBound returns the first of prefix's hot-restart sockets
 // that a live process has bound (connecting a datagram socket sends
-// nothing; a file left by an Envoy that died refuses the connection).
+// nothing; a file left by an Envoy that died refuses the connection, and
+// one the agent may not reach is not its Envoy's).
 func HotRestartSocketBound(prefix string, baseID uint32) (string, bool) {
 	for _, f := range HotRestartSocketFiles(prefix, baseID) {
 		if unixgramBound(f) {
@@ -92,13 +92,12 @@ func HotRestartSocketBound(prefix string, baseID uint32) (string, bool) {
 }
 
 // unixgramBound reports whether a process has the datagram socket at name
-// bound ("@..." for an abstract name, padded as its binder padded it).
+// bound and the agent may reach it.
 func unixgramBound(name string) bool {
 	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return false
 	}
 	defer syscall.Close(fd)
-	err = syscall.Connect(fd, &syscall.SockaddrUnix{Name: name})
-	return err == nil || !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT))
+	return syscall.Connect(fd, &syscall.SockaddrUnix{Name: name}) == nil
 }

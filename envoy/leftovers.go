@@ -40,9 +40,10 @@ func (e *Envoy) clearLeftovers() error {
 		for _, pattern := range leftoverPatterns {
 			matches, _ := filepath.Glob(filepath.Join(e.runDir, pattern))
 			for _, m := range matches {
-				if err := os.Remove(m); err == nil {
-					e.log.Infof("removed %s, left by an earlier agent of this run folder", m)
+				if err := os.Remove(m); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return fmt.Errorf("remove %s, left by an earlier agent of this run folder: %w", m, err)
 				}
+				e.log.Infof("removed %s, left by an earlier agent of this run folder", m)
 			}
 		}
 	}
