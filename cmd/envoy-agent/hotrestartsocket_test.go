@@ -192,8 +192,15 @@ func TestHotRestartSocketsAreTheAgentUsersOnly(t *testing.T) {
 	p := startAgent(t, procOptions{})
 	baseID := configBaseID(t, p.config)
 	runDir := filepath.Join(p.dir, "run")
-	if err := os.Chmod(p.dir, 0o755); err != nil { // nobody may reach run/, as it may /run
-		t.Fatal(err)
+	// nobody may reach run/, as it may /run: only the run folder's mode
+	// (0750, root's) and the sockets' (0600) stand in its way.
+	for _, d := range []string{filepath.Dir(p.dir), p.dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(p.dir, "run")); err != nil || fi.Mode().Perm()&0o005 != 0 {
+		t.Fatalf("run folder: %v, mode %v; want none for others", err, fi.Mode())
 	}
 	listener := "127.0.0.1:" + strconv.Itoa(p.ports.Listener)
 	load := testenvoy.StartRawLoad(listener, testenvoy.LoadSpec{Path: "/", Workers: 2, Idle: 10 * time.Millisecond})
@@ -233,6 +240,22 @@ func TestHotRestartSocketsAreTheAgentUsersOnly(t *testing.T) {
 				t.Errorf("epoch %d: /proc/net/unix lists %s", epoch, name)
 			}
 		}
+	}
+	// A run folder others may enter (0755 passes the agent's check): the
+	// sockets' own mode (0600) still refuses them.
+	if err := os.Chmod(runDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n := uint64(baseID)*10 + 1
+	got := probeAs(t, nobody, filepath.Join(runDir, "hot-restart_parent_"+strconv.FormatUint(n, 10)),
+		filepath.Join(runDir, "hot-restart_child_"+strconv.FormatUint(n+1, 10)), listener, "listener,drain,terminate")
+	for _, want := range []string{"bind reply socket: errno 13", "listener: send: errno 13", "drain: send: errno 13", "terminate: send: errno 13"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("run folder 0755: want %q:\n%s", want, got)
+		}
+	}
+	if err := os.Chmod(runDir, 0o750); err != nil {
+		t.Fatal(err)
 	}
 	if o := load.Stop(); o.Failed != 0 || o.OK == 0 {
 		t.Fatalf("load through the probes: %s; want no failure", o)
