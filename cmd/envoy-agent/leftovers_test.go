@@ -106,7 +106,7 @@ func TestSharedMemoryOfAnotherUserIsNamed(t *testing.T) {
 		t.Fatalf("uid 65534 could not make %s: %v %s", shm, err, out)
 	}
 	t.Cleanup(func() { _ = os.Remove(shm) })
-	home := t.TempDir()
+	home := shortTempDir(t)
 	for _, d := range []string{"run", "claims"} {
 		if err := os.Mkdir(filepath.Join(home, d), 0o700); err != nil {
 			t.Fatal(err)

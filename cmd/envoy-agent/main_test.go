@@ -124,7 +124,7 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 	up := testenvoy.NewUpstream(t)
 	ports := testenvoy.NewPorts(t)
 	ports.Upstream = up.Port
-	dir := t.TempDir()
+	dir := shortTempDir(t)
 	bo := o.bootstrap
 	bo.Ports = ports
 	bootstrap := o.bootstrapFile
@@ -169,10 +169,8 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 	p.cmd.Stderr = p.stderr
 	if o.cred != nil {
 		p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: o.cred}
-		for _, d := range []string{filepath.Dir(dir), dir} { // t.TempDir's are 0700
-			if err := os.Chmod(d, 0o755); err != nil {
-				t.Fatal(err)
-			}
+		if err := os.Chmod(dir, 0o755); err != nil { // MkdirTemp's are 0700
+			t.Fatal(err)
 		}
 	}
 	if o.stderrFile != nil {
@@ -208,6 +206,20 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 		p.waitReady()
 	}
 	return p
+}
+
+// shortTempDir is a temporary folder removed when the test ends, with a
+// short name: t.TempDir's name carries the test's, and the run folder
+// inside must leave room for Envoy's hot-restart socket names (107 bytes
+// in all).
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "agent-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 // removeSharedMemory removes the hot-restart shared memory of baseID, which
