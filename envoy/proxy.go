@@ -111,7 +111,9 @@ func (e *Envoy) ensureRunDir() (string, error) {
 			e.runDir, e.runDirErr = os.MkdirTemp("", "envoy-agent-")
 			e.ownRunDir = e.runDirErr == nil
 		}
-		if e.runDirErr == nil && !e.config().DisableHotRestart {
+		// Set even while hot restart is off: a drain-and-restart may switch
+		// to an Envoy that has it (args passes it only then).
+		if e.runDirErr == nil {
 			e.runDirErr = CheckHotRestartSocketPath(e.runDir, e.config().BaseID)
 			e.hotRestartSocket = HotRestartSocketPrefix(e.runDir)
 		}
@@ -271,12 +273,19 @@ func (e *Envoy) stopAll() {
 		e.stop(cur)
 	}
 	for _, p := range others {
-		if !p.waitFor(replacedEpochQuitWait) {
-			p.signalGroup(syscall.SIGTERM)
-			if !p.waitFor(e.quitGrace()) {
-				p.signalGroup(syscall.SIGKILL)
-				<-p.done
-			}
+		e.stopReplaced(p)
+	}
+}
+
+// stopReplaced ends an epoch that is not the serving one: Envoy ends it
+// when the serving one quits; SIGTERM if it has not, SIGKILL after the
+// grace period.
+func (e *Envoy) stopReplaced(p *process) {
+	if !p.waitFor(replacedEpochQuitWait) {
+		p.signalGroup(syscall.SIGTERM)
+		if !p.waitFor(e.quitGrace()) {
+			p.signalGroup(syscall.SIGKILL)
+			<-p.done
 		}
 	}
 }
