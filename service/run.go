@@ -100,6 +100,7 @@ type supervisor struct {
 	version          string
 	selfPath         string // the agent's binary, re-executed on an upgrade
 	statusLn, promLn net.Listener
+	held             *claims // handed over with the listeners
 	up               upgradeState
 
 	mu        sync.Mutex
@@ -194,11 +195,12 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	// An agent that adopts a running Envoy (a live upgrade) holds its base
 	// id, its ports and its listeners already.
 	adopting := s.handover != nil
-	held, err := claimResources(cfg, log, adopting)
+	held, err := claimResources(cfg, log, adopting, s.handover.claims())
 	if err != nil {
 		return err
 	}
 	defer held.Close()
+	s.held = held
 	statusLn, promLn, err := s.listen(cfg)
 	if err != nil {
 		return err

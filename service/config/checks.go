@@ -216,6 +216,9 @@ func (c *Config) check(ps *problems) {
 	}
 	c.checkLimits(ps)
 	if dir := c.RunDir(); dir != "" {
+		if err := envoy.CheckHotRestartSocketPath(dir, c.Envoy.BaseID); err != nil {
+			ps.add("agent.run_dir", "%v", err)
+		}
 		if _, err := os.Lstat(dir); err == nil {
 			// Who owns it is checked when the agent runs (Run): root may
 			// validate a file whose run_dir the service user owns.

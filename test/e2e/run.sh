@@ -393,6 +393,20 @@ reload_bad() {
 	expect_body
 }
 
+# local_doors: Envoy's hot-restart sockets are files in /run/envoy-agent, mode 0600, no abstract
+# Envoy socket is bound, and Envoy's shared memory is in the unit's own /dev/shm, not the host's.
+local_doors() {
+	local perms pid
+	perms=$(ct_sh 'stat -c "%A %U" /run/envoy-agent/hot-restart_* | sort -u')
+	echo "detail: hot-restart sockets: $perms"
+	[ "$perms" = "srw------- envoy-agent" ] || fail "hot-restart sockets: $perms"
+	ct_sh 'grep -q "@envoy_domain_socket" /proc/net/unix' && fail "an abstract Envoy socket is bound"
+	ct_sh 'ls /dev/shm/envoy_shared_memory_* 2>/dev/null' && fail "Envoy's shared memory is in the host's /dev/shm"
+	pid=$(ct_run systemctl show -p MainPID --value envoy-agent)
+	echo "detail: the unit's /dev/shm: $(ct_sh "ls /proc/$pid/root/dev/shm" | tr '\n' ' ')"
+	ct_sh "ls /proc/$pid/root/dev/shm" | grep -q '^envoy_shared_memory_' || fail "no shared memory in the unit's /dev/shm"
+}
+
 # control_socket_operators: the control socket in /run/envoy-agent is the service's, mode 0660;
 # nobody cannot quit, drain or reload through it; a member of the service group can reload.
 control_socket_operators() {
@@ -1206,6 +1220,7 @@ release_full() {
 			step "journal: -p warning shows a failed reload's reason and Envoy's warnings, not info" journal_priorities
 			step "logrotate -f: Envoy writes on in the new access log, no request lost" logrotate_access_log
 			step "control socket: nobody cannot quit, drain or reload; the service group can reload" control_socket_operators
+			step "hot-restart sockets 0600 in /run/envoy-agent, none abstract; Envoy's shared memory in the unit's own /dev/shm" local_doors
 			step "stop: a slow request in flight completes, clean stop, drain in the journal" stop_draining
 			step "envoy package upgraded while envoy-agent is stopped: starts nothing, fails nothing" envoy_upgrade_stopped
 			step "kill -9 of Envoy: the unit restarts by itself" kill9
