@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/envoy-agent/envoy-agent/envoy/versions"
 	"os"
 	"strings"
 	"syscall"
@@ -13,11 +14,11 @@ import (
 )
 
 // HotRestartVersion asks an Envoy binary for its hot-restart compatibility
-// string (--hot-restart-version), without a cache (VersionCache keeps the
+// string (--hot-restart-version), without a cache (versions.Cache keeps the
 // answers). Two Envoys can hot restart into each other only when theirs
 // are equal.
 func HotRestartVersion(ctx context.Context, binary string) (string, error) {
-	return new(VersionCache).HotRestartVersion(ctx, binary)
+	return new(versions.Cache).HotRestartVersion(ctx, binary)
 }
 
 // HotRestartError is a hot restart whose new epoch did not become LIVE. The

@@ -8,11 +8,6 @@ import "time"
 // ones an operator sets (drains, parent shutdown, start timeout) come from
 // ProxyConfig and NewAgent instead.
 const (
-	// versionQuestionTimeout bounds `envoy --version` and
-	// `--hot-restart-version`: the binary only prints a string, but a cold
-	// start of a 100 MB binary from a slow disk can take seconds.
-	versionQuestionTimeout = 30 * time.Second
-
 	// epochPoll is how often a starting epoch is checked (its admin address
 	// file, then /server_info): a reload ends on average half a poll after
 	// the new epoch is LIVE, and a bare hot restart takes about 50 ms, so

@@ -34,7 +34,7 @@ const installedEnvoyCheckInterval = 5 * time.Second
 const installedEnvoyProbeTimeout = 10 * time.Second
 
 // installedEnvoy is what the last comparison found. The installed binary's
-// versions come from the supervisor's VersionCache, asked by the watcher
+// versions come from the supervisor.s versions.Cache, asked by the watcher
 // (never by a getter, and never under mu); a change of the outcome is
 // logged once.
 type installedEnvoy struct {

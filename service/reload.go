@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/envoy-agent/envoy-agent/envoy/versions"
 	"os"
 	"slices"
 	"strings"
@@ -404,7 +405,7 @@ func (s *supervisor) takeReloadedConfig(cfg *config.Config, version string) {
 // validateCopy runs `envoy --mode validate` on copied, the private copy of
 // cfg's bootstrap that the new epoch will run; problems name the
 // operator's file, not the copy.
-func validateCopy(ctx context.Context, cfg *config.Config, copied string, versions *envoy.VersionCache) error {
+func validateCopy(ctx context.Context, cfg *config.Config, copied string, versions *versions.Cache) error {
 	c := *cfg
 	c.Envoy.ConfigPath = copied
 	err := config.ValidateBootstrap(ctx, &c, versions)

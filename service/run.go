@@ -5,6 +5,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"github.com/envoy-agent/envoy-agent/envoy/versions"
 	"io"
 	"net"
 	"os"
@@ -100,6 +101,7 @@ type supervisor struct {
 	version          string
 	selfPath         string // the agent's binary, re-executed on an upgrade
 	statusLn, promLn net.Listener
+	held             *claims // handed over with the listeners
 	up               upgradeState
 
 	mu        sync.Mutex
@@ -110,8 +112,8 @@ type supervisor struct {
 	restarting bool   // a reload drains and restarts Envoy (drainrestart.go)
 	reloadNote string // what the reload under way has to add to its answer
 
-	installed installedEnvoy     // is the Envoy at binary_path the running one? (installedenvoy.go)
-	versions  envoy.VersionCache // what the binaries at binary_path said of themselves, per file
+	installed installedEnvoy // is the Envoy at binary_path the running one? (installedenvoy.go)
+	versions  versions.Cache // what the binaries at binary_path said of themselves, per file
 }
 
 func (s *supervisor) config() *config.Config {
@@ -195,11 +197,12 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	// An agent that adopts a running Envoy (a live upgrade) holds its base
 	// id, its ports and its listeners already.
 	adopting := s.handover != nil
-	held, err := claimResources(cfg, log, adopting)
+	held, err := claimResources(cfg, log, adopting, s.handover.claims())
 	if err != nil {
 		return err
 	}
 	defer held.Close()
+	s.held = held
 	statusLn, promLn, err := s.listen(cfg)
 	if err != nil {
 		return err

@@ -64,6 +64,10 @@ func helperMain() bool {
 		fmt.Println("listening")
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		ln.Close()
+	case "hotrestart":
+		hotRestartProbe()
+	case "squat":
+		claimSquat()
 	default:
 		return false
 	}

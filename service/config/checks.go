@@ -5,6 +5,7 @@ package config
 import (
 	"context"
 	"fmt"
+	"github.com/envoy-agent/envoy-agent/envoy/versions"
 	"net/netip"
 	"os"
 	"slices"
@@ -92,7 +93,7 @@ func (c *Config) checkLimits(ps *problems) {
 // the answer) and wants Envoy's answer ("<path> version: <sha>/<x.y.z>/..."):
 // any other executable would pass the checks on the path alone and then
 // fail every start.
-func (c *Config) checkIsEnvoy(ctx context.Context, versions *envoy.VersionCache) error {
+func (c *Config) checkIsEnvoy(ctx context.Context, versions *versions.Cache) error {
 	text, err := versions.Version(ctx, c.Envoy.BinaryPath)
 	if err == nil && strings.Contains(text, " version: ") && strings.Contains(text, "/") {
 		return nil
@@ -203,6 +204,9 @@ func (c *Config) check(ps *problems) {
 	}
 	c.checkLimits(ps)
 	if dir := c.RunDir(); dir != "" {
+		if err := envoy.CheckHotRestartSocketPath(dir, c.Envoy.BaseID); err != nil {
+			ps.add("agent.run_dir", "%v", err)
+		}
 		if _, err := os.Lstat(dir); err == nil {
 			// Who owns it is checked when the agent runs (Run): root may
 			// validate a file whose run_dir the service user owns.

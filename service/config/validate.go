@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/envoy-agent/envoy-agent/envoy/versions"
 	"io"
 	"os/exec"
 	"strings"
@@ -25,7 +26,7 @@ func Validate(ctx context.Context, path string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := ValidateBootstrap(ctx, cfg, new(envoy.VersionCache)); err != nil {
+	if err := ValidateBootstrap(ctx, cfg, new(versions.Cache)); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "OK: %s is valid; %s accepts the bootstrap %s\n", cfg.File, cfg.Envoy.BinaryPath, cfg.Envoy.ConfigPath)
@@ -36,7 +37,7 @@ func Validate(ctx context.Context, path string, out io.Writer) error {
 // operator's extra arguments (they may change what Envoy loads), and beside
 // it `envoy --version` (answered from versions when the binary has not
 // changed), which must say it is an Envoy: that problem is reported first.
-func ValidateBootstrap(ctx context.Context, cfg *Config, versions *envoy.VersionCache) error {
+func ValidateBootstrap(ctx context.Context, cfg *Config, versions *versions.Cache) error {
 	isEnvoy := make(chan error, 1)
 	go func() { isEnvoy <- cfg.checkIsEnvoy(ctx, versions) }()
 	err := runValidate(ctx, cfg)

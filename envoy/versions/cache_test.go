@@ -1,6 +1,6 @@
 //go:build linux
 
-package envoy
+package versions
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // The real Envoy answers, through a wrapper that notes each run: a binary
 // is asked each question once per file identity, and again once the file
 // changes.
-func TestVersionCacheAsksOncePerFile(t *testing.T) {
+func TestCacheAsksOncePerFile(t *testing.T) {
 	dir := t.TempDir()
 	runs := filepath.Join(dir, "runs")
 	bin := filepath.Join(dir, "envoy")
@@ -38,7 +38,7 @@ func TestVersionCacheAsksOncePerFile(t *testing.T) {
 		return strings.Count(string(b), "\n")
 	}
 	ctx := context.Background()
-	var c VersionCache
+	var c Cache
 	if _, _, ok := c.Cached(bin); ok {
 		t.Fatalf("Cached knows a binary never asked")
 	}

@@ -1,8 +1,8 @@
 //go:build linux
 
-// What an Envoy binary says of itself (--version, --hot-restart-version),
-// asked once per file.
-package envoy
+// Package versions asks an Envoy binary what it says of itself (--version,
+// --hot-restart-version), once per file.
+package versions
 
 import (
 	"bytes"
@@ -13,16 +13,29 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Each question is a full start of a 100 MB binary (about 33 ms each on
 // the bench machine), and a reload asks both of a binary that has almost
-// never changed since the last one. VersionCache keeps the answers keyed on
+// never changed since the last one. Cache keeps the answers keyed on
 // the file's identity: a new file, an edit in place, a chmod or a touch
 // changes one of device, inode, size, modification or change time, and the
 // binary is asked again. Only answers the file gave while it kept one
 // identity (stat before and after the run) are kept, and only successful
 // ones: a timeout on a busy host is asked again next time.
+
+// questionTimeout bounds one question: the binary only prints a string,
+// but a cold start of a 100 MB binary from a slow disk can take seconds.
+const questionTimeout = 30 * time.Second
+
+// truncate is s cut to n bytes, for error messages.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
 
 // fileIdentity tells one binary from another at the same path.
 type fileIdentity struct {
@@ -59,24 +72,24 @@ type versionAnswer struct {
 	text string
 }
 
-// VersionCache answers --version and --hot-restart-version for Envoy
+// Cache answers --version and --hot-restart-version for Envoy
 // binaries, running each once per file identity. The zero value is ready;
 // it is safe for concurrent use, and never holds its lock while a binary
 // runs.
-type VersionCache struct {
+type Cache struct {
 	mu      sync.Mutex
 	answers map[versionKey]versionAnswer
 }
 
 // Version is `binary --version`'s output, trimmed. It fails when the
 // binary cannot be run, exits non-zero or does not answer within ctx.
-func (c *VersionCache) Version(ctx context.Context, binary string) (string, error) {
+func (c *Cache) Version(ctx context.Context, binary string) (string, error) {
 	return c.ask(ctx, binary, askVersion)
 }
 
 // HotRestartVersion is the binary's hot-restart compatibility string:
 // two Envoys can hot restart into each other only when theirs are equal.
-func (c *VersionCache) HotRestartVersion(ctx context.Context, binary string) (string, error) {
+func (c *Cache) HotRestartVersion(ctx context.Context, binary string) (string, error) {
 	out, err := c.ask(ctx, binary, askHotRestartVersion)
 	if err != nil {
 		return "", err
@@ -89,7 +102,7 @@ func (c *VersionCache) HotRestartVersion(ctx context.Context, binary string) (st
 // Cached is the cached answer to --version and --hot-restart-version for
 // the file at binary now, without running anything; ok is false when
 // either is not known for this very file.
-func (c *VersionCache) Cached(binary string) (version, hotRestart string, ok bool) {
+func (c *Cache) Cached(binary string) (version, hotRestart string, ok bool) {
 	id, err := identify(binary)
 	if err != nil {
 		return "", "", false
@@ -105,7 +118,7 @@ func (c *VersionCache) Cached(binary string) (version, hotRestart string, ok boo
 	return v.text, strings.TrimSpace(lines[len(lines)-1]), true
 }
 
-func (c *VersionCache) ask(ctx context.Context, binary string, q versionQuestion) (string, error) {
+func (c *Cache) ask(ctx context.Context, binary string, q versionQuestion) (string, error) {
 	before, err := identify(binary)
 	if err != nil {
 		return "", err
@@ -117,7 +130,7 @@ func (c *VersionCache) ask(ctx context.Context, binary string, q versionQuestion
 	if ok && a.id == before {
 		return a.text, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, versionQuestionTimeout)
+	ctx, cancel := context.WithTimeout(ctx, questionTimeout)
 	defer cancel()
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, binary, string(q))
@@ -126,7 +139,7 @@ func (c *VersionCache) ask(ctx context.Context, binary string, q versionQuestion
 	text := strings.TrimSpace(out.String())
 	if err != nil {
 		if ctx.Err() != nil {
-			return text, fmt.Errorf("%s %s did not answer within %s: %w", binary, q, versionQuestionTimeout, ctx.Err())
+			return text, fmt.Errorf("%s %s did not answer within %s: %w", binary, q, questionTimeout, ctx.Err())
 		}
 		return text, fmt.Errorf("%s %s: %w: %s", binary, q, err, truncate(text, 200))
 	}
