@@ -256,7 +256,7 @@ func configProblem(cfg *Config, key, format string, args ...any) error {
 	if data, err := readConfigFile(cfg.File); err == nil {
 		lines = strings.Split(string(data), "\n")
 	}
-	ps := &problems{file: cfg.File, lines: lines}
+	ps := &problems{file: cfg.File, lines: newKeyLines(lines)}
 	ps.add(key, format, args...)
 	return ps.err()
 }
