@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
 )
 
 // The control API is the agent's operator interface, on a unix socket
@@ -214,6 +216,10 @@ func (s *supervisor) newControl() (*controlServer, *net.UnixListener, error) {
 		return nil, nil, fmt.Errorf("the configuration's path: %w", err)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, nil, fmt.Errorf("%s: the control socket's folder: %w", key, err)
+	}
+	// As run_dir: only the agent's user or root may own the folder.
+	if err := envoy.CheckRunDir(filepath.Dir(path)); err != nil {
 		return nil, nil, fmt.Errorf("%s: the control socket's folder: %w", key, err)
 	}
 	ln, err := listenControl(path)

@@ -35,4 +35,5 @@ func (c *Config) checkControlSocket(ps *problems) {
 	if p := c.controlSocket(); len(p) > maxUnixPath {
 		ps.add(key, "the control socket %s is %d bytes long; a unix socket path holds at most %d", p, len(p), maxUnixPath)
 	}
+	c.checkControlSocketDir(ps)
 }
