@@ -3,55 +3,95 @@
 package service
 
 import (
+	"errors"
+	"io"
 	"net"
 	"testing"
+	"time"
 )
 
-// TestLimitListener: the third connection waits until one of the first two
+// TestLimitListenerClosesTheLongestWaiting: with two slots, a third
+// connection is accepted at once and the connection that waited longest
+// for a request is closed for it; a connection whose request is being
+// answered is never closed, and when both are, the third waits until one
 // closes.
-func TestLimitListener(t *testing.T) {
+func TestLimitListenerClosesTheLongestWaiting(t *testing.T) {
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ln := newLimitListener(inner, 2)
 	defer ln.Close()
-	for range 3 {
+	var clients []net.Conn
+	dial := func() net.Conn {
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		clients = append(clients, c)
+		return c
 	}
-	first, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ln.Accept(); err != nil {
-		t.Fatal(err)
-	}
-	third := make(chan net.Conn)
-	go func() {
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	accept := func() *limitConn {
 		c, err := ln.Accept()
 		if err != nil {
-			t.Error(err)
+			t.Fatal(err)
 		}
-		third <- c
-	}()
+		return c.(*limitConn)
+	}
+	// closedByServer reports whether the server closed the client's
+	// connection (EOF within a second).
+	closedByServer := func(c net.Conn) bool {
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		_, err := c.Read(make([]byte, 1))
+		return errors.Is(err, io.EOF)
+	}
+
+	first, second := dial(), dial()
+	a1 := accept()
+	a2 := accept()
+	dial()
+	accept() // at once: the first, waiting longest, is closed for it
+	if !closedByServer(first) {
+		t.Fatal("the longest-waiting connection was not closed for the new one")
+	}
+	if closedByServer(second) {
+		t.Fatal("the second connection was closed too")
+	}
+	a1.Close() // the server's own close of a closed connection frees nothing twice
+	if n := len(ln.lim.conns); n != 2 {
+		t.Fatalf("%d connections tracked, want 2", n)
+	}
+
+	// Both open connections answering: a new one waits.
+	ln.lim.mark(a2, 1)
+	for c := range ln.lim.conns {
+		if c != a2 {
+			ln.lim.mark(c, 1)
+		}
+	}
+	dial()
+	accepted := make(chan *limitConn)
+	go func() { accepted <- accept() }()
 	select {
-	case <-third:
-		t.Fatal("a third connection was accepted while two were open")
-	default:
+	case <-accepted:
+		t.Fatal("a connection was accepted by closing one being answered")
+	case <-time.After(200 * time.Millisecond):
 	}
-	if err := first.Close(); err != nil {
-		t.Fatal(err)
+	a2.Close()
+	select {
+	case c := <-accepted:
+		if c.Unwrap().RemoteAddr() == nil {
+			t.Fatal("Unwrap lost the connection")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting connection was not accepted when one closed")
 	}
-	first.Close() // a second Close must not free a second slot
-	c := <-third
-	if c.(*limitConn).Unwrap().RemoteAddr() == nil {
-		t.Fatal("Unwrap lost the connection")
-	}
-	if got := len(ln.(*limitListener).sem); got != 2 {
-		t.Fatalf("%d slots in use after one close and one accept, want 2", got)
+	if n := len(ln.lim.conns); n != 2 {
+		t.Fatalf("%d connections tracked, want 2", n)
 	}
 }
