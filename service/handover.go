@@ -9,8 +9,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
 )
@@ -23,6 +26,21 @@ import (
 
 // handoverEnv names the state file a re-executed agent adopts.
 const handoverEnv = "ENVOY_AGENT_HANDOVER"
+
+// execFDEnv names the fd of the binary a live upgrade executed, left open
+// across the exec; the new agent closes it (closeExecFD).
+const execFDEnv = "ENVOY_AGENT_EXEC_FD"
+
+// closeExecFD closes the fd execFDEnv names, so that Envoys forked later do
+// not inherit it.
+func closeExecFD() {
+	if v := os.Getenv(execFDEnv); v != "" {
+		if fd, err := strconv.Atoi(v); err == nil && fd > 2 {
+			_ = unix.Close(fd)
+		}
+		_ = os.Unsetenv(execFDEnv)
+	}
+}
 
 // handoverVersion is the state file format this agent writes; it reads
 // every version in handoverVersions. A new format gets a new number, and
@@ -177,7 +195,7 @@ func (s *supervisor) adoptedNote() string {
 // execHandover re-executes the agent's binary with the running Envoys and
 // listeners kept. It returns only when that failed; then everything is as
 // before and the caller reports why.
-func (s *supervisor) execHandover(to string) error {
+func (s *supervisor) execHandover(to string, bin *os.File) error {
 	cfg := s.config()
 	return s.proxy.Handover(func(es envoy.HandoverState) error {
 		if s.agent.Draining() {
@@ -216,12 +234,24 @@ func (s *supervisor) execHandover(to string) error {
 		}
 		env := []string{handoverEnv + "=" + path}
 		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, handoverEnv+"=") {
+			if !strings.HasPrefix(kv, handoverEnv+"=") && !strings.HasPrefix(kv, execFDEnv+"=") {
 				env = append(env, kv)
 			}
 		}
-		s.log.Infof("upgrade: handing Envoy pid %d (epoch %d) over to envoy-agent %s: exec %s", s.proxy.Pid(), s.proxy.Epoch(), to, s.selfPath)
-		err = envoy.ExecOnForkerThread(s.selfPath, os.Args, env)
+		// The fd probed is the file run. It stays open across the exec (a
+		// script's interpreter reads it by /proc/self/fd/N); the new agent
+		// closes it (execFDEnv).
+		fd := int(bin.Fd())
+		if err := unix.SetNonblock(fd, false); err != nil {
+			return fmt.Errorf("the new binary's fd: %w", err)
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
+			return fmt.Errorf("the new binary's fd: %w", err)
+		}
+		defer func() { _, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC) }()
+		env = append(env, execFDEnv+"="+strconv.Itoa(fd))
+		s.log.Infof("upgrade: handing Envoy pid %d (epoch %d) over to envoy-agent %s: exec %s (the file probed, fd %d)", s.proxy.Pid(), s.proxy.Epoch(), to, s.selfPath, fd)
+		err = envoy.ExecOnForkerThread(fmt.Sprintf("/proc/self/fd/%d", fd), os.Args, env)
 		_ = os.Remove(path)
 		return err
 	})

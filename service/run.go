@@ -49,6 +49,7 @@ func Run(ctx context.Context, opts Options) error {
 	// An agent that re-executed into this one (a live upgrade) handed over
 	// its Envoys and the settings they run with: the file may have been
 	// edited since, and is only read at the next reload.
+	closeExecFD()
 	handover, err := takeHandover()
 	if err != nil {
 		fmt.Fprintf(stderr, "envoy-agent: upgrade: cannot adopt the running Envoy: %v\n", err)

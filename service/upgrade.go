@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -27,6 +28,9 @@ type upgradeState struct {
 	mu      sync.Mutex
 	running bool
 	lastErr string // why the last upgrade was refused or failed
+	// binary is the new agent's file, opened before it was probed: what
+	// runUpgrade executes.
+	binary *os.File
 }
 
 // UpgradeAnswer is what /upgrade answers, as JSON: to a POST, whether the
@@ -118,8 +122,22 @@ func (s *supervisor) prepareUpgrade(ctx context.Context) UpgradeAnswer {
 
 	ctx, cancel := context.WithTimeout(ctx, upgradeCheckTimeout)
 	defer cancel()
-	to, err := probeBinary(ctx, s.selfPath)
+	// The file probed is the file executed: an fd opened now, probed and
+	// then executed through /proc, so a file renamed over the path in
+	// between (a package manager's next run, a truncated copy) is not run.
+	bin, err := os.Open(s.selfPath)
+	var to string
 	if err == nil {
+		to, err = probeBinary(ctx, s.selfPath, fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), bin.Fd()))
+		if err != nil {
+			bin.Close()
+		}
+	}
+	if err == nil {
+		s.up.mu.Lock()
+		s.up.binary = bin
+		s.up.lastErr = "" // the client waits for this upgrade's outcome, not an earlier one's
+		s.up.mu.Unlock()
 		ans.OK, ans.To = true, to
 		return ans
 	}
@@ -142,7 +160,12 @@ func (s *supervisor) prepareUpgrade(ctx context.Context) UpgradeAnswer {
 // failed, with the old agent still in charge.
 func (s *supervisor) runUpgrade(to string) {
 	s.notify.Reloading(fmt.Sprintf("upgrading: handing Envoy pid %d (epoch %d) over to envoy-agent %s", s.proxy.Pid(), s.proxy.Epoch(), to))
-	err := s.execHandover(to)
+	s.up.mu.Lock()
+	bin := s.up.binary
+	s.up.binary = nil
+	s.up.mu.Unlock()
+	err := s.execHandover(to, bin)
+	bin.Close()
 	s.up.mu.Lock()
 	s.up.running = false
 	s.up.lastErr = err.Error()
@@ -151,11 +174,25 @@ func (s *supervisor) runUpgrade(to string) {
 	s.notify.Ready(fmt.Sprintf("%s; upgrade failed: %s", s.liveStatus(), firstLine(err.Error())))
 }
 
-// probeBinary runs `BINARY version --handover` and returns the binary's
-// version when it reads this agent's handover format.
-func probeBinary(ctx context.Context, binary string) (string, error) {
-	out, err := exec.CommandContext(ctx, binary, "version", "--handover").CombinedOutput()
+// probeBinary runs `EXE version --handover` (exe is the new binary's file,
+// named binary in messages) and returns the binary's version when it reads
+// this agent's handover format. The probe runs in a process group of its
+// own, killed whole at ctx's end and once it has answered, so a probe that
+// hangs, or leaves a child holding its output, is refused within
+// upgradeCheckTimeout (it once took 100 s, until the child exited).
+func probeBinary(ctx context.Context, binary, exe string) (string, error) {
+	cmd := exec.CommandContext(ctx, exe, "version", "--handover")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = probeWaitDelay
+	out, err := cmd.CombinedOutput()
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what it left behind
+	}
 	text := strings.TrimSpace(string(out))
+	if ctx.Err() != nil {
+		return "", fmt.Errorf("the new %s does not run: `version --handover` did not answer within %s", binary, upgradeCheckTimeout)
+	}
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) && ee.ExitCode() == exitUsageCode && strings.Contains(text, "-handover") {
@@ -172,6 +209,10 @@ func probeBinary(ctx context.Context, binary string) (string, error) {
 	}
 	return version, nil
 }
+
+// probeWaitDelay is how long a probe's output may stay open after the
+// probe was killed or exited (a child outside its group holding it).
+const probeWaitDelay = time.Second
 
 // exitUsageCode is the exit status of a command-line error (an unknown
 // flag), the way an agent older than the handover answers --handover.
