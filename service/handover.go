@@ -3,9 +3,11 @@
 package service
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -95,8 +97,26 @@ func takeHandover() (*handoverState, error) {
 		return nil, nil
 	}
 	_ = os.Unsetenv(handoverEnv)
+	defer os.Remove(path)
+	return readHandover(path)
+}
+
+// CheckHandover is `envoy-agent version --handover-check FILE`: the new
+// binary of a live upgrade reads the state file the running agent wrote, as
+// it will after the exec, and says whether it can adopt it; the running
+// agent runs this before the exec (upgrade.go).
+func CheckHandover(path string, out io.Writer) error {
+	st, err := readHandover(path)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "handover check ok: %d Envoy epochs, configuration %s\n", len(st.Envoy.Epochs), st.Config.File)
+	return nil
+}
+
+// readHandover reads and checks a state file.
+func readHandover(path string) (*handoverState, error) {
 	data, err := os.ReadFile(path)
-	_ = os.Remove(path)
 	if err != nil {
 		return nil, fmt.Errorf("handover state %s: %w", path, err)
 	}
@@ -195,7 +215,7 @@ func (s *supervisor) adoptedNote() string {
 // execHandover re-executes the agent's binary with the running Envoys and
 // listeners kept. It returns only when that failed; then everything is as
 // before and the caller reports why.
-func (s *supervisor) execHandover(to string, bin *os.File) error {
+func (s *supervisor) execHandover(to string, bin *os.File, check bool) error {
 	cfg := s.config()
 	return s.proxy.Handover(func(es envoy.HandoverState) error {
 		if s.agent.Draining() {
@@ -236,6 +256,18 @@ func (s *supervisor) execHandover(to string, bin *os.File) error {
 		for _, kv := range os.Environ() {
 			if !strings.HasPrefix(kv, handoverEnv+"=") && !strings.HasPrefix(kv, execFDEnv+"=") {
 				env = append(env, kv)
+			}
+		}
+		// The new binary reads this very state before the exec, when it
+		// says it can (a binary that passes the probe but cannot run on is
+		// refused here, with Envoy still ours).
+		if check {
+			ctx, cancel := context.WithTimeout(context.Background(), upgradeCheckTimeout)
+			err := checkBinary(ctx, s.selfPath, fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), bin.Fd()), path)
+			cancel()
+			if err != nil {
+				_ = os.Remove(path)
+				return err
 			}
 		}
 		// The fd probed is the file run. It stays open across the exec (a

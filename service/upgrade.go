@@ -31,6 +31,9 @@ type upgradeState struct {
 	// binary is the new agent's file, opened before it was probed: what
 	// runUpgrade executes.
 	binary *os.File
+	// check: the new binary can read the state before the exec
+	// (version --handover-check).
+	check bool
 }
 
 // UpgradeAnswer is what /upgrade answers, as JSON: to a POST, whether the
@@ -127,15 +130,16 @@ func (s *supervisor) prepareUpgrade(ctx context.Context) UpgradeAnswer {
 	// between (a package manager's next run, a truncated copy) is not run.
 	bin, err := os.Open(s.selfPath)
 	var to string
+	var check bool
 	if err == nil {
-		to, err = probeBinary(ctx, s.selfPath, fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), bin.Fd()))
+		to, check, err = probeBinary(ctx, s.selfPath, fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), bin.Fd()))
 		if err != nil {
 			bin.Close()
 		}
 	}
 	if err == nil {
 		s.up.mu.Lock()
-		s.up.binary = bin
+		s.up.binary, s.up.check = bin, check
 		s.up.lastErr = "" // the client waits for this upgrade's outcome, not an earlier one's
 		s.up.mu.Unlock()
 		ans.OK, ans.To = true, to
@@ -161,10 +165,10 @@ func (s *supervisor) prepareUpgrade(ctx context.Context) UpgradeAnswer {
 func (s *supervisor) runUpgrade(to string) {
 	s.notify.Reloading(fmt.Sprintf("upgrading: handing Envoy pid %d (epoch %d) over to envoy-agent %s", s.proxy.Pid(), s.proxy.Epoch(), to))
 	s.up.mu.Lock()
-	bin := s.up.binary
+	bin, check := s.up.binary, s.up.check
 	s.up.binary = nil
 	s.up.mu.Unlock()
-	err := s.execHandover(to, bin)
+	err := s.execHandover(to, bin, check)
 	bin.Close()
 	s.up.mu.Lock()
 	s.up.running = false
@@ -180,8 +184,46 @@ func (s *supervisor) runUpgrade(to string) {
 // own, killed whole at ctx's end and once it has answered, so a probe that
 // hangs, or leaves a child holding its output, is refused within
 // upgradeCheckTimeout (it once took 100 s, until the child exited).
-func probeBinary(ctx context.Context, binary, exe string) (string, error) {
-	cmd := exec.CommandContext(ctx, exe, "version", "--handover")
+func probeBinary(ctx context.Context, binary, exe string) (version string, check bool, err error) {
+	text, err := runProbe(ctx, exe, "version", "--handover")
+	if ctx.Err() != nil {
+		return "", false, fmt.Errorf("the new %s does not run: `version --handover` did not answer within %s", binary, upgradeCheckTimeout)
+	}
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == exitUsageCode && strings.Contains(text, "-handover") {
+			return "", false, fmt.Errorf("%w: the new %s predates live upgrades (no version --handover)", errCannotHandOver, binary)
+		}
+		return "", false, fmt.Errorf("the new %s does not run: `version --handover`: %w: %s", binary, err, truncateText(text, 200))
+	}
+	version, versions, err := parseHandoverVersions(text)
+	if err != nil {
+		return "", false, fmt.Errorf("the new %s: `version --handover`: %w", binary, err)
+	}
+	if !slices.Contains(versions, handoverVersion) {
+		return "", false, fmt.Errorf("%w: the new %s (envoy-agent %s) reads handover versions %v, this agent writes %d", errCannotHandOver, binary, version, versions, handoverVersion)
+	}
+	return version, strings.Contains(text, "\n"+handoverCheckLine), nil
+}
+
+// checkBinary runs `EXE version --handover-check STATE`: the new binary
+// reads the state it is about to be handed, as it will after the exec.
+func checkBinary(ctx context.Context, binary, exe, state string) error {
+	text, err := runProbe(ctx, exe, "version", "--handover-check", state)
+	if ctx.Err() != nil {
+		return fmt.Errorf("the new %s cannot take over: `version --handover-check` did not answer within %s", binary, upgradeCheckTimeout)
+	}
+	if err != nil {
+		return fmt.Errorf("the new %s cannot take over: `version --handover-check`: %w: %s", binary, err, truncateText(text, 200))
+	}
+	return nil
+}
+
+// runProbe runs exe with args and returns its output, trimmed. It runs in
+// a process group of its own, killed whole at ctx's end and once it has
+// answered.
+func runProbe(ctx context.Context, exe string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = probeWaitDelay
@@ -189,25 +231,7 @@ func probeBinary(ctx context.Context, binary, exe string) (string, error) {
 	if cmd.Process != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what it left behind
 	}
-	text := strings.TrimSpace(string(out))
-	if ctx.Err() != nil {
-		return "", fmt.Errorf("the new %s does not run: `version --handover` did not answer within %s", binary, upgradeCheckTimeout)
-	}
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && ee.ExitCode() == exitUsageCode && strings.Contains(text, "-handover") {
-			return "", fmt.Errorf("%w: the new %s predates live upgrades (no version --handover)", errCannotHandOver, binary)
-		}
-		return "", fmt.Errorf("the new %s does not run: `version --handover`: %w: %s", binary, err, truncateText(text, 200))
-	}
-	version, versions, err := parseHandoverVersions(text)
-	if err != nil {
-		return "", fmt.Errorf("the new %s: `version --handover`: %w", binary, err)
-	}
-	if !slices.Contains(versions, handoverVersion) {
-		return "", fmt.Errorf("%w: the new %s (envoy-agent %s) reads handover versions %v, this agent writes %d", errCannotHandOver, binary, version, versions, handoverVersion)
-	}
-	return version, nil
+	return strings.TrimSpace(string(out)), err
 }
 
 // probeWaitDelay is how long a probe's output may stay open after the
@@ -224,8 +248,12 @@ func HandoverVersionText(version string) string {
 	for i, v := range handoverVersions {
 		vs[i] = strconv.Itoa(v)
 	}
-	return fmt.Sprintf("envoy-agent %s\nhandover %s\n", version, strings.Join(vs, " "))
+	return fmt.Sprintf("envoy-agent %s\nhandover %s\n%s\n", version, strings.Join(vs, " "), handoverCheckLine)
 }
+
+// handoverCheckLine in `version --handover` says the binary answers
+// `version --handover-check STATE` (older agents ignore the line).
+const handoverCheckLine = "check --handover-check"
 
 // parseHandoverVersions reads HandoverVersionText's output.
 func parseHandoverVersions(text string) (version string, versions []int, err error) {

@@ -20,6 +20,11 @@ import (
 //
 //   - a probe that hangs and leaves a child holding its output: refused at
 //     the probe's 10 s bound (it took 100 s, until the child exited);
+//   - a binary that passes the probe and then exits 1, or hangs then
+//     exits, at what follows (the state it is handed): it is asked to read
+//     that state before the exec (version --handover-check), so it fails
+//     there, with Envoy still the old agent's (Envoy died, 2,272 of 2,822
+//     requests failed, and the upgrade command waited 40 s);
 //   - the file replaced between the probe and the exec (the stand-in, when
 //     probed, renames a truncated copy of the agent over the installed
 //     path): the file probed is the file executed, so the upgrade goes
@@ -69,6 +74,20 @@ func TestUpgradeFaultsOfTheNewBinary(t *testing.T) {
 			script: "#!/bin/sh\n# stand-in: a new binary whose probe hangs\n" +
 				"if [ \"$1\" = version ]; then sleep 300 & sleep 300; fi\nexec " + binB + " \"$@\"\n",
 			wantCode: 1, want: "did not answer within 10s", bound: 40 * time.Second, version: "1.0.0-a",
+		},
+		{
+			// Answers the probe as the real new agent does, and exits 1 at
+			// anything else: after the exec, at the state it is handed.
+			name: "passes the probe, exits 1 after it",
+			script: "#!/bin/sh\n# stand-in: a new binary that passes the probe and fails at the state\n" +
+				"if [ \"$1 $2\" = \"version --handover\" ]; then exec " + binB + " \"$@\"; fi\necho cannot adopt >&2\nexit 1\n",
+			wantCode: 1, want: "cannot take over: `version --handover-check`: exit status 1: cannot adopt", bound: 40 * time.Second, version: "1.0.0-a",
+		},
+		{
+			name: "passes the probe, hangs after it, then exits",
+			script: "#!/bin/sh\n# stand-in: a new binary that passes the probe and hangs at the state\n" +
+				"if [ \"$1 $2\" = \"version --handover\" ]; then exec " + binB + " \"$@\"; fi\nsleep 30\nexit 1\n",
+			wantCode: 1, want: "`version --handover-check` did not answer within 10s", bound: 40 * time.Second, version: "1.0.0-a",
 		},
 		{
 			name: "file replaced between the probe and the exec",
