@@ -18,6 +18,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/service/config"
+	"github.com/envoy-agent/envoy-agent/service/control"
 )
 
 // A live upgrade of the agent: the old agent re-executes the new binary in
@@ -57,7 +59,7 @@ type handoverState struct {
 	Version           int                 `json:"version"`
 	FromAgentVersion  string              `json:"from_agent_version"`
 	Written           time.Time           `json:"written"`
-	Config            *Config             `json:"config"` // the settings that were serving (the file may have been edited since)
+	Config            *config.Config      `json:"config"` // the settings that were serving (the file may have been edited since)
 	HotRestartVersion string              `json:"hot_restart_version"`
 	StatusFD          int                 `json:"status_fd"`     // the status server's listening socket
 	PrometheusFD      int                 `json:"prometheus_fd"` // the metrics listener's, -1 when off
@@ -142,7 +144,7 @@ func readHandover(path string) (*handoverState, error) {
 }
 
 // config is the configuration handed over, nil without a handover.
-func (st *handoverState) config() *Config {
+func (st *handoverState) config() *config.Config {
 	if st == nil {
 		return nil
 	}
@@ -174,7 +176,7 @@ func adoptedListener(fd int, what string) (net.Listener, error) {
 
 // listen binds the status and metrics listeners, or takes them over from
 // the agent that handed over (no moment without them).
-func (s *supervisor) listen(cfg *Config) (statusLn, promLn net.Listener, err error) {
+func (s *supervisor) listen(cfg *config.Config) (statusLn, promLn net.Listener, err error) {
 	if st := s.handover; st != nil {
 		if statusLn, err = adoptedListener(st.StatusFD, "agent.status_port"); err != nil {
 			return nil, nil, err
@@ -192,7 +194,7 @@ func (s *supervisor) listen(cfg *Config) (statusLn, promLn net.Listener, err err
 
 // newProxy is the Envoy this agent supervises: a new one, or the one the
 // agent that handed over was running.
-func (s *supervisor) newProxy(cfg *Config) (*envoy.Envoy, error) {
+func (s *supervisor) newProxy(cfg *config.Config) (*envoy.Envoy, error) {
 	if st := s.handover; st != nil {
 		p, err := envoy.AdoptEnvoy(s.proxyConfig(cfg), st.Envoy)
 		if err != nil {
@@ -262,7 +264,7 @@ func (s *supervisor) execHandover(to string, bin *os.File, check bool) error {
 		// says it can (a binary that passes the probe but cannot run on is
 		// refused here, with Envoy still ours).
 		if check {
-			ctx, cancel := context.WithTimeout(context.Background(), upgradeCheckTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), control.UpgradeCheckTimeout)
 			err := checkBinary(ctx, s.selfPath, fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), bin.Fd()), path)
 			cancel()
 			if err != nil {

@@ -16,12 +16,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
-)
 
-// upgradeCheckTimeout bounds `NEW-BINARY version --handover`, the check a
-// new binary must pass before the agent execs it: a Go binary answers in
-// milliseconds, so one that takes this long is broken.
-const upgradeCheckTimeout = 10 * time.Second
+	"github.com/envoy-agent/envoy-agent/service/control"
+)
 
 // upgradeState guards the live upgrade: one at a time.
 type upgradeState struct {
@@ -34,26 +31,6 @@ type upgradeState struct {
 	// check: the new binary can read the state before the exec
 	// (version --handover-check).
 	check bool
-}
-
-// UpgradeAnswer is what /upgrade answers, as JSON: to a POST, whether the
-// agent hands over (then it re-executes right after answering); to a GET,
-// what is running now.
-type UpgradeAnswer struct {
-	OK       bool   `json:"ok"`
-	Fallback bool   `json:"fallback,omitempty"` // the agent cannot hand over: a drained restart is the way
-	Error    string `json:"error,omitempty"`
-
-	Version          string `json:"version"`      // the running agent's
-	To               string `json:"to,omitempty"` // the version being handed over to
-	Pid              int    `json:"pid"`
-	EnvoyPid         int    `json:"envoy_pid"`
-	Epoch            int    `json:"epoch"`
-	Live             bool   `json:"live"`
-	AdoptedFrom      string `json:"adopted_from,omitempty"` // the agent version that handed over to this one
-	LastUpgradeError string `json:"last_upgrade_error,omitempty"`
-	// ImageStarted tells one program image from the next in the same pid.
-	ImageStarted int64 `json:"image_started_unix_nano"`
 }
 
 // imageStarted is when this program image started (a re-exec starts anew).
@@ -92,11 +69,11 @@ func (s *supervisor) upgradeHandler() http.Handler {
 	})
 }
 
-func (s *supervisor) upgradeInfo() UpgradeAnswer {
+func (s *supervisor) upgradeInfo() control.UpgradeAnswer {
 	s.up.mu.Lock()
 	lastErr := s.up.lastErr
 	s.up.mu.Unlock()
-	a := UpgradeAnswer{OK: true, Version: s.version, Pid: os.Getpid(), EnvoyPid: s.proxy.Pid(), Epoch: s.proxy.Epoch(),
+	a := control.UpgradeAnswer{OK: true, Version: s.version, Pid: os.Getpid(), EnvoyPid: s.proxy.Pid(), Epoch: s.proxy.Epoch(),
 		Live: s.isLive() && !s.agent.Draining(), LastUpgradeError: lastErr, ImageStarted: imageStarted}
 	if s.handover != nil {
 		a.AdoptedFrom = s.handover.FromAgentVersion
@@ -106,7 +83,7 @@ func (s *supervisor) upgradeInfo() UpgradeAnswer {
 
 // prepareUpgrade checks that a live upgrade can go ahead; with OK set, the
 // caller must call runUpgrade.
-func (s *supervisor) prepareUpgrade(ctx context.Context) UpgradeAnswer {
+func (s *supervisor) prepareUpgrade(ctx context.Context) control.UpgradeAnswer {
 	ans := s.upgradeInfo()
 	ans.OK, ans.LastUpgradeError = false, ""
 	if !ans.Live {
@@ -123,7 +100,7 @@ func (s *supervisor) prepareUpgrade(ctx context.Context) UpgradeAnswer {
 	s.up.running = true
 	s.up.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(ctx, upgradeCheckTimeout)
+	ctx, cancel := context.WithTimeout(ctx, control.UpgradeCheckTimeout)
 	defer cancel()
 	// The file probed is the file executed: an fd opened now, probed and
 	// then executed through /proc, so a file renamed over the path in
@@ -183,11 +160,11 @@ func (s *supervisor) runUpgrade(to string) {
 // this agent's handover format. The probe runs in a process group of its
 // own, killed whole at ctx's end and once it has answered, so a probe that
 // hangs, or leaves a child holding its output, is refused within
-// upgradeCheckTimeout (it once took 100 s, until the child exited).
+// control.UpgradeCheckTimeout (it once took 100 s, until the child exited).
 func probeBinary(ctx context.Context, binary, exe string) (version string, check bool, err error) {
 	text, err := runProbe(ctx, exe, "version", "--handover")
 	if ctx.Err() != nil {
-		return "", false, fmt.Errorf("the new %s does not run: `version --handover` did not answer within %s", binary, upgradeCheckTimeout)
+		return "", false, fmt.Errorf("the new %s does not run: `version --handover` did not answer within %s", binary, control.UpgradeCheckTimeout)
 	}
 	if err != nil {
 		var ee *exec.ExitError
@@ -211,7 +188,7 @@ func probeBinary(ctx context.Context, binary, exe string) (version string, check
 func checkBinary(ctx context.Context, binary, exe, state string) error {
 	text, err := runProbe(ctx, exe, "version", "--handover-check", state)
 	if ctx.Err() != nil {
-		return fmt.Errorf("the new %s cannot take over: `version --handover-check` did not answer within %s", binary, upgradeCheckTimeout)
+		return fmt.Errorf("the new %s cannot take over: `version --handover-check` did not answer within %s", binary, control.UpgradeCheckTimeout)
 	}
 	if err != nil {
 		return fmt.Errorf("the new %s cannot take over: `version --handover-check`: %w: %s", binary, err, truncateText(text, 200))
