@@ -28,6 +28,11 @@ import (
 // connLimiter tracks a server's open connections and picks which to close.
 type connLimiter struct {
 	max int
+	// evict: close the longest-waiting connection for a new one (the TCP
+	// ports, which any local user reaches); without it a new connection
+	// waits for a free slot (the control socket, which only operators
+	// reach, and whose requests a new one must never cut).
+	evict bool
 
 	mu    sync.Mutex
 	conns map[*limitConn]*connState
@@ -40,8 +45,8 @@ type connState struct {
 	handling int       // requests being answered (HTTP/1.1: 0 or 1)
 }
 
-func newConnLimiter(max int) *connLimiter {
-	return &connLimiter{max: max, conns: make(map[*limitConn]*connState), freed: make(chan struct{}, 1)}
+func newConnLimiter(max int, evict bool) *connLimiter {
+	return &connLimiter{max: max, evict: evict, conns: make(map[*limitConn]*connState), freed: make(chan struct{}, 1)}
 }
 
 // limitListener accepts connections for a connLimiter.
@@ -51,9 +56,10 @@ type limitListener struct {
 }
 
 // newLimitListener wraps l so that at most n of its connections are open
-// at once, closing the longest-waiting one for a new one (see above).
-func newLimitListener(l net.Listener, n int) *limitListener {
-	return &limitListener{Listener: l, lim: newConnLimiter(n)}
+// at once; with evict, closing the longest-waiting one for a new one (see
+// above), else making the new one wait.
+func newLimitListener(l net.Listener, n int, evict bool) *limitListener {
+	return &limitListener{Listener: l, lim: newConnLimiter(n, evict)}
 }
 
 // Accept takes the next connection at once and makes room for it: it
@@ -77,6 +83,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 func (l *connLimiter) add(lc *limitConn) bool {
 	l.mu.Lock()
 	var victim *limitConn
+	if len(l.conns) >= l.max && !l.evict {
+		l.mu.Unlock()
+		return false
+	}
 	if len(l.conns) >= l.max {
 		var oldest time.Time
 		for c, s := range l.conns {

@@ -20,7 +20,7 @@ func TestLimitListenerClosesTheLongestWaiting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := newLimitListener(inner, 2)
+	ln := newLimitListener(inner, 2, true)
 	defer ln.Close()
 	var clients []net.Conn
 	dial := func() net.Conn {
@@ -93,5 +93,49 @@ func TestLimitListenerClosesTheLongestWaiting(t *testing.T) {
 	}
 	if n := len(ln.lim.conns); n != 2 {
 		t.Fatalf("%d connections tracked, want 2", n)
+	}
+}
+
+// TestLimitListenerWithoutEvictionWaits: the control socket's limit never
+// closes a connection for a new one: the third waits until one closes.
+func TestLimitListenerWithoutEvictionWaits(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := newLimitListener(inner, 2, false)
+	defer ln.Close()
+	for range 3 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	first, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ln.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	third := make(chan net.Conn)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			t.Error(err)
+		}
+		third <- c
+	}()
+	select {
+	case <-third:
+		t.Fatal("a third connection was accepted while two were open")
+	case <-time.After(200 * time.Millisecond):
+	}
+	first.Close()
+	select {
+	case <-third:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the third connection was not accepted when the first closed")
 	}
 }

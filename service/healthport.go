@@ -117,6 +117,9 @@ type serverLimits struct {
 	// write bounds writing one answer; 0 for none (a reload's answer
 	// comes when the reload ends, bounded by start_timeout instead).
 	write time.Duration
+	// evict closes the longest-waiting connection for a new one when
+	// maxConns are open (connlimit.go); without it the new one waits.
+	evict bool
 	// context gives each connection its context (the control socket's peer
 	// credentials); nil for none.
 	context func(context.Context, net.Conn) context.Context
@@ -146,7 +149,7 @@ const (
 // serveHTTP serves h on a listener that is already bound, within lim, until
 // ctx ends.
 func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, lim serverLimits, log *logrus.Logger) {
-	limited := newLimitListener(ln, lim.maxConns)
+	limited := newLimitListener(ln, lim.maxConns, lim.evict)
 	srv := &http.Server{
 		Handler:           limited.lim.handling(h),
 		ReadHeaderTimeout: httpReadHeaderTimeout,
