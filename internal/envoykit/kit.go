@@ -10,15 +10,23 @@ package envoykit
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 )
 
-// FindEnvoy returns the real Envoy to run: explicit when it is set, else
-// $ENVOY_BIN, else an envoy on PATH, else the newest one `make envoy` cached
-// under the repository's .cache folder.
+// PinnedEnvoyVersion is the Envoy release `make envoy` downloads into
+// .cache/envoy/<version>/envoy: the Makefile's ENVOY_VERSION (a test keeps
+// the two equal).
+const PinnedEnvoyVersion = "1.40.0"
+
+// FindEnvoy returns the real Envoy to run, with the Makefile's precedence:
+// explicit when it is set (a flag), else $ENVOY_BIN, else an envoy on PATH,
+// else the pinned download (.cache/envoy/PinnedEnvoyVersion/envoy). The
+// cache also holds other releases and other architectures, so it is never
+// searched: a test runs the one release `make test` would.
 func FindEnvoy(explicit string) (string, error) {
 	for _, p := range []string{explicit, os.Getenv("ENVOY_BIN")} {
 		if p == "" {
@@ -36,12 +44,15 @@ func FindEnvoy(explicit string) (string, error) {
 	if p, err := exec.LookPath("envoy"); err == nil {
 		return p, nil
 	}
-	if root, err := RepoRoot(); err == nil {
-		if m, _ := filepath.Glob(filepath.Join(root, ".cache", "envoy", "*", "envoy")); len(m) > 0 {
-			return m[len(m)-1], nil
-		}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
 	}
-	return "", errors.New("no Envoy binary: set ENVOY_BIN, put envoy on PATH, or run `make envoy`")
+	pinned := filepath.Join(root, ".cache", "envoy", PinnedEnvoyVersion, "envoy")
+	if _, err := os.Stat(pinned); err != nil {
+		return "", fmt.Errorf("no Envoy binary: set ENVOY_BIN, put envoy on PATH, or run `make envoy` (%w)", err)
+	}
+	return pinned, nil
 }
 
 // RepoRoot is the module's root folder, found from this source file.
