@@ -109,7 +109,7 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 	// A 2s watchdog: the pings (every 1s) must go on across each exec.
 	p := startAgent(t, procOptions{binary: installed, envoy: quickDrain, watchdogUsec: 2_000_000})
 	agentPid, envoyPid := p.cmd.Process.Pid, p.envoyPid
-	l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/"), 4)
+	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/"), 4)
 	defer l.Stop()
 	if !testenvoy.Eventually(10*time.Second, func() bool { return l.OK() > 100 }) {
 		t.Fatalf("no load through Envoy: %d ok, %d failed (%s)", l.OK(), l.Failed(), l.LastErr())
@@ -171,7 +171,7 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 		t.Fatalf("after the refused upgrade: %v", info)
 	}
 
-	time.Sleep(300 * time.Millisecond) // load after the last step, to count
+	testenvoy.WaitAnswers(t, l, 20) // load after the last step, to count
 	l.Stop()
 	t.Logf("%d requests ok, %d failed across three upgrades, a reload and a refused upgrade", l.OK(), l.Failed())
 	if l.Failed() != 0 {
