@@ -70,7 +70,7 @@ func runAll(ctx context.Context, o options, progress io.Writer) (*Results, error
 	if err := os.MkdirAll(b.logDir, 0o755); err != nil {
 		return nil, fmt.Errorf("log folder: %w", err)
 	}
-	b.sp = newSpawner()
+	b.sp = newProcs()
 	defer b.removeSharedMemory()
 	defer b.sp.killAll()
 	if b.up, err = envoykit.StartUpstream(); err != nil {
