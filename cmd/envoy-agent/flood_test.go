@@ -60,7 +60,7 @@ func TestStatusPortFloodIsBounded(t *testing.T) {
 	}
 	// The answered ones are idle now, holding every slot; the others wait
 	// unaccepted in the kernel.
-	if s := sockets(t, p.cmd.Process.Pid); s > statusMaxConns+16 {
+	if s := sockets(t, p.proc.Pid()); s > statusMaxConns+16 {
 		t.Fatalf("the agent holds %d sockets with %d clients connected; want at most the cap %d and its own few", s, n, statusMaxConns)
 	}
 	for _, c := range conns {

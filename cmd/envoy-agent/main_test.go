@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"os"
@@ -23,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
@@ -90,7 +92,7 @@ type procOptions struct {
 
 type agentProc struct {
 	t        *testing.T
-	cmd      *exec.Cmd
+	proc     *envoykit.Process // the agent, started by the kit
 	ns       *testenvoy.NotifySocket
 	ports    testenvoy.Ports
 	upstream *testenvoy.Upstream
@@ -98,8 +100,7 @@ type agentProc struct {
 	config   string
 	stderr   *syncBuffer
 	started  time.Time
-	done     chan struct{}
-	exitCode int
+	done     <-chan struct{} // closed once the agent has exited
 	envoyPid int
 }
 
@@ -146,40 +147,34 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := &agentProc{t: t, ports: ports, upstream: up, dir: dir, config: config, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &agentProc{t: t, ports: ports, upstream: up, dir: dir, config: config, stderr: &syncBuffer{}}
 	p.ns = testenvoy.NewNotifySocket(t)
 	bin := agentBin
 	if o.binary != "" {
 		bin = o.binary
 	}
-	p.cmd = exec.Command(bin, "run", "--config", config)
-	p.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+p.ns.Path)
+	env := []string{"NOTIFY_SOCKET=" + p.ns.Path}
 	if o.watchdogUsec > 0 {
-		p.cmd.Env = append(p.cmd.Env, "WATCHDOG_USEC="+strconv.Itoa(o.watchdogUsec))
+		env = append(env, "WATCHDOG_USEC="+strconv.Itoa(o.watchdogUsec))
 	}
-	p.cmd.Stderr = p.stderr
+	env = append(env, o.env...)
+	var out io.Writer = p.stderr
 	if o.stderrFile != nil {
-		p.cmd.Stderr = o.stderrFile
+		out = o.stderrFile
 	}
-	p.cmd.Env = append(p.cmd.Env, o.env...)
 	if beforeStart != nil {
 		beforeStart(ports)
 	}
-	p.started = time.Now()
-	if err := p.cmd.Start(); err != nil {
+	proc, err := envoykit.Start(bin, []string{"run", "--config", config}, out, env...)
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		_ = p.cmd.Wait()
-		p.exitCode = p.cmd.ProcessState.ExitCode()
-		close(p.done)
-	}()
+	p.proc, p.started, p.done = proc, proc.Started(), proc.Done()
 	t.Cleanup(func() {
 		if p.envoyPid > 0 {
 			_ = syscall.Kill(p.envoyPid, syscall.SIGCONT)
 		}
-		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.done
+		p.proc.Kill()
 		if p.envoyPid > 0 && !testenvoy.Eventually(5*time.Second, func() bool { return !testenvoy.Alive(p.envoyPid) }) {
 			t.Errorf("envoy pid %d outlived the test's agent", p.envoyPid)
 		}
@@ -235,7 +230,7 @@ func (p *agentProc) waitReady() testenvoy.Message {
 		select {
 		case <-p.done:
 			if !found {
-				p.t.Fatalf("the agent exited %d before READY=1", p.exitCode)
+				p.t.Fatalf("the agent exited %d before READY=1", p.proc.ExitCode())
 			}
 		default:
 		}
@@ -261,7 +256,7 @@ func (p *agentProc) wait(since time.Time, within time.Duration) (int, time.Durat
 	p.t.Helper()
 	select {
 	case <-p.done:
-		return p.exitCode, time.Since(since)
+		return p.proc.ExitCode(), time.Since(since)
 	case <-time.After(within):
 		p.t.Fatalf("agent still running %s later", within)
 		return 0, 0
@@ -270,7 +265,7 @@ func (p *agentProc) wait(since time.Time, within time.Duration) (int, time.Durat
 
 func (p *agentProc) signal(sig syscall.Signal) time.Time {
 	p.t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
+	if err := syscall.Kill(p.proc.Pid(), sig); err != nil {
 		p.t.Fatalf("signal agent: %v", err)
 	}
 	return time.Now()

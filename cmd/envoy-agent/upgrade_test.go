@@ -108,7 +108,7 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 	install(t, binA, installed)
 	// A 2s watchdog: the pings (every 1s) must go on across each exec.
 	p := startAgent(t, procOptions{binary: installed, envoy: quickDrain, watchdogUsec: 2_000_000})
-	agentPid, envoyPid := p.cmd.Process.Pid, p.envoyPid
+	agentPid, envoyPid := p.proc.Pid(), p.envoyPid
 	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/"), 4)
 	defer l.Stop()
 	if !testenvoy.Eventually(10*time.Second, func() bool { return l.OK() > 100 }) {
@@ -184,7 +184,7 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 	// watchdog pings never further apart than the 2s timeout.
 	select {
 	case <-p.done:
-		t.Fatalf("the agent process exited (%d)", p.exitCode)
+		t.Fatalf("the agent process exited (%d)", p.proc.ExitCode())
 	default:
 	}
 	var adopted, refused int
