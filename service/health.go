@@ -30,7 +30,7 @@ func (s *supervisor) isLive() bool {
 
 func (s *supervisor) liveStatus() string {
 	cfg := s.config()
-	status := fmt.Sprintf("live: Envoy pid %d, epoch %d, admin %s", s.proxy.Pid(), s.proxy.Epoch(), cfg.adminAddress())
+	status := fmt.Sprintf("live: Envoy pid %d, epoch %d, admin %s", s.proxy.Pid(), s.proxy.Epoch(), cfg.AdminAddress())
 	if note := s.checkInstalledEnvoy(); note != "" {
 		status += "; " + note
 	}
@@ -66,7 +66,7 @@ func (s *supervisor) watchdogCheck(ctx context.Context) error {
 	}
 	if _, err := s.proxy.Admin().Ready(ctx); err != nil {
 		return fmt.Errorf("the admin API of Envoy pid %d (epoch %d, %s) does not answer GET /ready: %w",
-			s.proxy.Pid(), s.proxy.Epoch(), s.config().adminAddress(), err)
+			s.proxy.Pid(), s.proxy.Epoch(), s.config().AdminAddress(), err)
 	}
 	return nil
 }

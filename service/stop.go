@@ -33,7 +33,7 @@ func (s *supervisor) stop(why string, stopAgent context.CancelFunc) {
 // watchdogStop is systemd's watchdog firing (SIGABRT, the unit's
 // WatchdogSignal=): Envoy is stopped at once, without a drain, as
 // /quitquitquit does. Its admin API has been silent for the whole of
-// WatchdogSec (runWatchdog said so at error priority), so it can take
+// WatchdogSec (systemd.RunWatchdog said so at error priority), so it can take
 // neither a health-check failure nor a drain, and systemd's stop timeout
 // would cut a drain anyway. systemd records the result "watchdog" and
 // Restart=on-failure restarts the unit, whatever the agent's exit status.
