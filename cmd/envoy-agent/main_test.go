@@ -219,27 +219,21 @@ var pidRE = regexp.MustCompile(`Envoy pid (\d+)`)
 func (p *agentProc) waitReady() testenvoy.Message {
 	p.t.Helper()
 	var m testenvoy.Message
-	deadline := time.Now().Add(30 * time.Second)
-	for found := false; !found; {
+	found := false
+	testenvoy.Eventually(30*time.Second, func() bool {
 		for _, msg := range p.ns.Messages() {
 			if testenvoy.HasAssignment(msg.Text, "READY=1") {
 				m, found = msg, true
-				break
+				return true
 			}
 		}
-		select {
-		case <-p.done:
-			if !found {
-				p.t.Fatalf("the agent exited %d before READY=1", p.proc.ExitCode())
-			}
-		default:
-		}
-		if !found && time.Now().After(deadline) {
-			p.t.Fatalf("no READY=1 within 30s; got %v", p.ns.Messages())
-		}
-		if !found {
-			time.Sleep(5 * time.Millisecond)
-		}
+		return !p.proc.Running()
+	})
+	switch {
+	case !found && !p.proc.Running():
+		p.t.Fatalf("the agent exited %d before READY=1", p.proc.ExitCode())
+	case !found:
+		p.t.Fatalf("no READY=1 within 30s; got %v", p.ns.Messages())
 	}
 	if sm := pidRE.FindStringSubmatch(m.Text); sm != nil {
 		p.envoyPid, _ = strconv.Atoi(sm[1])
