@@ -24,7 +24,7 @@ const PinnedEnvoyVersion = "1.40.0"
 
 // FindEnvoy returns the real Envoy to run, with the Makefile's precedence:
 // explicit when it is set (a flag), else $ENVOY_BIN, else an envoy on PATH,
-// else the pinned download (.cache/envoy/PinnedEnvoyVersion/envoy). The
+// else the pinned download (PinnedEnvoyPath). The
 // cache also holds other releases and other architectures, so it is never
 // searched: a test runs the one release `make test` would.
 func FindEnvoy(explicit string) (string, error) {
@@ -48,11 +48,23 @@ func FindEnvoy(explicit string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	pinned := filepath.Join(root, ".cache", "envoy", PinnedEnvoyVersion, "envoy")
+	pinned := PinnedEnvoyPath(root)
 	if _, err := os.Stat(pinned); err != nil {
 		return "", fmt.Errorf("no Envoy binary: set ENVOY_BIN, put envoy on PATH, or run `make envoy` (%w)", err)
 	}
 	return pinned, nil
+}
+
+// PinnedEnvoyPath is where `make envoy` puts the pinned release under the
+// repository root: .cache/envoy/<version>/envoy is x86_64,
+// .cache/envoy/<version>-aarch64/envoy aarch64 (make envoy-arm64); this
+// architecture's is the one that runs natively.
+func PinnedEnvoyPath(root string) string {
+	dir := PinnedEnvoyVersion
+	if runtime.GOARCH == "arm64" {
+		dir += "-aarch64"
+	}
+	return filepath.Join(root, ".cache", "envoy", dir, "envoy")
 }
 
 // RepoRoot is the module's root folder, found from this source file.

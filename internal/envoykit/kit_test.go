@@ -40,7 +40,7 @@ func TestFindEnvoyPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pinned := filepath.Join(root, ".cache", "envoy", PinnedEnvoyVersion, "envoy")
+	pinned := PinnedEnvoyPath(root)
 	tests := []struct {
 		name, envoyBin, path, want string
 	}{
