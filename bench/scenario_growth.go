@@ -47,7 +47,7 @@ func (b *bench) growthOne(ctx context.Context, n int) (*GrowthRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	row := &GrowthRow{Listeners: n, StartMs: ms(readyAt.Sub(p.started)), Held: min(growthHeld, n)}
+	row := &GrowthRow{Listeners: n, StartMs: ms(readyAt.Sub(p.Started())), Held: min(growthHeld, n)}
 
 	// One connection to every listener, then hold growthHeld of them.
 	var held []net.Conn

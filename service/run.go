@@ -257,7 +257,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	}
 	if wd > 0 {
 		log.Infof("watchdog on: pinging every %s while Envoy's admin API answers", wd/2)
-		go systemd.RunWatchdog(serveCtx, wd, s.watchdogAlive, s.notify.Watchdog)
+		go systemd.RunWatchdog(serveCtx, wd, s.watchdogCheck, s.notify.Watchdog, log)
 	}
 
 	if live, err := s.waitLive(ctx, started, runErr, stopAgent); !live {
@@ -278,6 +278,8 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 		case <-s.sigs.Reload:
 			log.Infof("SIGHUP: reloading")
 			go s.requestReload(context.Background())
+		case <-s.sigs.Watchdog:
+			s.watchdogStop(stopAgent)
 		case <-s.sigs.Reopen:
 			log.Infof("SIGUSR1: reopening envoy's log files")
 			go s.reopenLogs(context.Background())

@@ -486,13 +486,25 @@ kill9() {
 	restarted_by_itself KILL 60
 }
 
+# After the watchdog fires, `journalctl -p err` names the cause in one line of the agent's (what
+# stopped answering, for how long), and no Go stack dump is in the journal (WatchdogSignal=SIGABRT
+# is taken by the agent: docs/design.md, section 9).
 sigstop() {
-	local since
+	local since epoch
 	since=$(cursor)
+	epoch=$(ct_run date +%s) || return 1 # --since for -p: see journal_priorities
 	restarted_by_itself STOP 90 || return 1
 	journal_after "$since" >"$work/sigstop.journal"
 	grep 'Watchdog timeout' "$work/sigstop.journal" | sed 's/^/journal: /'
 	grep -q 'Watchdog timeout' "$work/sigstop.journal" || fail "the restart was not the watchdog's"
+	ct_run journalctl -u "$UNIT" -p err --since "@$epoch" --no-pager -o short-monotonic >"$work/sigstop.err"
+	sed 's/^/-p err: /' "$work/sigstop.err"
+	local agent_err
+	agent_err=$(grep -v ' systemd\[1\]: ' "$work/sigstop.err" | grep -v '^-- ')
+	[ "$(grep -c . <<<"$agent_err")" -eq 1 ] || fail "want one error line of the agent's, got: $agent_err"
+	grep -q 'does not answer GET /ready.*no answer for [0-9.]*s' <<<"$agent_err" || fail "the error line does not name the cause"
+	echo "detail: -p err: $(sed 's/.*level=error msg="//' <<<"$agent_err" | cut -c1-120)..."
+	! grep -e '^goroutine ' -e 'SIGABRT: abort' "$work/sigstop.journal" || fail "a Go stack dump in the journal"
 }
 
 upgrade() {
@@ -1224,7 +1236,7 @@ release_full() {
 			step "stop: a slow request in flight completes, clean stop, drain in the journal" stop_draining
 			step "envoy package upgraded while envoy-agent is stopped: starts nothing, fails nothing" envoy_upgrade_stopped
 			step "kill -9 of Envoy: the unit restarts by itself" kill9
-			step "SIGSTOP of Envoy: the watchdog restarts the unit" sigstop
+			step "SIGSTOP of Envoy: the watchdog restarts the unit, -p err has the cause in one line, no stack dump" sigstop
 			step "upgrade: newer package keeps the edited config, agent handed over live" upgrade
 			if [ -n "${livever:-}" ]; then
 				step "live upgrade: dpkg -i of B under load, 0 failed, same MainPID and Envoy" upgrade_live_deb
