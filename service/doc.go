@@ -1,8 +1,12 @@
 //go:build linux
 
-// Package service is envoy-agent's systemd host service: it reads the TOML
-// configuration into an envoy.ProxyConfig, runs the envoy.Agent, speaks the
-// sd_notify protocol (READY, STATUS, WATCHDOG, STOPPING, EXTEND_TIMEOUT_USEC),
-// handles signals, and serves the loopback status server and the merged
-// Prometheus metrics.
+// Package service is envoy-agent's daemon, `envoy-agent run`: it loads the
+// configuration (package config), runs the envoy.Agent, and serves what an
+// operator and systemd talk to: readiness and the watchdog through package
+// systemd, the loopback health port (/healthz/ready), the merged Prometheus
+// metrics, and the control socket (package control) for reload (a hot
+// restart of Envoy), drain, quit, status, log reopening and the live upgrade,
+// in which the agent re-executes its new binary and hands the running Envoy
+// over. It also claims its base_id and ports against other agents on the
+// host and watches the installed Envoy binary for replacement.
 package service

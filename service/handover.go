@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/service/config"
+
 	"github.com/envoy-agent/envoy-agent/envoy"
 )
 
@@ -37,7 +39,7 @@ type handoverState struct {
 	Version           int                 `json:"version"`
 	FromAgentVersion  string              `json:"from_agent_version"`
 	Written           time.Time           `json:"written"`
-	Config            *Config             `json:"config"` // the settings that were serving (the file may have been edited since)
+	Config            *config.Config      `json:"config"` // the settings that were serving (the file may have been edited since)
 	HotRestartVersion string              `json:"hot_restart_version"`
 	StatusFD          int                 `json:"status_fd"`     // the status server's listening socket
 	PrometheusFD      int                 `json:"prometheus_fd"` // the metrics listener's, -1 when off
@@ -104,7 +106,7 @@ func takeHandover() (*handoverState, error) {
 }
 
 // config is the configuration handed over, nil without a handover.
-func (st *handoverState) config() *Config {
+func (st *handoverState) config() *config.Config {
 	if st == nil {
 		return nil
 	}
@@ -136,7 +138,7 @@ func adoptedListener(fd int, what string) (net.Listener, error) {
 
 // listen binds the status and metrics listeners, or takes them over from
 // the agent that handed over (no moment without them).
-func (s *supervisor) listen(cfg *Config) (statusLn, promLn net.Listener, err error) {
+func (s *supervisor) listen(cfg *config.Config) (statusLn, promLn net.Listener, err error) {
 	if st := s.handover; st != nil {
 		if statusLn, err = adoptedListener(st.StatusFD, "agent.status_port"); err != nil {
 			return nil, nil, err
@@ -154,7 +156,7 @@ func (s *supervisor) listen(cfg *Config) (statusLn, promLn net.Listener, err err
 
 // newProxy is the Envoy this agent supervises: a new one, or the one the
 // agent that handed over was running.
-func (s *supervisor) newProxy(cfg *Config) (*envoy.Envoy, error) {
+func (s *supervisor) newProxy(cfg *config.Config) (*envoy.Envoy, error) {
 	if st := s.handover; st != nil {
 		p, err := envoy.AdoptEnvoy(s.proxyConfig(cfg), st.Envoy)
 		if err != nil {

@@ -30,7 +30,7 @@ func (s *supervisor) isLive() bool {
 
 func (s *supervisor) liveStatus() string {
 	cfg := s.config()
-	status := fmt.Sprintf("live: Envoy pid %d, epoch %d, admin %s", s.proxy.Pid(), s.proxy.Epoch(), cfg.adminAddress())
+	status := fmt.Sprintf("live: Envoy pid %d, epoch %d, admin %s", s.proxy.Pid(), s.proxy.Epoch(), cfg.AdminAddress())
 	if note := s.checkInstalledEnvoy(); note != "" {
 		status += "; " + note
 	}

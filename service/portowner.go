@@ -13,11 +13,13 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/envoy-agent/envoy-agent/service/config"
 )
 
 // listenTCP binds host:port for one of the agent's servers. A port that is
 // taken fails with the key, and with who holds the port when /proc tells.
-func listenTCP(key, host string, port Port) (net.Listener, error) {
+func listenTCP(key, host string, port config.Port) (net.Listener, error) {
 	addr := net.JoinHostPort(host, strconv.Itoa(int(port)))
 	ln, err := net.Listen("tcp", addr)
 	if err == nil {

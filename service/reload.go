@@ -11,24 +11,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/service/config"
+	"github.com/envoy-agent/envoy-agent/service/control"
+
 	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/sirupsen/logrus"
 )
-
-// ReloadResult is the outcome of one reload, as `envoy-agent reload` and
-// the log report it.
-type ReloadResult struct {
-	OK     bool   `json:"ok"`
-	Epoch  int    `json:"epoch"` // the serving epoch afterwards
-	Error  string `json:"error,omitempty"`
-	Config bool   `json:"config_error,omitempty"` // refused for the configuration itself
-	TookMs int64  `json:"took_ms"`
-	// WaitedMs is the part of TookMs spent waiting for the epoch a previous
-	// reload replaced to finish its requests (see waitForDrainingEpochs).
-	WaitedMs int64 `json:"waited_ms,omitempty"`
-	// Note says what the reload waited for, for `envoy-agent reload`.
-	Note string `json:"note,omitempty"`
-}
 
 // reloader runs reloads one at a time. A request made while one runs
 // waits for the next run, which serves every request made meanwhile (they
@@ -37,7 +25,7 @@ type ReloadResult struct {
 // last reload replaced still serves requests, so that the requests made
 // during that wait join the run, and no epoch is cut in mid-request.
 type reloader struct {
-	run  func() ReloadResult
+	run  func() control.ReloadResult
 	wait func(context.Context) (time.Duration, string, error) // may be nil
 
 	ctx    context.Context // ended by close: a stop ends a wait
@@ -46,11 +34,11 @@ type reloader struct {
 	mu      sync.Mutex
 	running bool
 	closed  bool
-	pending []chan ReloadResult
+	pending []chan control.ReloadResult
 	idle    chan struct{} // closed while no run is going on
 }
 
-func newReloader(run func() ReloadResult) *reloader {
+func newReloader(run func() control.ReloadResult) *reloader {
 	idle := make(chan struct{})
 	close(idle)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -58,12 +46,12 @@ func newReloader(run func() ReloadResult) *reloader {
 }
 
 // request asks for a reload; the channel gets its result.
-func (r *reloader) request() <-chan ReloadResult {
-	ch := make(chan ReloadResult, 1)
+func (r *reloader) request() <-chan control.ReloadResult {
+	ch := make(chan control.ReloadResult, 1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		ch <- ReloadResult{Error: "the agent is stopping"}
+		ch <- control.ReloadResult{Error: "the agent is stopping"}
 		return ch
 	}
 	r.pending = append(r.pending, ch)
@@ -96,9 +84,9 @@ func (r *reloader) loop() {
 			return
 		}
 		r.mu.Unlock()
-		var res ReloadResult
+		var res control.ReloadResult
 		if waitErr != nil {
-			res = ReloadResult{Error: waitErr.Error(), TookMs: waited.Milliseconds()}
+			res = control.ReloadResult{Error: waitErr.Error(), TookMs: waited.Milliseconds()}
 		} else {
 			res = r.run()
 			res.TookMs += waited.Milliseconds()
@@ -130,34 +118,6 @@ func (r *reloader) closeWithin(d time.Duration) bool {
 	}
 }
 
-// restartOnly lists the keys a reload cannot change, and how to read them.
-var restartOnly = []struct {
-	key string
-	get func(*Config) any
-}{
-	{"envoy.admin_port", func(c *Config) any { return c.Envoy.AdminPort }},
-	{"envoy.admin_socket", func(c *Config) any { return c.Envoy.AdminSocket }},
-	{"envoy.base_id", func(c *Config) any { return c.Envoy.BaseID }},
-	{"agent.localhost", func(c *Config) any { return c.Agent.Localhost }},
-	{"agent.status_port", func(c *Config) any { return c.Agent.StatusPort }},
-	{"agent.prometheus_port", func(c *Config) any { return c.Agent.PrometheusPort }},
-	{"agent.prometheus_address", func(c *Config) any { return c.Agent.PrometheusAddress }},
-	{"agent.run_dir", func(c *Config) any { return c.runDir() }},
-	{"agent.control_socket", func(c *Config) any { return c.controlSocket() }},
-}
-
-// restartOnlyChanges names the keys that differ between old and new and
-// need a restart.
-func restartOnlyChanges(old, new *Config) []string {
-	var keys []string
-	for _, k := range restartOnly {
-		if k.get(old) != k.get(new) {
-			keys = append(keys, fmt.Sprintf("%s (%v -> %v)", k.key, k.get(old), k.get(new)))
-		}
-	}
-	return keys
-}
-
 // errConfig marks reload errors that are about the configuration itself.
 type errConfig struct{ error }
 
@@ -165,23 +125,23 @@ func (e errConfig) Unwrap() error { return e.error }
 
 // reload is one reload: RELOADING=1, re-read and check the files, hot
 // restart Envoy, READY=1 whatever happened.
-func (s *supervisor) reload() ReloadResult {
+func (s *supervisor) reload() control.ReloadResult {
 	start := time.Now()
 	from := s.proxy.Epoch()
 	s.setReloading(true)
 	s.notify.Reloading(fmt.Sprintf("reloading: epoch %d serving, starting epoch %d", from, from+1))
-	s.notify.ExtendTimeout(2*s.config().Agent.StartTimeout.D() + validateTimeout)
+	s.notify.ExtendTimeout(2*s.config().Agent.StartTimeout.D() + config.ValidateTimeout)
 	epoch, err := s.reloadSteps()
 	s.setReloading(false)
 	took := time.Since(start)
 	s.metrics.reloadSeconds.Set(took.Seconds())
 	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
-	res := ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds()}
+	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds()}
 	defer func() { s.report.reloadDone(start, res) }()
 	if err != nil {
 		s.metrics.reloadFailures.Inc()
 		res.Error = err.Error()
-		res.Config = errors.As(err, new(errConfig)) || errors.As(err, new(*ConfigError))
+		res.Config = errors.As(err, new(errConfig)) || errors.As(err, new(*config.ConfigError))
 		s.log.WithFields(logrus.Fields{"event": "reload", "ok": false, "epoch": res.Epoch, "pid": s.proxy.Pid(),
 			"took_ms": took.Milliseconds(), "reason": firstLine(err.Error())}).
 			Errorf("reload failed after %s; epoch %d keeps serving: %v", took.Round(time.Millisecond), res.Epoch, err)
@@ -197,14 +157,14 @@ func (s *supervisor) reload() ReloadResult {
 
 func (s *supervisor) reloadSteps() (int, error) {
 	old := s.config()
-	cfg, err := LoadConfig(old.File)
+	cfg, err := config.LoadConfig(old.File)
 	if err != nil {
 		return 0, err
 	}
-	if keys := restartOnlyChanges(old, cfg); len(keys) > 0 {
+	if keys := config.RestartOnlyChanges(old, cfg); len(keys) > 0 {
 		return 0, errConfig{fmt.Errorf("a reload cannot change %s: restart the service to apply it", strings.Join(keys, ", "))}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Agent.StartTimeout.D()+validateTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Agent.StartTimeout.D()+config.ValidateTimeout)
 	defer cancel()
 	// One copy of the bootstrap: validated, then run. Reading the file twice
 	// would validate one text and run another if it changed in between.
@@ -250,11 +210,11 @@ func (s *supervisor) reloadSteps() (int, error) {
 // validateCopy runs `envoy --mode validate` on copied, the private copy of
 // cfg's bootstrap that the new epoch will run; problems name the
 // operator's file, not the copy.
-func validateCopy(ctx context.Context, cfg *Config, copied string) error {
+func validateCopy(ctx context.Context, cfg *config.Config, copied string) error {
 	c := *cfg
 	c.Envoy.ConfigPath = copied
-	err := validateBootstrap(ctx, &c)
-	var ce *ConfigError
+	err := config.ValidateBootstrap(ctx, &c)
+	var ce *config.ConfigError
 	if errors.As(err, &ce) {
 		for i := range ce.Problems {
 			ce.Problems[i].File = strings.ReplaceAll(ce.Problems[i].File, copied, cfg.Envoy.ConfigPath)
@@ -278,7 +238,7 @@ func (s *supervisor) waitForDrainingEpochs(ctx context.Context) (time.Duration, 
 			s.log.WithFields(logrus.Fields{"event": "reload_wait", "epoch": d.Epoch, "pid": d.Pid, "connections": d.Connections, "left_ms": d.Left.Milliseconds()}).
 				Infof("reload: waiting for epoch %d (pid %d, %d active connections) to finish draining, at most %s, before starting a new epoch",
 					d.Epoch, d.Pid, d.Connections, d.Left.Round(time.Second))
-			s.notify.ExtendTimeout(d.Left + 2*s.config().Agent.StartTimeout.D() + validateTimeout)
+			s.notify.ExtendTimeout(d.Left + 2*s.config().Agent.StartTimeout.D() + config.ValidateTimeout)
 		}
 		last = d
 		s.notify.Status(fmt.Sprintf("%s; reload waiting for epoch %d (pid %d) to finish draining: %d active connections, at most %s left",
@@ -297,9 +257,9 @@ func (s *supervisor) waitForDrainingEpochs(ctx context.Context) (time.Duration, 
 
 // requestReload asks for a reload and waits for its result; reloads are
 // refused until Envoy is first LIVE and once a stop has begun.
-func (s *supervisor) requestReload(ctx context.Context) ReloadResult {
+func (s *supervisor) requestReload(ctx context.Context) control.ReloadResult {
 	if !s.isLive() || s.agent.Draining() {
-		res := ReloadResult{Error: "envoy is not serving (starting or stopping): nothing to reload", Epoch: s.proxy.Epoch()}
+		res := control.ReloadResult{Error: "envoy is not serving (starting or stopping): nothing to reload", Epoch: s.proxy.Epoch()}
 		s.log.Warnf("reload refused: %s", res.Error)
 		return res
 	}
@@ -307,6 +267,6 @@ func (s *supervisor) requestReload(ctx context.Context) ReloadResult {
 	case res := <-s.reloader.request():
 		return res
 	case <-ctx.Done():
-		return ReloadResult{Error: "the reload request was cancelled; the reload goes on"}
+		return control.ReloadResult{Error: "the reload request was cancelled; the reload goes on"}
 	}
 }

@@ -11,6 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/service/config"
+	"github.com/envoy-agent/envoy-agent/service/control"
+	"github.com/envoy-agent/envoy-agent/service/systemd"
+
 	"github.com/sirupsen/logrus"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
@@ -25,7 +29,7 @@ type Options struct {
 	Stderr io.Writer
 	// Signals are the second stop signal, SIGHUP and SIGUSR1
 	// (NotifySignals); the first stop signal ends Run's context. nil: none.
-	Signals *Signals
+	Signals *systemd.Signals
 }
 
 // Run is `envoy-agent run`: it starts Envoy, tells systemd when Envoy is LIVE,
@@ -42,9 +46,9 @@ func Run(ctx context.Context, opts Options) error {
 	// agent with the default action and leave nothing drained.
 	sigs := opts.Signals
 	if sigs == nil {
-		sigs = &Signals{} // nil channels: no signal reaches this run but ctx's end
+		sigs = &systemd.Signals{} // nil channels: no signal reaches this run but ctx's end
 	}
-	stderr = bestEffortWriter{stderr}
+	stderr = systemd.BestEffortWriter{W: stderr}
 
 	// An agent that re-executed into this one (a live upgrade) handed over
 	// its Envoys and the settings they run with: the file may have been
@@ -56,32 +60,32 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	cfg := handover.config()
 	if cfg == nil {
-		if cfg, err = LoadConfig(opts.ConfigPath); err != nil {
+		if cfg, err = config.LoadConfig(opts.ConfigPath); err != nil {
 			return err
 		}
 		// The run folder must be the agent's user's (or root's): whoever else
 		// owns it could swap the files Envoy runs.
-		if dir := cfg.runDir(); dir != "" {
+		if dir := cfg.RunDir(); dir != "" {
 			if _, serr := os.Lstat(dir); serr == nil {
 				if err := envoy.CheckRunDir(dir); err != nil {
-					return configProblem(cfg, "agent.run_dir", "%v", err)
+					return config.Problemf(cfg, "agent.run_dir", "%v", err)
 				}
 			}
 		}
 	}
-	log := newLogger(stderr, cfg.Agent.LogLevel, cfg.Agent.LogFormat)
-	s := &supervisor{cfg: cfg, log: log, notify: newNotifier(log), metrics: newMetrics(), sigs: sigs, handover: handover, version: opts.Version}
+	log := systemd.NewLogger(stderr, cfg.Agent.LogLevel, cfg.Agent.LogFormat)
+	s := &supervisor{cfg: cfg, log: log, notify: systemd.NewNotifier(log), metrics: newMetrics(), sigs: sigs, handover: handover, version: opts.Version}
 	s.selfPath, _ = os.Executable()
 	return s.run(ctx, opts.Version, stderr)
 }
 
 // supervisor is one `envoy-agent run`.
 type supervisor struct {
-	cfg     *Config
+	cfg     *config.Config
 	log     *logrus.Logger
-	notify  *notifier
+	notify  *systemd.Notifier
 	metrics *metrics
-	sigs    *Signals
+	sigs    *systemd.Signals
 
 	proxy    *envoy.Envoy
 	agent    *envoy.Agent
@@ -106,13 +110,13 @@ type supervisor struct {
 	installed installedEnvoy // is the Envoy at binary_path the running one? (installedenvoy.go)
 }
 
-func (s *supervisor) config() *Config {
+func (s *supervisor) config() *config.Config {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cfg
 }
 
-func (s *supervisor) setConfig(c *Config) {
+func (s *supervisor) setConfig(c *config.Config) {
 	s.mu.Lock()
 	s.cfg = c
 	s.mu.Unlock()
@@ -143,19 +147,19 @@ func (s *supervisor) setHotRestartVersion(v string) {
 }
 
 // proxyConfig is cfg's ProxyConfig with the agent's logger and output.
-func (s *supervisor) proxyConfig(cfg *Config) envoy.ProxyConfig {
+func (s *supervisor) proxyConfig(cfg *config.Config) envoy.ProxyConfig {
 	pc := cfg.ProxyConfig()
 	pc.Logger = s.log
-	pc.Stderr = envoyOutputFor(s.stderr)
-	pc.Stdout = envoyOutputFor(s.stderr)
+	pc.Stderr = systemd.EnvoyOutputFor(s.stderr)
+	pc.Stdout = systemd.EnvoyOutputFor(s.stderr)
 	// Envoy must not answer on systemd's notify socket or take its sockets.
 	pc.Env = childenv.Clean(os.Environ())
 	return pc
 }
 
 // applyLogSettings takes the agent's log level and format from cfg.
-func (s *supervisor) applyLogSettings(cfg *Config) {
-	fresh := newLogger(s.stderr, cfg.Agent.LogLevel, cfg.Agent.LogFormat)
+func (s *supervisor) applyLogSettings(cfg *config.Config) {
+	fresh := systemd.NewLogger(s.stderr, cfg.Agent.LogLevel, cfg.Agent.LogFormat)
 	s.log.SetLevel(fresh.GetLevel())
 	s.log.SetFormatter(fresh.Formatter)
 }
@@ -205,7 +209,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 			return err
 		}
 	}
-	control, controlLn, err := s.newControl()
+	ctl, controlLn, err := s.newControl()
 	if err != nil {
 		closeListeners()
 		return err
@@ -216,19 +220,19 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 
 	agentCtx, stopAgent := context.WithCancel(context.Background())
 	defer stopAgent()
-	control.quit = func() { s.agent.DisableDraining(); stopAgent() }
-	control.report = s.handleStatus
-	control.reopen = s.reopenLogs
-	control.upgrade = s.upgradeHandler()
+	ctl.Quit = func() { s.agent.DisableDraining(); stopAgent() }
+	ctl.Report = s.handleStatus
+	ctl.Reopen = s.reopenLogs
+	ctl.Upgrade = s.upgradeHandler()
 	status := &statusServer{log: log, ready: s.ready}
 	go serveHTTP(serveCtx, statusLn, status.handler(), serverLimits{maxConns: statusMaxConns, write: statusWriteTimeout}, log)
-	go serveHTTP(serveCtx, controlLn, control.handler(), serverLimits{maxConns: controlMaxConns, context: withPeerCred}, log)
+	go serveHTTP(serveCtx, controlLn, ctl.Handler(), serverLimits{maxConns: controlMaxConns, context: control.WithPeerCred}, log)
 	if promLn != nil {
 		go serveHTTP(serveCtx, promLn, s.metrics.mergedHandler(s.proxy.Admin(), log), serverLimits{maxConns: metricsMaxConns, write: metricsWriteTimeout}, log)
 	}
 
 	log.Infof("envoy-agent %s starting envoy %s with %s (admin %s, status %s, control %s)", version, cfg.Envoy.BinaryPath,
-		cfg.Envoy.ConfigPath, cfg.adminAddress(), statusLn.Addr(), controlLn.Addr())
+		cfg.Envoy.ConfigPath, cfg.AdminAddress(), statusLn.Addr(), controlLn.Addr())
 	s.notify.Status("starting Envoy")
 	started := time.Now()
 	runErr := make(chan error, 1)
@@ -237,13 +241,13 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	// The watchdog runs from the start: systemd arms it when it forks us,
 	// not at READY. Until Envoy is LIVE the agent vouches for itself (the
 	// start timeout bounds that); after, only Envoy's admin answers count.
-	wd, err := watchdogInterval()
+	wd, err := systemd.WatchdogInterval()
 	if err != nil {
 		log.Errorf("%v: no watchdog pings will be sent, so systemd will restart the unit when WatchdogSec= passes", err)
 	}
 	if wd > 0 {
 		log.Infof("watchdog on: pinging every %s while Envoy's admin API answers", wd/2)
-		go runWatchdog(serveCtx, wd, s.watchdogAlive, s.notify.Watchdog)
+		go systemd.RunWatchdog(serveCtx, wd, s.watchdogAlive, s.notify.Watchdog)
 	}
 
 	if live, err := s.waitLive(ctx, started, runErr, stopAgent); !live {
@@ -257,7 +261,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 			return s.finish(err)
 		case <-done:
 			done = nil
-			s.stop(stopReason(ctx)+": draining Envoy", stopAgent)
+			s.stop(systemd.StopReason(ctx)+": draining Envoy", stopAgent)
 		case sig := <-s.sigs.Again:
 			log.Infof("%s again: ending the drain now", sig)
 			s.agent.DisableDraining()

@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/envoy-agent/envoy-agent/service/config"
 )
 
 // Envoy's own messages for start failures an operator fixes in the files,
@@ -27,7 +29,7 @@ var (
 // to change in the configuration, or "" when the line needs none. A hint is
 // given once, beside the last line that calls for it (Envoy repeats its
 // error at the end).
-func startHints(cfg *Config, lines []string) []string {
+func startHints(cfg *config.Config, lines []string) []string {
 	hints := make([]string, len(lines))
 	seen := map[string]bool{}
 	listener := ""
@@ -47,7 +49,7 @@ func startHints(cfg *Config, lines []string) []string {
 	return hints
 }
 
-func startHint(cfg *Config, line, listener string) string {
+func startHint(cfg *config.Config, line, listener string) string {
 	if m := baseIDClashRE.FindStringSubmatch(line); m != nil {
 		id, _ := strconv.ParseUint(m[1], 10, 32)
 		who := "another Envoy on this host"
@@ -61,11 +63,11 @@ func startHint(cfg *Config, line, listener string) string {
 		_, portText, _ := net.SplitHostPort(m[1])
 		port, err := strconv.ParseUint(portText, 10, 16)
 		if err == nil {
-			if holder, ok := agentOnPort(Port(port)); ok {
+			if holder, ok := agentOnPort(config.Port(port)); ok {
 				who = holder.String()
 			}
 		}
-		if err == nil && Port(port) == cfg.Envoy.AdminPort {
+		if err == nil && config.Port(port) == cfg.Envoy.AdminPort {
 			return fmt.Sprintf("Envoy's admin address %s is in use by %s: change envoy.admin_port in %s and the admin address in %s to a free port", m[1], who, cfg.File, cfg.Envoy.ConfigPath)
 		}
 		what := "a listener"

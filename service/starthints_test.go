@@ -3,6 +3,7 @@
 package service
 
 import (
+	"github.com/envoy-agent/envoy-agent/service/config"
 	"strings"
 	"testing"
 )
@@ -10,7 +11,7 @@ import (
 // The lines are Envoy 1.40's own, provoked with the real Envoy (README,
 // "Running several Envoys on one host").
 func TestStartHints(t *testing.T) {
-	cfg := &Config{File: "/etc/envoy-agent/edge.toml"}
+	cfg := &config.Config{File: "/etc/envoy-agent/edge.toml"}
 	cfg.Envoy.AdminPort = 15001
 	cfg.Envoy.ConfigPath = "/etc/envoy-agent/edge.yaml"
 	tests := []struct {

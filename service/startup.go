@@ -11,6 +11,9 @@ import (
 	"net"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/service/config"
+	"github.com/envoy-agent/envoy-agent/service/systemd"
+
 	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/sirupsen/logrus"
 )
@@ -40,7 +43,7 @@ const (
 )
 
 // bindListeners binds the status server's listener and the metrics one.
-func bindListeners(cfg *Config) (statusLn, promLn net.Listener, err error) {
+func bindListeners(cfg *config.Config) (statusLn, promLn net.Listener, err error) {
 	a := cfg.Agent
 	statusLn, err = listenTCP("agent.status_port", a.Localhost, a.StatusPort)
 	if err != nil {
@@ -90,7 +93,7 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 			<-runErr
 			return false, &StartError{Reason: fmt.Sprintf("envoy was not LIVE within start_timeout %s (its state: %s)", startTimeout, state), LastLines: lines}
 		case <-ctx.Done():
-			return false, s.abortStart(stopReason(ctx), runErr, stopAgent)
+			return false, s.abortStart(systemd.StopReason(ctx), runErr, stopAgent)
 		case sig := <-s.sigs.Reload:
 			s.log.Warnf("%s during start-up: ignored", sig)
 		case sig := <-s.sigs.Reopen:

@@ -15,38 +15,15 @@ import (
 	"strings"
 	"sync"
 	"time"
-)
 
-// upgradeCheckTimeout bounds `NEW-BINARY version --handover`, the check a
-// new binary must pass before the agent execs it: a Go binary answers in
-// milliseconds, so one that takes this long is broken.
-const upgradeCheckTimeout = 10 * time.Second
+	"github.com/envoy-agent/envoy-agent/service/control"
+)
 
 // upgradeState guards the live upgrade: one at a time.
 type upgradeState struct {
 	mu      sync.Mutex
 	running bool
 	lastErr string // why the last upgrade was refused or failed
-}
-
-// UpgradeAnswer is what /upgrade answers, as JSON: to a POST, whether the
-// agent hands over (then it re-executes right after answering); to a GET,
-// what is running now.
-type UpgradeAnswer struct {
-	OK       bool   `json:"ok"`
-	Fallback bool   `json:"fallback,omitempty"` // the agent cannot hand over: a drained restart is the way
-	Error    string `json:"error,omitempty"`
-
-	Version          string `json:"version"`      // the running agent's
-	To               string `json:"to,omitempty"` // the version being handed over to
-	Pid              int    `json:"pid"`
-	EnvoyPid         int    `json:"envoy_pid"`
-	Epoch            int    `json:"epoch"`
-	Live             bool   `json:"live"`
-	AdoptedFrom      string `json:"adopted_from,omitempty"` // the agent version that handed over to this one
-	LastUpgradeError string `json:"last_upgrade_error,omitempty"`
-	// ImageStarted tells one program image from the next in the same pid.
-	ImageStarted int64 `json:"image_started_unix_nano"`
 }
 
 // imageStarted is when this program image started (a re-exec starts anew).
@@ -85,11 +62,11 @@ func (s *supervisor) upgradeHandler() http.Handler {
 	})
 }
 
-func (s *supervisor) upgradeInfo() UpgradeAnswer {
+func (s *supervisor) upgradeInfo() control.UpgradeAnswer {
 	s.up.mu.Lock()
 	lastErr := s.up.lastErr
 	s.up.mu.Unlock()
-	a := UpgradeAnswer{OK: true, Version: s.version, Pid: os.Getpid(), EnvoyPid: s.proxy.Pid(), Epoch: s.proxy.Epoch(),
+	a := control.UpgradeAnswer{OK: true, Version: s.version, Pid: os.Getpid(), EnvoyPid: s.proxy.Pid(), Epoch: s.proxy.Epoch(),
 		Live: s.isLive() && !s.agent.Draining(), LastUpgradeError: lastErr, ImageStarted: imageStarted}
 	if s.handover != nil {
 		a.AdoptedFrom = s.handover.FromAgentVersion
@@ -99,7 +76,7 @@ func (s *supervisor) upgradeInfo() UpgradeAnswer {
 
 // prepareUpgrade checks that a live upgrade can go ahead; with OK set, the
 // caller must call runUpgrade.
-func (s *supervisor) prepareUpgrade(ctx context.Context) UpgradeAnswer {
+func (s *supervisor) prepareUpgrade(ctx context.Context) control.UpgradeAnswer {
 	ans := s.upgradeInfo()
 	ans.OK, ans.LastUpgradeError = false, ""
 	if !ans.Live {
@@ -116,7 +93,7 @@ func (s *supervisor) prepareUpgrade(ctx context.Context) UpgradeAnswer {
 	s.up.running = true
 	s.up.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(ctx, upgradeCheckTimeout)
+	ctx, cancel := context.WithTimeout(ctx, control.UpgradeCheckTimeout)
 	defer cancel()
 	to, err := probeBinary(ctx, s.selfPath)
 	if err == nil {

@@ -17,9 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/service/control"
+
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
-	"github.com/envoy-agent/envoy-agent/service"
 )
 
 // TestTwoAgentsClash gives a second agent the base_id, or the admin port,
@@ -107,10 +108,10 @@ func TestStartHintBesideEnvoysError(t *testing.T) {
 	}
 }
 
-func (p *agentProc) status(t *testing.T) (int, service.StatusReport, string) {
+func (p *agentProc) status(t *testing.T) (int, control.StatusReport, string) {
 	t.Helper()
 	code, stdout, stderr := runAgent(t, "status", "--config", p.config, "--json")
-	var rep service.StatusReport
+	var rep control.StatusReport
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("status --json exit %d: not JSON (%v):\n%s%s", code, err, stdout, stderr)
 	}

@@ -15,7 +15,10 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/service/config"
+	"github.com/envoy-agent/envoy-agent/service/control"
+	"github.com/envoy-agent/envoy-agent/service/systemd"
+
 	"github.com/envoy-agent/envoy-agent/internal/manual"
 	"github.com/envoy-agent/envoy-agent/service"
 )
@@ -51,7 +54,7 @@ var usage = manual.Usage()
 func init() { runtime.LockOSThread() }
 
 func main() {
-	os.Exit(envoy.ServeForkerOnMainThread(func() int { return run(os.Args[1:], os.Stdout, os.Stderr) }))
+	os.Exit(service.ServeForkerOnMainThread(func() int { return run(os.Args[1:], os.Stdout, os.Stderr) }))
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -69,7 +72,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		// Signals first, before the configuration is read: a SIGTERM or
 		// SIGHUP during start-up must not kill the agent with the default
 		// action and leave nothing drained.
-		ctx, sigs, stopSignals := service.NotifySignals(context.Background())
+		ctx, sigs, stopSignals := systemd.NotifySignals(context.Background())
 		defer stopSignals()
 		return exitCode(service.Run(ctx, service.Options{ConfigPath: path, Version: version, Stderr: stderr, Signals: sigs}), stderr)
 	case "validate", "reload", "reopen-logs":
@@ -85,8 +88,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if code >= 0 {
 			return code
 		}
-		err := service.RequestUpgrade(context.Background(), path, stdout)
-		var fe *service.FallbackError
+		err := control.RequestUpgrade(context.Background(), path, stdout)
+		var fe *control.FallbackError
 		if errors.As(err, &fe) {
 			fmt.Fprintf(stderr, "envoy-agent: %v\n", err)
 			return exitFallback
@@ -121,9 +124,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 // fileCommands are the commands that take only --config FILE and print
 // their outcome: each is one call into service.
 var fileCommands = map[string]func(context.Context, string, io.Writer) error{
-	"validate":    service.Validate,
-	"reload":      service.RequestReload,
-	"reopen-logs": service.RequestReopenLogs,
+	"validate":    config.Validate,
+	"reload":      control.RequestReload,
+	"reopen-logs": control.RequestReopenLogs,
 }
 
 // describe is a command's description from internal/manual, as a sentence without markup.
@@ -170,20 +173,20 @@ func exitCode(err error, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	// Under systemd every line is marked as an error for journald (service.ErrorLines).
+	// Under systemd every line is marked as an error for journald (systemd.ErrorLines).
 	say := func(format string, args ...any) {
-		fmt.Fprint(stderr, service.ErrorLines(stderr, fmt.Sprintf(format, args...)))
+		fmt.Fprint(stderr, systemd.ErrorLines(stderr, fmt.Sprintf(format, args...)))
 	}
-	var ce *service.ConfigError
+	var ce *config.ConfigError
 	if errors.As(err, &ce) {
 		say("envoy-agent: invalid configuration:\n%s\n", indent(ce.Error()))
 		return exitBadConfig
 	}
-	if service.IsConfigReloadError(err) {
+	if control.IsConfigReloadError(err) {
 		say("envoy-agent: %v\n", err)
 		return exitBadConfig
 	}
-	var ae *envoy.AdminAddressError
+	var ae *service.AdminAddressError
 	if errors.As(err, &ae) {
 		say("envoy-agent: invalid configuration: %v\n", err)
 		return exitBadConfig
@@ -219,9 +222,9 @@ func statusCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "envoy-agent status: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
-	err := service.RequestStatus(context.Background(), *path, *asJSON, stdout)
-	var nr *service.NotRunningError
-	var ce *service.ConfigError
+	err := control.RequestStatus(context.Background(), *path, *asJSON, stdout)
+	var nr *control.NotRunningError
+	var ce *config.ConfigError
 	switch {
 	case err == nil:
 		return exitStatusRunning

@@ -5,7 +5,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/envoy-agent/envoy-agent/service"
+	"github.com/envoy-agent/envoy-agent/service/config"
 )
 
 // Page identifies one man page.
@@ -98,7 +98,7 @@ func WriteConfigPage(w io.Writer, version, date string) error {
 	r.text("A reload (`systemctl reload envoy-agent`) applies the keys marked \"reload: yes\"; changing one marked \"no\" makes the reload fail with the key's name: restart the unit for it.")
 	for _, table := range []string{"envoy", "agent"} {
 		r.section("[" + table + "] keys")
-		for _, k := range service.KeyDocs {
+		for _, k := range config.KeyDocs {
 			name, ok := strings.CutPrefix(k.Key, table+".")
 			if !ok {
 				continue

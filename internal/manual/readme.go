@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/envoy-agent/envoy-agent/service"
+	"github.com/envoy-agent/envoy-agent/service/config"
 )
 
 // ReadmeTables returns README.md's tables that come from this package, keyed by their header
@@ -26,7 +26,7 @@ func ReadmeTables() map[string]string {
 		fmt.Fprintf(&codes, "| %d | %s |\n", e.Code, e.Meaning)
 	}
 	var keys strings.Builder
-	for _, k := range service.KeyDocs {
+	for _, k := range config.KeyDocs {
 		fmt.Fprintf(&keys, "| `%s` | `%s` | %s | %s |\n", k.Key, k.Default, k.Meaning, k.Reload)
 	}
 	return map[string]string{

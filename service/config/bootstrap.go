@@ -1,0 +1,151 @@
+//go:build linux
+
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"strconv"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// maxBootstrapSize bounds the bootstrap the agent reads to check its admin
+// address; Envoy itself reads it whole.
+const maxBootstrapSize = 64 << 20
+
+// bootstrapAdmin is the admin address of an Envoy bootstrap: a TCP socket
+// address, or a unix socket (pipe).
+type bootstrapAdmin struct {
+	Address string
+	Port    int
+	Pipe    string // admin.address.pipe.path, when the admin is on a unix socket
+	Mode    int    // admin.address.pipe.mode (0: Envoy leaves the umask's)
+}
+
+// readBootstrapAdmin reads admin.address from an Envoy bootstrap (YAML or
+// JSON). ok is false when the bootstrap has none (or one the agent cannot
+// read); a file that does not parse is left to Envoy's own validation,
+// which words it better.
+func readBootstrapAdmin(path string) (admin bootstrapAdmin, ok bool, err error) {
+	data, err := readRegularFile(path, maxBootstrapSize)
+	if err != nil {
+		return bootstrapAdmin{}, false, err
+	}
+	var doc struct {
+		Admin struct {
+			Address struct {
+				SocketAddress struct {
+					Address   string `yaml:"address"`
+					PortValue any    `yaml:"port_value"`
+				} `yaml:"socket_address"`
+				Pipe struct {
+					Path string `yaml:"path"`
+					Mode any    `yaml:"mode"`
+				} `yaml:"pipe"`
+			} `yaml:"address"`
+		} `yaml:"admin"`
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return bootstrapAdmin{}, false, nil
+	}
+	if pipe := doc.Admin.Address.Pipe; pipe.Path != "" {
+		mode, ok := yamlInt(pipe.Mode)
+		if !ok {
+			return bootstrapAdmin{}, false, nil
+		}
+		return bootstrapAdmin{Pipe: pipe.Path, Mode: mode}, true, nil
+	}
+	sa := doc.Admin.Address.SocketAddress
+	if sa.Address == "" && sa.PortValue == nil {
+		return bootstrapAdmin{}, false, nil
+	}
+	port, ok := yamlInt(sa.PortValue)
+	if !ok {
+		return bootstrapAdmin{}, false, nil
+	}
+	return bootstrapAdmin{Address: sa.Address, Port: port}, true, nil
+}
+
+// yamlInt reads an integer field as Envoy would: a number, or a string
+// holding one (proto3 JSON); absent is 0.
+func yamlInt(v any) (int, bool) {
+	switch v := v.(type) {
+	case nil:
+		return 0, true
+	case int:
+		return v, true
+	case string:
+		n, err := strconv.ParseInt(v, 0, 64)
+		return int(n), err == nil
+	default:
+		return 0, false
+	}
+}
+
+// checkBootstrapAdmin adds a problem when the bootstrap's admin listener is
+// not where admin_port or admin_socket says, or is a TCP one beyond
+// loopback (without allow_remote_admin).
+func (c *Config) checkBootstrapAdmin(ps *problems) {
+	admin, ok, err := readBootstrapAdmin(c.Envoy.ConfigPath)
+	if err != nil || !ok {
+		return
+	}
+	e := c.Envoy
+	if admin.Pipe != "" {
+		// Envoy binds a relative path in its working folder, which is the
+		// agent's.
+		path, _ := filepath.Abs(admin.Pipe)
+		switch {
+		case e.AdminSocket == "":
+			ps.add("envoy.admin_port", "is %d, but the bootstrap %s puts Envoy's admin on the unix socket %s: set admin_socket = %q instead",
+				e.AdminPort, e.ConfigPath, admin.Pipe, path)
+		case path != e.AdminSocket:
+			ps.add("envoy.admin_socket", "is %s, but the bootstrap %s puts Envoy's admin on the unix socket %s: they must agree",
+				e.AdminSocket, e.ConfigPath, path)
+		}
+		if admin.Mode&0o007 != 0 {
+			ps.add("envoy.admin_socket", "the bootstrap %s gives Envoy's admin socket mode %04o: other users could connect to it and stop Envoy or read its configuration; use mode: 0600",
+				e.ConfigPath, admin.Mode)
+		}
+		return
+	}
+	if e.AdminSocket != "" {
+		ps.add("envoy.admin_socket", "is %s, but the bootstrap %s puts Envoy's admin listener on %s port %d: they must agree",
+			e.AdminSocket, e.ConfigPath, admin.Address, admin.Port)
+		return
+	}
+	if admin.Port != int(e.AdminPort) {
+		ps.add("envoy.admin_port", "is %d, but the bootstrap %s puts Envoy's admin listener on port %d: they must agree",
+			e.AdminPort, e.ConfigPath, admin.Port)
+	}
+	if ip, err := netip.ParseAddr(admin.Address); !e.AllowRemoteAdmin && (err != nil || !ip.IsLoopback()) {
+		ps.add("envoy.allow_remote_admin", "the bootstrap %s binds Envoy's admin listener to %q, reachable beyond this host: %s",
+			e.ConfigPath, admin.Address, "use 127.0.0.1, or set allow_remote_admin = true to accept it")
+	}
+}
+
+// maxSocketPath is the longest unix socket path Linux takes (sun_path is
+// 108 bytes with its terminating NUL).
+const maxSocketPath = 107
+
+// checkAdminSocket checks admin_socket on its own: it replaces admin_port,
+// so the two are not both set.
+func (c *Config) checkAdminSocket(ps *problems) {
+	if c.adminPortSet {
+		ps.add("envoy.admin_port", "is set, and so is admin_socket: Envoy's admin is on one or the other; remove admin_port")
+	}
+	if len(c.Envoy.AdminSocket) > maxSocketPath {
+		ps.add("envoy.admin_socket", "%s is %d bytes; a unix socket path has at most %d", c.Envoy.AdminSocket, len(c.Envoy.AdminSocket), maxSocketPath)
+	}
+	c.Envoy.AdminPort = 0
+}
+
+// AdminAddress names where Envoy's admin API is, for the log and STATUS=.
+func (c *Config) AdminAddress() string {
+	if c.Envoy.AdminSocket != "" {
+		return "unix:" + c.Envoy.AdminSocket
+	}
+	return fmt.Sprintf("%s:%d", c.Agent.Localhost, c.Envoy.AdminPort)
+}

@@ -1,0 +1,44 @@
+//go:build linux
+
+package config
+
+// KeyDoc documents one key of the configuration file. The README's key table and the
+// envoy-agent.toml(5) man page are generated from KeyDocs, and tests check that it names every key
+// the loader accepts, with the loader's default and whether a reload applies it.
+type KeyDoc struct {
+	Key     string // table.key
+	Default string // the default, as TOML
+	Meaning string // one sentence; `code` in backquotes
+	Reload  string // "yes", "yes (...)" or "no" (a restart-only key)
+}
+
+// KeyDocs lists every key of the configuration file, in the order of the example file.
+var KeyDocs = []KeyDoc{
+	{Key: "envoy.binary_path", Default: "\"envoy\"", Meaning: "the Envoy binary; a bare name is looked up in `PATH`", Reload: "yes (same hot-restart version)"},
+	{Key: "envoy.config_path", Default: "\"/etc/envoy/envoy.yaml\"", Meaning: "Envoy's bootstrap (YAML, JSON or proto text by extension)", Reload: "yes"},
+	{Key: "envoy.admin_port", Default: "15000", Meaning: "Envoy's admin port on `agent.localhost`; must match the bootstrap's admin `socket_address` (checked from the file, and again from the address Envoy really bound). Not with `admin_socket`", Reload: "no"},
+	{Key: "envoy.admin_socket", Default: `""`, Meaning: "Envoy's admin on this unix socket instead of a port (the example and the packages use it): must be the bootstrap's `admin.address.pipe.path` (a relative path there is taken from the agent's working folder, as Envoy does), checked from the file and from the address Envoy bound; the pipe's `mode` must give others nothing (`mode: 0600`); at most 107 bytes. Packages: `/run/envoy-agent/admin.sock`", Reload: "no"},
+	{Key: "envoy.log_level", Default: "\"info\"", Meaning: "Envoy's `-l`; Istio-style `\"warning,upstream:debug\"` sets component levels too", Reload: "yes"},
+	{Key: "envoy.component_log_level", Default: "\"\"", Meaning: "`--component-log-level`, e.g. `\"upstream:debug,connection:trace\"`", Reload: "yes"},
+	{Key: "envoy.log_as_json", Default: "false", Meaning: "Envoy writes its log lines as JSON (`--log-format`)", Reload: "yes"},
+	{Key: "envoy.concurrency", Default: "0", Meaning: "`--concurrency` when above 0 (lowering it on a reload drops connections queued in the old workers)", Reload: "yes"},
+	{Key: "envoy.node_ips", Default: "[]", Meaning: "`--local-address-ip-version v6` only when every one is IPv6", Reload: "yes"},
+	{Key: "envoy.drain_duration", Default: "\"45s\"", Meaning: "`--drain-time-s`: graceful drains and a replaced epoch's drain", Reload: "yes"},
+	{Key: "envoy.parent_shutdown_duration", Default: "\"60s\"", Meaning: "`--parent-shutdown-time-s`: when a replaced epoch is told to exit; must exceed `drain_duration`", Reload: "yes"},
+	{Key: "envoy.base_id", Default: "0", Meaning: "`--base-id`, the hot-restart namespace; unique per Envoy on a host", Reload: "no"},
+	{Key: "envoy.extra_args", Default: "[]", Meaning: "appended to Envoy's command line, last", Reload: "yes"},
+	{Key: "envoy.drain_inbound_only", Default: "false", Meaning: "drain only `INBOUND` listeners (`drain_listeners?inboundonly`); listeners with no direction are then left alone", Reload: "yes"},
+	{Key: "envoy.allow_remote_admin", Default: "false", Meaning: "accept an admin listener bound beyond loopback (otherwise refused)", Reload: "yes"},
+	{Key: "agent.localhost", Default: "\"127.0.0.1\"", Meaning: "a loopback address: the status server listens there and Envoy's admin is reached there", Reload: "no"},
+	{Key: "agent.status_port", Default: "15020", Meaning: "the agent's status server", Reload: "no"},
+	{Key: "agent.prometheus_port", Default: "15090", Meaning: "merged metrics; `0` disables them", Reload: "no"},
+	{Key: "agent.prometheus_address", Default: "\"127.0.0.1\"", Meaning: "where the metrics listen (`\"0.0.0.0\"` for a remote Prometheus)", Reload: "no"},
+	{Key: "agent.termination_drain_duration", Default: "\"5s\"", Meaning: "the longest a stop drains", Reload: "yes"},
+	{Key: "agent.min_drain_duration", Default: "\"5s\"", Meaning: "the least a stop drains before it may end at zero connections; at most the above", Reload: "yes"},
+	{Key: "agent.exit_on_zero_active_connections", Default: "false", Meaning: "end a stop's drain as soon as no downstream connection is left", Reload: "yes"},
+	{Key: "agent.start_timeout", Default: "\"60s\"", Meaning: "Envoy (and a reload's new epoch) must be LIVE by then", Reload: "yes"},
+	{Key: "agent.log_level", Default: "\"info\"", Meaning: "the agent's own log level", Reload: "yes"},
+	{Key: "agent.log_format", Default: "\"text\"", Meaning: "`\"text\"` or `\"json\"`", Reload: "yes"},
+	{Key: "agent.run_dir", Default: `""`, Meaning: "where the agent keeps runtime files (the control socket, bootstrap copies, admin address files); `\"\"` is `/run/envoy-agent`, the unit's `RuntimeDirectory=`, or `/run/envoy-agent-NAME` for `/etc/envoy-agent/NAME.toml` (the template unit's instance NAME), fixed so that `envoy-agent reload` and `status` find the socket from the file alone (change both together)", Reload: "no"},
+	{Key: "agent.control_socket", Default: `""`, Meaning: "the control socket (reload, drain, quit, status, reopen-logs); `\"\"` is `<run_dir>/control.sock`; at most 107 bytes", Reload: "no"},
+}

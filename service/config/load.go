@@ -1,0 +1,115 @@
+//go:build linux
+
+package config
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+	"github.com/agnivade/levenshtein"
+)
+
+// maxConfigSize bounds the TOML file the agent reads.
+const maxConfigSize = 1 << 20
+
+// LoadConfig reads and checks the configuration file at path. Relative
+// paths in it are resolved against the file's folder. Every problem is
+// returned in one *ConfigError, each naming the file, line and key.
+func LoadConfig(path string) (*Config, error) {
+	data, err := readConfigFile(path)
+	if err != nil {
+		return nil, &ConfigError{Problems: []Problem{{File: path, Msg: err.Error()}}}
+	}
+	cfg := DefaultConfig()
+	cfg.File = path
+	cfg.src = strings.Split(string(data), "\n")
+	ps := &problems{file: path, lines: cfg.src}
+	if err := checkNesting(data); err != nil {
+		return nil, &ConfigError{Problems: []Problem{{File: path, Line: err.line, Msg: err.Error()}}}
+	}
+	md, err := toml.Decode(string(data), &cfg)
+	if err != nil {
+		return nil, &ConfigError{Problems: []Problem{decodeProblem(path, err)}}
+	}
+	cfg.adminPortSet = md.IsDefined("envoy", "admin_port")
+	unknown := map[string]bool{}
+	for _, k := range md.Undecoded() {
+		unknown[k.String()] = true
+		if len(k) > 1 && unknown[k[:len(k)-1].String()] {
+			continue // inside an unknown table: the table is the problem
+		}
+		ps.add(k.String(), "unknown key%s", suggest(k))
+	}
+	cfg.resolvePaths()
+	cfg.check(ps)
+	if err := ps.err(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+// typeErrRE matches the errors toml gives for a value of the wrong type,
+// which are not ParseErrors.
+var typeErrRE = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): incompatible types: TOML value has type (\w+); destination has type (\w+)`)
+
+// decodeProblem turns an error of toml.Decode into a Problem with the line
+// and key where toml gives them.
+func decodeProblem(path string, err error) Problem {
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		return Problem{File: path, Line: pe.Position.Line, Key: pe.LastKey, Msg: pe.Message}
+	}
+	if m := typeErrRE.FindStringSubmatch(err.Error()); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		return Problem{File: path, Line: line, Key: m[2], Msg: fmt.Sprintf("wrong type: want %s, got %s (incompatible types)", article(m[4]), article(m[3]))}
+	}
+	return Problem{File: path, Msg: err.Error()}
+}
+
+func article(typ string) string {
+	if strings.ContainsRune("aeiou", rune(typ[0])) {
+		return "an " + typ
+	}
+	return "a " + typ
+}
+
+func readConfigFile(path string) ([]byte, error) {
+	data, err := readRegularFile(path, maxConfigSize)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the configuration: %w", err)
+	}
+	return data, nil
+}
+
+// knownKeys lists every key per table, for suggestions.
+var knownKeys = map[string][]string{
+	"envoy": tomlKeys(EnvoyConfig{}),
+	"agent": tomlKeys(AgentConfig{}),
+}
+
+func suggest(k toml.Key) string {
+	if len(k) == 1 {
+		if _, ok := knownKeys[k[0]]; !ok {
+			return " (the tables are [envoy] and [agent])"
+		}
+		return ""
+	}
+	keys, ok := knownKeys[k[0]]
+	if !ok {
+		return " (the tables are [envoy] and [agent])"
+	}
+	best, bestD := "", 3
+	for _, cand := range keys {
+		if d := levenshtein.ComputeDistance(k[len(k)-1], cand); d < bestD {
+			best, bestD = cand, d
+		}
+	}
+	if best != "" {
+		return fmt.Sprintf(" (did you mean %q?)", best)
+	}
+	return ""
+}

@@ -1,0 +1,290 @@
+//go:build linux
+
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+)
+
+// configDir writes a bootstrap (admin on 15000) and returns the folder and
+// the real Envoy's path.
+func configDir(t *testing.T) (dir, envoyBin string) {
+	t.Helper()
+	dir = t.TempDir()
+	testenvoy.WriteBootstrap(t, dir, "envoy.yaml", testenvoy.BootstrapOptions{Ports: testenvoy.Ports{Admin: 15000, Listener: 10000, Upstream: 10001}})
+	return dir, testenvoy.Binary(t)
+}
+
+func writeConfig(t *testing.T, dir, text string) string {
+	t.Helper()
+	p := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadConfigGood(t *testing.T) {
+	dir, bin := configDir(t)
+	path := writeConfig(t, dir, `[envoy]
+binary_path = "`+bin+`"
+config_path = "envoy.yaml"
+drain_duration = "10s"
+parent_shutdown_duration = "15s"
+base_id = 3
+node_ips = ["::1"]
+
+[agent]
+termination_drain_duration = "7s"
+min_drain_duration = "2s"
+exit_on_zero_active_connections = true
+`)
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		t.Fatalf("LoadConfig: %v", err)
+	}
+	if cfg.Envoy.ConfigPath != filepath.Join(dir, "envoy.yaml") {
+		t.Errorf("config_path = %q, want it resolved against the file's folder", cfg.Envoy.ConfigPath)
+	}
+	pc := cfg.ProxyConfig()
+	if pc.DrainDuration.AsDuration() != 10*time.Second || pc.ParentShutdownDuration.AsDuration() != 15*time.Second ||
+		pc.BaseID != 3 || pc.AdminPort != 15000 || pc.BinaryPath != bin || len(pc.NodeIPs) != 1 {
+		t.Errorf("ProxyConfig = %+v", pc)
+	}
+	if cfg.Agent.TerminationDrainDuration.D() != 7*time.Second || cfg.Agent.MinDrainDuration.D() != 2*time.Second ||
+		!cfg.Agent.ExitOnZeroActiveConnections || cfg.Agent.StatusPort != 15020 || cfg.Agent.StartTimeout.D() != time.Minute {
+		t.Errorf("agent config = %+v", cfg.Agent)
+	}
+}
+
+func TestExampleConfigLoads(t *testing.T) {
+	t.Setenv("PATH", filepath.Dir(testenvoy.Binary(t))+":"+os.Getenv("PATH"))
+	if _, err := LoadConfig(filepath.Join(testenvoy.RepoRoot(t), "config.example.toml")); err != nil {
+		t.Fatalf("config.example.toml: %v", err)
+	}
+}
+
+func TestLoadConfigBadInput(t *testing.T) {
+	dir, bin := configDir(t)
+	notExec := filepath.Join(dir, "envoy-not-executable")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testenvoy.WriteBootstrap(t, dir, "admin9901.yaml", testenvoy.BootstrapOptions{Ports: testenvoy.Ports{Admin: 9901, Listener: 10000, Upstream: 10001}})
+	testenvoy.WriteBootstrap(t, dir, "admin-any.yaml", testenvoy.BootstrapOptions{AdminAddress: "0.0.0.0", Ports: testenvoy.Ports{Admin: 15000, Listener: 10000, Upstream: 10001}})
+	head := "[envoy]\nbinary_path = \"" + bin + "\"\nconfig_path = \"envoy.yaml\"\n"
+	tests := []struct {
+		name string
+		text string
+		line int
+		key  string
+		msg  string
+	}{
+		{name: "TOML syntax error", text: head + "log_level = \"info\n", line: 4, key: "envoy.log_level", msg: "newline"},
+		{name: "unknown key", text: head + "admin_prot = 15000\n", line: 4, key: "envoy.admin_prot", msg: `unknown key (did you mean "admin_port"?)`},
+		{name: "unknown table", text: head + "[agnet]\nstatus_port = 1\n", line: 4, key: "agnet", msg: "unknown key (the tables are [envoy] and [agent])"},
+		{name: "wrong type for a port", text: head + "admin_port = \"15000\"\n", line: 4, key: "envoy.admin_port", msg: "wrong type: want a port number, got a string"},
+		{name: "wrong type for a bool", text: head + "log_as_json = \"yes\"\n", line: 4, key: "envoy.log_as_json", msg: "incompatible types"},
+		{name: "bad duration", text: head + "drain_duration = \"45\"\n", line: 4, key: "envoy.drain_duration", msg: `bad duration "45"`},
+		{name: "duration as a number", text: head + "drain_duration = 45\n", line: 4, key: "envoy.drain_duration", msg: "wrong type: want a duration string"},
+		{name: "port out of range", text: head + "[agent]\nstatus_port = 70000\n", line: 5, key: "agent.status_port", msg: "port 70000 is out of range"},
+		{name: "parent shutdown not above drain", text: head + "drain_duration = \"60s\"\nparent_shutdown_duration = \"60s\"\n", line: 5, key: "envoy.parent_shutdown_duration", msg: "must be longer than drain_duration"},
+		{name: "min drain above termination", text: head + "[agent]\ntermination_drain_duration = \"5s\"\nmin_drain_duration = \"10s\"\n", line: 6, key: "agent.min_drain_duration", msg: "must not exceed termination_drain_duration"},
+		{name: "missing binary", text: "[envoy]\nbinary_path = \"/nonexistent/envoy\"\nconfig_path = \"envoy.yaml\"\n", line: 2, key: "envoy.binary_path", msg: "no such file"},
+		{name: "binary not in PATH", text: "[envoy]\nbinary_path = \"envoy-that-is-not-there\"\nconfig_path = \"envoy.yaml\"\n", line: 2, key: "envoy.binary_path", msg: "not found in PATH"},
+		{name: "binary not executable", text: "[envoy]\nbinary_path = \"" + notExec + "\"\nconfig_path = \"envoy.yaml\"\n", line: 2, key: "envoy.binary_path", msg: "not executable"},
+		{name: "missing bootstrap", text: "[envoy]\nbinary_path = \"" + bin + "\"\nconfig_path = \"nope.yaml\"\n", line: 3, key: "envoy.config_path", msg: "no such file"},
+		{name: "admin port not the bootstrap's", text: "[envoy]\nbinary_path = \"" + bin + "\"\nconfig_path = \"admin9901.yaml\"\nadmin_port = 15000\n", line: 4, key: "envoy.admin_port", msg: "puts Envoy's admin listener on port 9901"},
+		{name: "admin beyond loopback", text: "[envoy]\nbinary_path = \"" + bin + "\"\nconfig_path = \"admin-any.yaml\"\n", key: "envoy.allow_remote_admin", msg: "reachable beyond this host"},
+		{name: "same port twice", text: head + "[agent]\nstatus_port = 15000\n", line: 5, key: "agent.status_port", msg: "also envoy.admin_port"},
+		{name: "localhost not loopback", text: head + "[agent]\nlocalhost = \"0.0.0.0\"\n", line: 5, key: "agent.localhost", msg: "must be a loopback address"},
+		{name: "unknown envoy log level", text: head + "log_level = \"loud\"\n", line: 4, key: "envoy.log_level", msg: `unknown level "loud"`},
+		{name: "bad component level", text: head + "component_log_level = \"upstream\"\n", line: 4, key: "envoy.component_log_level", msg: "want component:level"},
+		{name: "bad log format", text: head + "[agent]\nlog_format = \"xml\"\n", line: 5, key: "agent.log_format", msg: `unknown format "xml"`},
+		{name: "negative base id", text: head + "base_id = -1\n", line: 4, key: "envoy.base_id", msg: "out of range"},
+		{name: "control socket path too long", text: head + "[agent]\nrun_dir = \"/run/" + strings.Repeat("x", 100) + "\"\n", line: 5, key: "agent.run_dir", msg: "a unix socket path holds at most 107"},
+		{name: "control socket set, too long", text: head + "[agent]\ncontrol_socket = \"/run/" + strings.Repeat("x", 110) + "\"\n", line: 5, key: "agent.control_socket", msg: "a unix socket path holds at most 107"},
+		{name: "bad node ip", text: head + "node_ips = [\"10.0.0.300\"]\n", line: 4, key: "envoy.node_ips", msg: "not an IP address"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeConfig(t, dir, tt.text)
+			_, err := LoadConfig(path)
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("LoadConfig = %v, want a *ConfigError", err)
+			}
+			if len(ce.Problems) != 1 {
+				t.Fatalf("want one problem, got %d:\n%v", len(ce.Problems), ce)
+			}
+			p := ce.Problems[0]
+			if p.File != path || p.Line != tt.line || p.Key != tt.key || !strings.Contains(p.Msg, tt.msg) {
+				t.Fatalf("problem = %+v\nwant file %s, line %d, key %q, message with %q", p, path, tt.line, tt.key, tt.msg)
+			}
+			if s := ce.Error(); !strings.HasPrefix(s, path) {
+				t.Errorf("message %q does not start with the file name", s)
+			}
+		})
+	}
+}
+
+func TestLoadConfigReportsEveryProblem(t *testing.T) {
+	dir, bin := configDir(t)
+	path := writeConfig(t, dir, "[envoy]\nbinary_path = \""+bin+"\"\nconfig_path = \"envoy.yaml\"\nadmin_prot = 1\n[agent]\nlog_format = \"xml\"\nstart_timeout = \"0s\"\n")
+	_, err := LoadConfig(path)
+	var ce *ConfigError
+	if !errors.As(err, &ce) || len(ce.Problems) != 3 {
+		t.Fatalf("want 3 problems, got %v", err)
+	}
+	want := []string{path + ":4: envoy.admin_prot: unknown key", path + ":6: agent.log_format:", path + ":7: agent.start_timeout:"}
+	for i, w := range want {
+		if !strings.HasPrefix(ce.Problems[i].String(), w) {
+			t.Errorf("problem %d = %q, want it to start %q", i, ce.Problems[i], w)
+		}
+	}
+}
+
+func TestLoadConfigFileProblems(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.toml")
+	if err := os.WriteFile(big, make([]byte, maxConfigSize+1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ name, path, msg string }{
+		{"missing", filepath.Join(dir, "none.toml"), "no such file"},
+		{"a directory", dir, "not a regular file"},
+		{"too large", big, "is not a configuration file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := LoadConfig(tt.path)
+			var ce *ConfigError
+			if !errors.As(err, &ce) || !strings.Contains(err.Error(), tt.msg) || !strings.HasPrefix(err.Error(), tt.path) {
+				t.Fatalf("err = %v; want a ConfigError for %s with %q", err, tt.path, tt.msg)
+			}
+		})
+	}
+}
+
+// TestDeepNestingIsRefusedFast: 16,000 nested inline tables (64 KB, under
+// the size cap) took the TOML decoder 31 s and 10.5 GB; they are refused
+// before decoding, with the line.
+func TestDeepNestingIsRefusedFast(t *testing.T) {
+	dir := t.TempDir()
+	deep := "[envoy]\nextra_args = []\n[agent]\nx = " + strings.Repeat("{a=", 16000) + "1" + strings.Repeat("}", 16000) + "\n"
+	path := filepath.Join(dir, "deep.toml")
+	if err := os.WriteFile(path, []byte(deep), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err := LoadConfig(path)
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), path+":4: arrays and inline tables nest more than") {
+		t.Fatalf("LoadConfig = %v, want the nesting refused at line 4", err)
+	}
+	// The decoder took 31 s; the refusal reads the text once.
+	if took > 5*time.Second {
+		t.Fatalf("refusing took %s", took)
+	}
+	// Strings and comments do not count.
+	ok := "[envoy]\nextra_args = [\"[[[[[[[[[[[[[[[[[[[[{{{{{{{{{{{{{{{{{{{{\", '''\n{{{{{{{{{{{{{{{{{{{{{{{{{\n'''] # [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\n"
+	if err := checkNesting([]byte(ok)); err != nil {
+		t.Fatalf("checkNesting counted brackets in strings or comments: %v", err)
+	}
+}
+
+// TestFIFOIsRefusedWithoutBlocking: a FIFO as the configuration or as
+// Envoy's bootstrap is refused at once (an open would block until a writer
+// came).
+func TestFIFOIsRefusedWithoutBlocking(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 2)
+	go func() { _, err := LoadConfig(fifo); done <- err }()
+	go func() {
+		_, err := LoadConfig(writeConfig(t, dir, "[envoy]\nconfig_path = \"fifo\"\n"))
+		done <- err
+	}()
+	for i := 0; i < 2; i++ {
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "is not a regular file (a FIFO)") {
+				t.Fatalf("LoadConfig = %v, want a FIFO refused", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("LoadConfig blocked on a FIFO")
+		}
+	}
+}
+
+func TestDefaultRunDir(t *testing.T) {
+	tests := []struct{ file, want string }{
+		{"/etc/envoy-agent/config.toml", "/run/envoy-agent"},
+		{"/etc/envoy-agent/edge.toml", "/run/envoy-agent-edge"},
+		{"/etc/envoy-agent/egress-2.toml", "/run/envoy-agent-egress-2"},
+		{"/etc/envoy-agent/sub/edge.toml", "/run/envoy-agent"},
+		{"/etc/envoy-agent/edge.conf", "/run/envoy-agent"},
+		{"/srv/edge.toml", "/run/envoy-agent"},
+	}
+	for _, tt := range tests {
+		if got := defaultRunDir(tt.file); got != tt.want {
+			t.Errorf("defaultRunDir(%q) = %q, want %q", tt.file, got, tt.want)
+		}
+	}
+}
+
+// Root validating the file of a service whose run_dir the service user
+// owns (0750, as systemd's RuntimeDirectory= makes it) is no error: who
+// owns it is checked by the agent that runs. A run_dir others can write is
+// refused whoever asks.
+func TestLoadConfigRunDirOwnedByTheServiceUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give the folder to another user")
+	}
+	dir, bin := configDir(t)
+	rd := filepath.Join(dir, "run")
+	if err := os.Mkdir(rd, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(rd, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	text := "[envoy]\nbinary_path = \"" + bin + "\"\nconfig_path = \"envoy.yaml\"\n\n[agent]\nrun_dir = \"run\"\n"
+	if _, err := LoadConfig(writeConfig(t, dir, text)); err != nil {
+		t.Fatalf("LoadConfig with run_dir owned by uid 65534 (0750): %v", err)
+	}
+	if err := os.Chmod(rd, 0o770); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadConfig(writeConfig(t, dir, text)); err == nil || !strings.Contains(err.Error(), "agent.run_dir") {
+		t.Fatalf("LoadConfig with a group-writable run_dir: %v, want an agent.run_dir error", err)
+	}
+}
+
+func TestAdminAddress(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"port", Config{Envoy: EnvoyConfig{AdminPort: 15000}, Agent: AgentConfig{Localhost: "127.0.0.1"}}, "127.0.0.1:15000"},
+		{"socket", Config{Envoy: EnvoyConfig{AdminSocket: "/run/envoy-agent/admin.sock"}, Agent: AgentConfig{Localhost: "127.0.0.1"}}, "unix:/run/envoy-agent/admin.sock"},
+	}
+	for _, tt := range tests {
+		if got := tt.cfg.AdminAddress(); got != tt.want {
+			t.Errorf("%s: adminAddress() = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,102 @@
+//go:build linux
+
+package config
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
+)
+
+// ValidateTimeout bounds `envoy --mode validate`.
+const ValidateTimeout = 60 * time.Second
+
+// Validate checks the configuration file at path and has Envoy validate its
+// bootstrap (envoy --mode validate), without starting anything. It writes
+// "OK" and a summary to out, or returns a *ConfigError listing every problem.
+func Validate(ctx context.Context, path string, out io.Writer) error {
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		return err
+	}
+	if err := ValidateBootstrap(ctx, cfg); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "OK: %s is valid; %s accepts the bootstrap %s\n", cfg.File, cfg.Envoy.BinaryPath, cfg.Envoy.ConfigPath)
+	return nil
+}
+
+// ValidateBootstrap runs `envoy --mode validate` on the bootstrap, with the
+// operator's extra arguments (they may change what Envoy loads).
+func ValidateBootstrap(ctx context.Context, cfg *Config) error {
+	if err := cfg.checkIsEnvoy(ctx); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, ValidateTimeout)
+	defer cancel()
+	args := []string{"--mode", "validate", "-c", cfg.Envoy.ConfigPath, "-l", "warning", "--disable-hot-restart"}
+	args = append(args, cfg.Envoy.ExtraArgs...)
+	cmd := exec.CommandContext(ctx, cfg.Envoy.BinaryPath, args...)
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	err := cmd.Run()
+	if err == nil {
+		return nil
+	}
+	why := envoyComplaint(output.String())
+	if why == "" {
+		why = err.Error()
+	}
+	if ctx.Err() != nil {
+		why = fmt.Sprintf("envoy --mode validate did not finish within %s", ValidateTimeout)
+	}
+	return &ConfigError{Problems: []Problem{{
+		File: cfg.Envoy.ConfigPath,
+		Msg:  "Envoy rejects this bootstrap: " + why,
+	}}}
+}
+
+// envoyComplaint picks the reason out of Envoy's output: its critical and
+// error lines without the log prefix, and the last line when a proto dump
+// stands between the two halves of the message. Envoy's copies of the
+// bootstrap (secrets and all) are left out first (envoy.Redact).
+func envoyComplaint(output string) string {
+	lines := envoy.Redact(strings.Split(strings.TrimSpace(output), "\n"))
+	var parts []string
+	firstErr := -1
+	for i, l := range lines {
+		if strings.Contains(l, "[critical]") || strings.Contains(l, "[error]") {
+			if firstErr < 0 {
+				firstErr = i
+			}
+			parts = append(parts, stripEnvoyLogPrefix(l))
+		}
+	}
+	if firstErr >= 0 && firstErr < len(lines)-1 {
+		last := strings.TrimSpace(lines[len(lines)-1])
+		if last != "" && !strings.Contains(last, "[critical]") && !strings.Contains(last, "[error]") {
+			parts = append(parts, strings.TrimPrefix(last, ": "))
+		}
+	}
+	if len(parts) == 0 && len(lines) > 0 {
+		return strings.TrimSpace(lines[len(lines)-1])
+	}
+	return strings.Join(parts, " ")
+}
+
+// stripEnvoyLogPrefix removes "[time][thread][level][component] [file:line] ",
+// Envoy's default log prefix.
+func stripEnvoyLogPrefix(l string) string {
+	if i := strings.Index(l, "] ["); i >= 0 {
+		if j := strings.Index(l[i+3:], "] "); j >= 0 {
+			l = l[i+3+j+2:]
+		}
+	}
+	return strings.TrimSuffix(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(l), "goo.gle/debugonly")), ":")
+}

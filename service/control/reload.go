@@ -1,0 +1,173 @@
+//go:build linux
+
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"github.com/envoy-agent/envoy-agent/service/config"
+)
+
+// ReloadError is a reload the running agent refused or that failed; the
+// serving Envoy kept serving.
+type ReloadError struct {
+	Result ReloadResult
+}
+
+func (e *ReloadError) Error() string {
+	return fmt.Sprintf("reload failed; epoch %d keeps serving: %s", e.Result.Epoch, e.Result.Error)
+}
+
+// RequestReload is `envoy-agent reload`: it asks the agent running with the
+// configuration at path to reload, waits for the outcome and prints it. It
+// reads only the control socket's place from the file; the agent itself
+// re-reads and checks the whole file.
+//
+// It proves it reached that agent, not a process that took its place: the
+// answer must name the same configuration file (controlConfigHeader) and a
+// pid (controlPidHeader) that is the pid the kernel gives for the socket's
+// server (SO_PEERCRED), whose uid owns the socket file.
+func RequestReload(ctx context.Context, path string, out io.Writer) error {
+	cfg, err := config.LoadUnchecked(path)
+	if err != nil {
+		return err
+	}
+	sock := cfg.ControlSocketPath()
+	ctx, cancel := context.WithTimeout(ctx, 2*cfg.Agent.StartTimeout.D()+2*config.ValidateTimeout)
+	defer cancel()
+	resp, server, err := controlPost(ctx, sock, "/reload")
+	if err != nil {
+		return fmt.Errorf("reload: cannot reach the agent on its control socket %s (is envoy-agent running with %s? if agent.run_dir or agent.control_socket was edited, the agent still listens on the old one: restart the service): %w", sock, path, err)
+	}
+	defer resp.Body.Close()
+	if err := checkControlIdentity(resp, server, sock, path); err != nil {
+		return fmt.Errorf("reload: %s: %w", sock, err)
+	}
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusConflict {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("reload: the agent at %s answered %s: %s", sock, resp.Status, firstLine(string(body)))
+	}
+	var res ReloadResult
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&res); err != nil {
+		return fmt.Errorf("reload: the agent at %s answered %s, not a reload result: %w", sock, resp.Status, err)
+	}
+	if !res.OK {
+		if res.Error == "" {
+			res.Error = "no reason given"
+		}
+		return &ReloadError{Result: res}
+	}
+	fmt.Fprintf(out, "reloaded: epoch %d is serving (%d ms)\n", res.Epoch, res.TookMs)
+	if res.Note != "" {
+		fmt.Fprintf(out, "  (%s)\n", res.Note)
+	}
+	return nil
+}
+
+// controlPost POSTs to route on the control socket at sock, and returns the
+// answer with the credentials of the process serving the socket.
+func controlPost(ctx context.Context, sock, route string) (*http.Response, peerCred, error) {
+	return controlRequest(ctx, sock, http.MethodPost, route)
+}
+
+// controlRequest is controlPost with any method.
+func controlRequest(ctx context.Context, sock, method, route string) (*http.Response, peerCred, error) {
+	var server peerCred
+	var credErr error
+	tr := &http.Transport{
+		Proxy:             nil,
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, "unix", sock)
+			if err != nil {
+				return nil, err
+			}
+			server, credErr = readPeerCred(c.(*net.UnixConn))
+			return c, nil
+		},
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://envoy-agent"+route, nil)
+	if err != nil {
+		return nil, server, err
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return nil, server, err
+	}
+	if credErr != nil {
+		resp.Body.Close()
+		return nil, server, credErr
+	}
+	return resp, server, nil
+}
+
+// checkControlIdentity checks that the answer came from the agent running
+// the configuration at path: see RequestReload.
+func checkControlIdentity(resp *http.Response, server peerCred, sock, path string) error {
+	pid, err := strconv.Atoi(resp.Header.Get(controlPidHeader))
+	if err != nil {
+		return fmt.Errorf("the process serving it (pid %d, uid %d) is not an envoy-agent (no %s in its answer %s)", server.Pid, server.UID, controlPidHeader, resp.Status)
+	}
+	if int32(pid) != server.Pid {
+		return fmt.Errorf("the answer claims pid %d but the process serving the socket is pid %d: not the agent", pid, server.Pid)
+	}
+	fi, err := os.Stat(sock)
+	if err != nil {
+		return err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid != server.UID {
+		return fmt.Errorf("the process serving it (pid %d) runs as uid %d, not as the socket's owner: not the agent", server.Pid, server.UID)
+	}
+	runs := resp.Header.Get(controlConfigHeader)
+	if !sameFile(runs, path) {
+		return fmt.Errorf("the agent there (pid %d) runs %q, not %s: is agent.control_socket shared by two configurations?", pid, runs, path)
+	}
+	return nil
+}
+
+// sameFile reports whether a and b name one configuration file: the same
+// absolute path, or the same file through links.
+func sameFile(a, b string) bool {
+	if a == "" {
+		return false
+	}
+	absB, err := filepath.Abs(b)
+	if err == nil && filepath.Clean(a) == absB {
+		return true
+	}
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
+}
+
+// IsConfigReloadError reports whether err is a reload refused for the
+// configuration itself (a bad file, a setting that needs a restart).
+func IsConfigReloadError(err error) bool {
+	var re *ReloadError
+	return errors.As(err, &re) && re.Result.Config
+}
+
+// ReloadResult is the outcome of one reload, as `envoy-agent reload` and
+// the log report it.
+type ReloadResult struct {
+	OK     bool   `json:"ok"`
+	Epoch  int    `json:"epoch"` // the serving epoch afterwards
+	Error  string `json:"error,omitempty"`
+	Config bool   `json:"config_error,omitempty"` // refused for the configuration itself
+	TookMs int64  `json:"took_ms"`
+	// WaitedMs is the part of TookMs spent waiting for the epoch a previous
+	// reload replaced to finish its requests (see waitForDrainingEpochs).
+	WaitedMs int64 `json:"waited_ms,omitempty"`
+	// Note says what the reload waited for, for `envoy-agent reload`.
+	Note string `json:"note,omitempty"`
+}

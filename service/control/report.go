@@ -1,0 +1,106 @@
+//go:build linux
+
+package control
+
+import (
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
+)
+
+// StatusSchemaVersion is the version of the JSON that GET /status and
+// `envoy-agent status --json` give. Fields may be added within a version;
+// a field is never renamed, retyped or removed without a new version.
+const StatusSchemaVersion = 1
+
+// Agent states, as the status report gives them.
+const (
+	StateStarting  = "starting"  // Envoy is not LIVE yet
+	StateLive      = "live"      // Envoy serves
+	StateReloading = "reloading" // a hot restart is under way; the serving epoch serves
+	StateDraining  = "draining"  // a stop (or POST /drain) is draining Envoy
+	StateStopped   = "stopped"   // no agent answers (given by the client only)
+)
+
+// StatusReport is the answer of GET /status: what the agent and its Envoy
+// are doing. README.md documents every field.
+type StatusReport struct {
+	SchemaVersion int           `json:"schema_version"`
+	State         string        `json:"state"`
+	Error         string        `json:"error,omitempty"` // state "stopped": why the agent could not be reached
+	Agent         AgentStatus   `json:"agent"`
+	Envoy         *EnvoyStatus  `json:"envoy,omitempty"`
+	Epochs        []EpochStatus `json:"epochs"`
+	Drain         *DrainStatus  `json:"drain,omitempty"`
+	LastReload    *ReloadStatus `json:"last_reload,omitempty"`
+	Reloads       ReloadCounts  `json:"reloads"`
+}
+
+// AgentStatus is the agent itself.
+type AgentStatus struct {
+	Version       string  `json:"version,omitempty"`
+	Pid           int     `json:"pid,omitempty"`
+	Instance      string  `json:"instance,omitempty"`
+	Config        string  `json:"config"`
+	Started       string  `json:"started,omitempty"` // RFC 3339
+	UptimeSeconds float64 `json:"uptime_seconds,omitempty"`
+	StatusAddress string  `json:"status_address,omitempty"`
+}
+
+// EnvoyStatus is the serving Envoy as its admin API describes it; a field
+// the admin API did not give is empty, and AdminError says why.
+type EnvoyStatus struct {
+	Version           string           `json:"version"`
+	HotRestartVersion string           `json:"hot_restart_version"`
+	ServerState       string           `json:"server_state"` // /server_info's state: LIVE, DRAINING, ...
+	Admin             string           `json:"admin"`
+	BaseID            uint32           `json:"base_id"`
+	ServingEpoch      int              `json:"serving_epoch"`
+	ActiveConnections *int             `json:"active_connections"` // null when unknown
+	Listeners         []envoy.Listener `json:"listeners"`
+	AdminError        string           `json:"admin_error,omitempty"`
+}
+
+// EpochStatus is one running Envoy process.
+type EpochStatus struct {
+	Epoch      int     `json:"epoch"`
+	Pid        int     `json:"pid"`
+	Role       string  `json:"role"` // serving, draining, starting
+	Started    string  `json:"started"`
+	AgeSeconds float64 `json:"age_seconds"`
+	// For a draining epoch replaced by a hot restart: when it was replaced,
+	// and the seconds left until its drain ends and until it is told to exit.
+	Replaced           string   `json:"replaced,omitempty"`
+	DrainEndsInSeconds *float64 `json:"drain_ends_in_seconds,omitempty"`
+	ExitsInSeconds     *float64 `json:"exits_in_seconds,omitempty"`
+}
+
+// DrainStatus is the agent's drain (a stop, or POST /drain's endless one).
+type DrainStatus struct {
+	Kind              string  `json:"kind"` // "stop" or "endless"
+	Started           string  `json:"started"`
+	ElapsedSeconds    float64 `json:"elapsed_seconds"`
+	RemainingSeconds  float64 `json:"remaining_seconds"`  // until termination_drain_duration; 0 for endless
+	ActiveConnections *int    `json:"active_connections"` // at the last poll; null when unknown
+	Done              bool    `json:"done"`
+	Reason            string  `json:"reason,omitempty"` // why it ended, once done
+}
+
+// ReloadStatus is the last reload's outcome.
+type ReloadStatus struct {
+	At     string `json:"at"` // when it began, RFC 3339
+	TookMs int64  `json:"took_ms"`
+	OK     bool   `json:"ok"`
+	Epoch  int    `json:"epoch"`           // the serving epoch afterwards
+	Error  string `json:"error,omitempty"` // why it failed
+}
+
+// ReloadCounts counts the reloads since the agent started.
+type ReloadCounts struct {
+	OK     int `json:"ok"`
+	Failed int `json:"failed"`
+}
+
+// StatusAdminTimeout bounds each of the admin calls one status report makes:
+// a wedged Envoy must not wedge `envoy-agent status` too.
+const StatusAdminTimeout = 2 * time.Second

@@ -1,0 +1,153 @@
+//go:build linux
+
+package systemd
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+
+	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+)
+
+func testLogger() *logrus.Logger {
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	return l
+}
+
+func TestNotifierSpeaksTheProtocol(t *testing.T) {
+	ns := testenvoy.NewNotifySocket(t)
+	t.Setenv("NOTIFY_SOCKET", ns.Path)
+	n := NewNotifier(testLogger())
+
+	tests := []struct {
+		name string
+		send func()
+		want []string // lines of one datagram
+	}{
+		{"ready", func() { n.Ready("live: epoch 0") }, []string{"READY=1", "STATUS=live: epoch 0"}},
+		{"status", func() { n.Status("draining: 3 active connections") }, []string{"STATUS=draining: 3 active connections"}},
+		{"stopping", func() { n.Stopping("stopping") }, []string{"STOPPING=1", "STATUS=stopping"}},
+		{"watchdog", n.Watchdog, []string{"WATCHDOG=1"}},
+		{"extend timeout", func() { n.ExtendTimeout(12500 * time.Millisecond) }, []string{"EXTEND_TIMEOUT_USEC=12500000"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := len(ns.Messages())
+			tt.send()
+			m := ns.WaitFor(t, tt.want[0], 2*time.Second)
+			if got := strings.Split(m.Text, "\n"); strings.Join(got, "|") != strings.Join(tt.want, "|") {
+				t.Fatalf("datagram %q, want %q", m.Text, tt.want)
+			}
+			if len(ns.Messages()) != before+1 {
+				t.Fatalf("want exactly one datagram, got %d", len(ns.Messages())-before)
+			}
+		})
+	}
+}
+
+func TestNotifierReloadingCarriesMonotonicUsec(t *testing.T) {
+	ns := testenvoy.NewNotifySocket(t)
+	t.Setenv("NOTIFY_SOCKET", ns.Path)
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		t.Fatal(err)
+	}
+	before := ts.Nano() / 1000
+	NewNotifier(testLogger()).Reloading("reloading")
+	m := ns.WaitFor(t, "RELOADING=1", 2*time.Second)
+	var usec int64 = -1
+	for _, line := range strings.Split(m.Text, "\n") {
+		if v, ok := strings.CutPrefix(line, "MONOTONIC_USEC="); ok {
+			usec, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if usec < before || usec > before+10_000_000 {
+		t.Fatalf("datagram %q: MONOTONIC_USEC %d is not CLOCK_MONOTONIC now (%d)", m.Text, usec, before)
+	}
+}
+
+func TestNotifierRepeatsNoStatus(t *testing.T) {
+	ns := testenvoy.NewNotifySocket(t)
+	t.Setenv("NOTIFY_SOCKET", ns.Path)
+	n := NewNotifier(testLogger())
+	n.Status("a")
+	n.Status("a")
+	n.Status("b")
+	ns.WaitFor(t, "STATUS=b", 2*time.Second)
+	if got := len(ns.Messages()); got != 2 {
+		t.Fatalf("got %d datagrams for statuses a, a, b; want 2", got)
+	}
+}
+
+func TestNotifierWithoutSocketIsQuiet(t *testing.T) {
+	tests := []struct{ name, socket string }{
+		{"unset", ""},
+		// Not running under systemd is normal; a socket that went away is
+		// worth a warning.
+		{"missing socket", filepath.Join(t.TempDir(), "gone")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("NOTIFY_SOCKET", tt.socket)
+			var logged bytes.Buffer
+			l := logrus.New()
+			l.SetOutput(&logged)
+			n := NewNotifier(l)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				n.Ready("x")
+				n.Status("y")
+				n.Watchdog()
+			}()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the notifier blocked with NOTIFY_SOCKET=%q", tt.socket)
+			}
+			warned := strings.Contains(logged.String(), "sd_notify")
+			if want := tt.socket != ""; warned != want {
+				t.Errorf("NOTIFY_SOCKET=%q: warned %v, want %v; log: %q", tt.socket, warned, want, logged.String())
+			}
+		})
+	}
+}
+
+func TestRunWatchdogPingsOnlyWhileAlive(t *testing.T) {
+	var alive = make(chan bool, 1)
+	alive <- true
+	state := true
+	pings := make(chan time.Time, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go RunWatchdog(ctx, 100*time.Millisecond, func(context.Context) bool {
+		select {
+		case state = <-alive:
+		default:
+		}
+		return state
+	}, func() { pings <- time.Now() })
+	time.Sleep(500 * time.Millisecond)
+	if n := len(pings); n < 5 || n > 12 {
+		t.Fatalf("%d pings in 500ms at a 50ms period", n)
+	}
+	alive <- false
+	time.Sleep(120 * time.Millisecond)
+	for len(pings) > 0 {
+		<-pings
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := len(pings); n != 0 {
+		t.Fatalf("%d pings while not alive", n)
+	}
+}
