@@ -52,7 +52,7 @@ var agentOwnedFlags = map[string]string{
 	"--base-id-path":             "envoy.base_id",
 	"--restart-epoch":            "nothing: the agent numbers the epochs",
 	"--hot-restart-version":      "nothing: the agent asks for it",
-	"--disable-hot-restart":      "nothing: reloads are hot restarts",
+	"--disable-hot-restart":      "nothing: the agent passes it to an Envoy built without hot restart",
 	"--admin-address-path":       "nothing: the agent reads the admin address from its own file",
 	"--drain-time-s":             "envoy.drain_duration",
 	"--parent-shutdown-time-s":   "envoy.parent_shutdown_duration",
