@@ -71,7 +71,7 @@ func pollReady(ctx context.Context, p *proc, adminPort int, interval, timeout ti
 			return time.Now(), nil
 		}
 		if p != nil && p.exitedEarly() {
-			return time.Time{}, p.failure(fmt.Errorf("%s exited before /ready answered 200: %v", p.name, p.err))
+			return time.Time{}, p.failure(fmt.Errorf("%s exited before /ready answered 200: %v", p.name, p.Err()))
 		}
 		if time.Now().After(deadline) {
 			break
@@ -139,10 +139,10 @@ func quitAgent(ctx context.Context, p *proc, controlSocket string) error {
 	err := post(qctx, unix, "http://envoy-agent/quitquitquit")
 	cancel()
 	if err != nil {
-		p.signal(syscall.SIGTERM)
+		p.Signal(syscall.SIGTERM)
 	}
 	if werr := p.wait(ctx, 15*time.Second); werr != nil {
-		p.kill()
+		p.Kill()
 		return errors.Join(err, werr)
 	}
 	return nil

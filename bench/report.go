@@ -199,16 +199,21 @@ func renderGrowth(w writer, r *Results) {
 		return
 	}
 	base := s.Rows[0]
-	w("A bare Envoy with N HTTP listeners, each of which has had a connection (so its gauge is in the answer), %d held open. %d rounds of: one count of the active connections from Envoy's stats, the agent's fallback when it cannot read the kernel's socket tables (`GET %s` on a fresh connection, then `envoy.ParseActiveConnections`; the kernel count the agent uses is measured by `go test -bench CountConnections ./envoy`), and one `GET /ready`. Baseline: the %d-listener row.\n\n",
+	w("A bare Envoy with N HTTP listeners, each of which has had a connection, %d held open. %d rounds of: one drain poll as the agent makes it, the kernel's count (`envoy.CountDownstream`: the Envoy's `/proc/PID/fd` links and `/proc/PID/net/tcp{,6}`); one count from Envoy's stats, the poll's fallback when `/proc` cannot be read (`GET %s` on a fresh connection, then `envoy.ParseActiveConnections`; until issue 20 every poll read both and took the larger); and one `GET /ready`. Baseline: the %d-listener row.\n\n",
 		base.Held, s.Iterations, drainPollPath, base.Listeners)
-	w("| Listeners | LIVE after | drain poll median / p99 | of it, parse median | stats answer | connections parsed | /ready median / p99 | poll vs %d listeners | poll share of a 250 ms interval |\n", base.Listeners)
-	w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("| Listeners | LIVE after | drain poll (kernel) median / p99 | poll vs %d listeners | target | stats count median / p99 | stats vs %d | stats answer | /ready median / p99 | poll share of a 250 ms interval |\n", base.Listeners, base.Listeners)
+	w("|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
 	for _, g := range s.Rows {
-		w("| %d | %s | %s / %s | %s | %d lines, %s | %d/%d | %s / %s | %s | %.2f%% |\n", g.Listeners, msf(g.StartMs), msf(g.Poll.Median), msf(g.Poll.P99), msf(g.Parse.Median),
-			g.StatsLines, kib(g.StatsBytes), g.Parsed, g.Held, msf(g.Ready.Median), msf(g.Ready.P99), ratio(g.Poll.Median, base.Poll.Median), 100*g.Poll.Median/250)
+		target := ""
+		if g.Listeners >= 10000 {
+			target = "≤ ×2.00: " + yesNo(g.Kernel.Median <= 2*base.Kernel.Median)
+		}
+		w("| %d | %s | %s / %s | %s | %s | %s / %s | %s | %d lines, %s | %s / %s | %.2f%% |\n", g.Listeners, msf(g.StartMs), msf(g.Kernel.Median), msf(g.Kernel.P99),
+			ratio(g.Kernel.Median, base.Kernel.Median), target, msf(g.Poll.Median), msf(g.Poll.P99), ratio(g.Poll.Median, base.Poll.Median),
+			g.StatsLines, kib(g.StatsBytes), msf(g.Ready.Median), msf(g.Ready.P99), 100*g.Kernel.Median/250)
 	}
 	w("\n")
-	meaning(w, "a drain poll's cost grows with the listeners (Envoy renders, and the agent parses, one gauge per listener); `/ready` does not depend on them. The last column says how much of the agent's 250 ms drain poll interval one poll takes.")
+	meaning(w, "the drain poll reads the kernel's socket tables, whose size follows the sockets (listeners × workers, plus connections), and the stats count follows the listeners (Envoy renders, and the agent parses, one gauge per listener); `/ready` does not depend on them. The last column says how much of the agent's 250 ms drain poll interval one poll takes.")
 }
 
 // metricTable starts a table of metrics: a Metric column, cols (numbers,

@@ -173,7 +173,8 @@ type GrowthRow struct {
 	Held       int     `json:"held_connections"`
 	Get        Dist    `json:"stats_get"`  // GET /stats?filter=... on a fresh connection
 	Parse      Dist    `json:"parse"`      // envoy.ParseActiveConnections
-	Poll       Dist    `json:"drain_poll"` // both: one drain poll
+	Poll       Dist    `json:"stats_poll"` // both: one stats count (the drain poll before issue 20 also read it)
+	Kernel     Dist    `json:"drain_poll"` // envoy.CountDownstream: one drain poll
 	Ready      Dist    `json:"ready"`      // GET /ready on a fresh connection
 }
 

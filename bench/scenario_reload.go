@@ -86,7 +86,7 @@ func (b *bench) reloadAgent(ctx context.Context) (*ReloadSide, error) {
 			return fmt.Errorf("envoy-agent reload: %w: %s", err, firstLines(text, 3))
 		}
 		if p.exitedEarly() {
-			return p.failure(fmt.Errorf("the agent exited during the reload: %v", p.err))
+			return p.failure(fmt.Errorf("the agent exited during the reload: %v", p.Err()))
 		}
 		return nil
 	}
@@ -202,7 +202,7 @@ func (b *bench) reloadBaseline(ctx context.Context) (*ReloadSide, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer func() { p.kill() }()
+	defer func() { p.Kill() }()
 	if _, err := pollReady(ctx, p, s.admin, time.Millisecond, startTimeout); err != nil {
 		return nil, err
 	}

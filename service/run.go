@@ -54,6 +54,7 @@ func Run(ctx context.Context, opts Options) error {
 	// An agent that re-executed into this one (a live upgrade) handed over
 	// its Envoys and the settings they run with: the file may have been
 	// edited since, and is only read at the next reload.
+	closeExecFD()
 	handover, err := takeHandover()
 	if err != nil {
 		fmt.Fprintf(stderr, "envoy-agent: upgrade: cannot adopt the running Envoy: %v\n", err)
@@ -236,10 +237,10 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	ctl.Reopen = s.reopenLogs
 	ctl.Upgrade = s.upgradeHandler()
 	status := &statusServer{log: log, ready: s.ready}
-	go serveHTTP(serveCtx, statusLn, status.handler(), serverLimits{maxConns: statusMaxConns, write: statusWriteTimeout}, log)
+	go serveHTTP(serveCtx, statusLn, status.handler(), serverLimits{maxConns: statusMaxConns, write: statusWriteTimeout, evict: true}, log)
 	go serveHTTP(serveCtx, controlLn, ctl.Handler(), serverLimits{maxConns: controlMaxConns, context: control.WithPeerCred}, log)
 	if promLn != nil {
-		go serveHTTP(serveCtx, promLn, s.metrics.mergedHandler(s.proxy.Admin(), log), serverLimits{maxConns: metricsMaxConns, write: metricsWriteTimeout}, log)
+		go serveHTTP(serveCtx, promLn, s.metrics.mergedHandler(s.proxy.Admin(), log), serverLimits{maxConns: metricsMaxConns, write: metricsWriteTimeout, evict: true}, log)
 	}
 
 	log.Infof("envoy-agent %s starting envoy %s with %s (admin %s, status %s, control %s)", version, cfg.Envoy.BinaryPath,
@@ -258,7 +259,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	}
 	if wd > 0 {
 		log.Infof("watchdog on: pinging every %s while Envoy's admin API answers", wd/2)
-		go systemd.RunWatchdog(serveCtx, wd, s.watchdogAlive, s.notify.Watchdog)
+		go systemd.RunWatchdog(serveCtx, wd, s.watchdogCheck, s.notify.Watchdog, log)
 	}
 
 	if live, err := s.waitLive(ctx, started, runErr, stopAgent); !live {
@@ -279,6 +280,8 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 		case <-s.sigs.Reload:
 			log.Infof("SIGHUP: reloading")
 			go s.requestReload(context.Background(), nil)
+		case <-s.sigs.Watchdog:
+			s.watchdogStop(stopAgent)
 		case <-s.sigs.Reopen:
 			log.Infof("SIGUSR1: reopening envoy's log files")
 			go s.reopenLogs(context.Background())

@@ -99,7 +99,7 @@ func TestClaimsCannotBeSquatted(t *testing.T) {
 	second := startAgent(t, procOptions{noWaitReady: true, envoy: map[string]string{"base_id": fmt.Sprint(baseID)}})
 	code, _ := second.wait(second.started, 30*time.Second)
 	out := second.stderr.String()
-	want := fmt.Sprintf("base_id %d is already used by the envoy-agent running with %s (pid %d)", baseID, first.config, first.cmd.Process.Pid)
+	want := fmt.Sprintf("base_id %d is already used by the envoy-agent running with %s (pid %d)", baseID, first.config, first.proc.Pid())
 	if code != 3 || !strings.Contains(out, want) || strings.Contains(out, "edge") {
 		t.Fatalf("second agent exited %d, want 3 naming the first agent (%q), not the squatter's:\n%s", code, want, out)
 	}

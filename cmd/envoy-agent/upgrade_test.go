@@ -151,8 +151,8 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 	install(t, binA, installed)
 	// A 2s watchdog: the pings (every 1s) must go on across each exec.
 	p := startAgent(t, procOptions{binary: installed, envoy: quickDrain, watchdogUsec: 2_000_000})
-	agentPid, envoyPid := p.cmd.Process.Pid, p.envoyPid
-	l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/"), 4)
+	agentPid, envoyPid := p.proc.Pid(), p.envoyPid
+	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/"), 4)
 	defer l.Stop()
 	if !testenvoy.Eventually(10*time.Second, func() bool { return l.OK() > 100 }) {
 		t.Fatalf("no load through Envoy: %d ok, %d failed (%s)", l.OK(), l.Failed(), l.LastErr())
@@ -223,7 +223,7 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 		t.Fatalf("after the refused upgrade: %v", info)
 	}
 
-	time.Sleep(300 * time.Millisecond) // load after the last step, to count
+	testenvoy.WaitAnswers(t, l, 20) // load after the last step, to count
 	l.Stop()
 	n, looks := gaps()
 	if n != 0 || looks == 0 {
@@ -241,7 +241,7 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 	// watchdog pings never further apart than the 2s timeout.
 	select {
 	case <-p.done:
-		t.Fatalf("the agent process exited (%d)", p.exitCode)
+		t.Fatalf("the agent process exited (%d)", p.proc.ExitCode())
 	default:
 	}
 	var adopted, refused int

@@ -42,4 +42,5 @@ func (c *Config) checkControlSocket(ps *problems) {
 	if p := c.ControlSocketPath(); len(p) > maxUnixPath {
 		ps.add(key, "the control socket %s is %d bytes long; a unix socket path holds at most %d", p, len(p), maxUnixPath)
 	}
+	c.checkControlSocketDir(ps)
 }
