@@ -89,7 +89,9 @@ func TestNoticesTheInstalledEnvoyIsNotTheRunningOne(t *testing.T) {
 	if code, out := p.reload(); code != 0 {
 		t.Fatalf("reload: exit %d: %s", code, out)
 	}
-	if s := p.lastStatus(); strings.Contains(s, "installed Envoy") || !strings.Contains(s, "reloaded") {
+	// The reload's READY=1 datagram may reach the test's reader after the
+	// reload's answer: wait for it.
+	if s := p.waitStatus(10*time.Second, "reloaded"); strings.Contains(s, "installed Envoy") {
 		t.Fatalf("STATUS= after the reload into the installed Envoy: %q", s)
 	}
 
@@ -101,7 +103,9 @@ func TestNoticesTheInstalledEnvoyIsNotTheRunningOne(t *testing.T) {
 	if code, out := p.reload(); code != 0 {
 		t.Fatalf("reload into the wrapper: exit %d: %s", code, out)
 	}
-	if s := p.lastStatus(); strings.Contains(s, "installed Envoy") || !strings.Contains(s, "reloaded") {
+	// The reload's READY=1 datagram may reach the test's reader after the
+	// reload's answer: wait for it.
+	if s := p.waitStatus(10*time.Second, "reloaded"); strings.Contains(s, "installed Envoy") {
 		t.Fatalf("STATUS= after the reload into a wrapper script: %q", s)
 	}
 
@@ -117,7 +121,7 @@ func TestNoticesTheInstalledEnvoyIsNotTheRunningOne(t *testing.T) {
 	if code != 3 || !strings.Contains(out, "hot-restart version 10.96") {
 		t.Fatalf("reload onto another hot-restart version: exit %d: %s", code, out)
 	}
-	if s := p.lastStatus(); !strings.Contains(s, "a restart switches to it with a drain") || !strings.Contains(s, "last reload failed") {
+	if s := p.waitStatus(10*time.Second, "last reload failed"); !strings.Contains(s, "a restart switches to it with a drain") {
 		t.Fatalf("STATUS= after the refused reload: %q", s)
 	}
 
