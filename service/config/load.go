@@ -27,7 +27,7 @@ func LoadConfig(path string) (*Config, error) {
 	}
 	cfg := DefaultConfig()
 	cfg.File = path
-	cfg.src = strings.Split(string(data), "\n")
+	cfg.src = newKeyLines(strings.Split(string(data), "\n"))
 	ps := &problems{file: path, lines: cfg.src}
 	if err := checkNesting(data); err != nil {
 		return nil, &ConfigError{Problems: []Problem{{File: path, Line: err.line, Msg: err.Error()}}}
@@ -43,7 +43,7 @@ func LoadConfig(path string) (*Config, error) {
 		if len(k) > 1 && unknown[k[:len(k)-1].String()] {
 			continue // inside an unknown table: the table is the problem
 		}
-		ps.add(k.String(), "unknown key%s", suggest(k))
+		ps.add(k.String(), unknownKeyMsg+"%s", suggest(k))
 	}
 	cfg.resolvePaths()
 	cfg.check(ps)
