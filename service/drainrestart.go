@@ -3,6 +3,7 @@
 // An Envoy whose hot restart is compiled out (`envoy --hot-restart-version`
 // says "disabled"): it runs with --disable-hot-restart, and a reload drains
 // and restarts it instead of hot restarting it.
+
 package service
 
 import (

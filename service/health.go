@@ -2,6 +2,7 @@
 
 // Health: what /healthz/ready answers, what feeds the watchdog, and the
 // live state both read.
+
 package service
 
 import (

@@ -53,6 +53,7 @@ func Run(ctx context.Context, opts Options) error {
 	// An agent that re-executed into this one (a live upgrade) handed over
 	// its Envoys and the settings they run with: the file may have been
 	// edited since, and is only read at the next reload.
+	closeExecFD()
 	handover, err := takeHandover()
 	if err != nil {
 		fmt.Fprintf(stderr, "envoy-agent: upgrade: cannot adopt the running Envoy: %v\n", err)
@@ -100,6 +101,7 @@ type supervisor struct {
 	version          string
 	selfPath         string // the agent's binary, re-executed on an upgrade
 	statusLn, promLn net.Listener
+	held             *claims // handed over with the listeners
 	up               upgradeState
 
 	mu        sync.Mutex
@@ -194,11 +196,12 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	// An agent that adopts a running Envoy (a live upgrade) holds its base
 	// id, its ports and its listeners already.
 	adopting := s.handover != nil
-	held, err := claimResources(cfg, log, adopting)
+	held, err := claimResources(cfg, log, adopting, s.handover.claims())
 	if err != nil {
 		return err
 	}
 	defer held.Close()
+	s.held = held
 	statusLn, promLn, err := s.listen(cfg)
 	if err != nil {
 		return err
@@ -232,10 +235,10 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	ctl.Reopen = s.reopenLogs
 	ctl.Upgrade = s.upgradeHandler()
 	status := &statusServer{log: log, ready: s.ready}
-	go serveHTTP(serveCtx, statusLn, status.handler(), serverLimits{maxConns: statusMaxConns, write: statusWriteTimeout}, log)
+	go serveHTTP(serveCtx, statusLn, status.handler(), serverLimits{maxConns: statusMaxConns, write: statusWriteTimeout, evict: true}, log)
 	go serveHTTP(serveCtx, controlLn, ctl.Handler(), serverLimits{maxConns: controlMaxConns, context: control.WithPeerCred}, log)
 	if promLn != nil {
-		go serveHTTP(serveCtx, promLn, s.metrics.mergedHandler(s.proxy.Admin(), log), serverLimits{maxConns: metricsMaxConns, write: metricsWriteTimeout}, log)
+		go serveHTTP(serveCtx, promLn, s.metrics.mergedHandler(s.proxy.Admin(), log), serverLimits{maxConns: metricsMaxConns, write: metricsWriteTimeout, evict: true}, log)
 	}
 
 	log.Infof("envoy-agent %s starting envoy %s with %s (admin %s, status %s, control %s)", version, cfg.Envoy.BinaryPath,

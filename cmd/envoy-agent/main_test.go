@@ -26,6 +26,7 @@ import (
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/service"
 )
 
 var agentBin string
@@ -45,6 +46,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	agentBin = filepath.Join(dir, "envoy-agent")
+	// The agents these tests start see each other's claims, and no one
+	// else's (other test runs on the host share /run/envoy-agent-claims).
+	os.Setenv(service.EnvClaimsDir, filepath.Join(dir, "claims"))
+	if err := os.Mkdir(filepath.Join(dir, "claims"), 0o700); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	if err := buildAgent(agentBin); err != nil {
 		fmt.Fprintln(os.Stderr, "build envoy-agent:", err)
 		os.Exit(1)
@@ -101,11 +109,12 @@ type procOptions struct {
 	bootstrap     testenvoy.BootstrapOptions
 	watchdogUsec  int
 	noWaitReady   bool
-	configText    string   // the whole TOML file instead, when set
-	bootstrapFile string   // an existing bootstrap instead, when set
-	stderrFile    *os.File // the agent's stderr instead of a buffer, when set
-	env           []string // more environment for the agent
-	binary        string   // the agent binary to run instead of agentBin, when set
+	configText    string              // the whole TOML file instead, when set
+	bootstrapFile string              // an existing bootstrap instead, when set
+	stderrFile    *os.File            // the agent's stderr instead of a buffer, when set
+	env           []string            // more environment for the agent
+	binary        string              // the agent binary to run instead of agentBin, when set
+	cred          *syscall.Credential // run the agent as this user instead of root, when set
 }
 
 type agentProc struct {
@@ -134,7 +143,7 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 	up := testenvoy.NewUpstream(t)
 	ports := testenvoy.NewPorts(t)
 	ports.Upstream = up.Port
-	dir := t.TempDir()
+	dir := shortTempDir(t)
 	bo := o.bootstrap
 	bo.Ports = ports
 	bootstrap := o.bootstrapFile
@@ -177,13 +186,18 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 	}
 	env = append(env, o.env...)
 	var out io.Writer = p.stderr
+	if o.cred != nil {
+		if err := os.Chmod(dir, 0o755); err != nil { // MkdirTemp's are 0700
+			t.Fatal(err)
+		}
+	}
 	if o.stderrFile != nil {
 		out = o.stderrFile
 	}
 	if beforeStart != nil {
 		beforeStart(ports)
 	}
-	proc, err := envoykit.Start(bin, []string{"run", "--config", config}, out, env...)
+	proc, err := envoykit.StartAs(o.cred, bin, []string{"run", "--config", config}, out, env...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,6 +218,20 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 		p.waitReady()
 	}
 	return p
+}
+
+// shortTempDir is a temporary folder removed when the test ends, with a
+// short name: t.TempDir's name carries the test's, and the run folder
+// inside must leave room for Envoy's hot-restart socket names (107 bytes
+// in all).
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "agent-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 // removeSharedMemory removes the hot-restart shared memory of baseID, which

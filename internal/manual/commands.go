@@ -50,9 +50,9 @@ var Commands = []Command{
 		Description: "ask the agent running with this file to have every live Envoy epoch reopen its access logs (after logrotate renamed them); prints `reopened: N epochs` (the logrotate rule's `postrotate`)",
 	},
 	{
-		Name: "version", Args: "[--handover]",
+		Name: "version", Args: "[--handover] [--handover-check FILE]",
 		Summary:     "print the version",
-		Description: "print the version; with `--handover`, also the handover state versions this binary reads (what a live upgrade checks)",
+		Description: "print the version; with `--handover`, also the handover state versions this binary reads (what a live upgrade checks); with `--handover-check FILE`, read a running agent's handover state and say whether this binary can adopt it (what a live upgrade runs before its exec)",
 	},
 	{
 		Name: "help", Args: "",

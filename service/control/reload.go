@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 
 	"github.com/envoy-agent/envoy-agent/service/config"
 )
@@ -36,7 +35,8 @@ func (e *ReloadError) Error() string {
 // It proves it reached that agent, not a process that took its place: the
 // answer must name the same configuration file (controlConfigHeader) and a
 // pid (controlPidHeader) that is the pid the kernel gives for the socket's
-// server (SO_PEERCRED), whose uid owns the socket file.
+// server (SO_PEERCRED), which runs as root, the caller's user or the
+// service user (controlRequest).
 func RequestReload(ctx context.Context, path string, out io.Writer) error {
 	cfg, err := config.LoadUnchecked(path)
 	if err != nil {
@@ -46,11 +46,14 @@ func RequestReload(ctx context.Context, path string, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*cfg.Agent.StartTimeout.D()+2*config.ValidateTimeout)
 	defer cancel()
 	resp, server, err := controlPost(ctx, sock, "/reload")
+	if ue := (*config.UntrustedControlError)(nil); errors.As(err, &ue) {
+		return fmt.Errorf("reload: %s: %w", sock, err)
+	}
 	if err != nil {
 		return fmt.Errorf("reload: cannot reach the agent on its control socket %s (is envoy-agent running with %s? if agent.run_dir or agent.control_socket was edited, the agent still listens on the old one: restart the service): %w", sock, path, err)
 	}
 	defer resp.Body.Close()
-	if err := checkControlIdentity(resp, server, sock, path); err != nil {
+	if err := checkControlIdentity(resp, server, path); err != nil {
 		return fmt.Errorf("reload: %s: %w", sock, err)
 	}
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusConflict {
@@ -80,8 +83,16 @@ func controlPost(ctx context.Context, sock, route string) (*http.Response, peerC
 	return controlRequest(ctx, sock, http.MethodPost, route)
 }
 
-// controlRequest is controlPost with any method.
+// controlRequest is controlPost with any method. The socket's folder must
+// be one another user cannot have made or written (checkControlDir), and
+// the process serving the socket must be root, the caller's own user or the
+// folder's owner (SO_PEERCRED of the connection); anyone else's answer is
+// an error, not believed.
 func controlRequest(ctx context.Context, sock, method, route string) (*http.Response, peerCred, error) {
+	dir, err := config.CheckControlDir(sock)
+	if err != nil {
+		return nil, peerCred{}, err
+	}
 	var server peerCred
 	var credErr error
 	tr := &http.Transport{
@@ -93,6 +104,13 @@ func controlRequest(ctx context.Context, sock, method, route string) (*http.Resp
 				return nil, err
 			}
 			server, credErr = readPeerCred(c.(*net.UnixConn))
+			if credErr == nil {
+				credErr = believes(dir, server)
+			}
+			if credErr != nil {
+				c.Close()
+				return nil, errNotBelieved
+			}
 			return c, nil
 		},
 	}
@@ -101,32 +119,28 @@ func controlRequest(ctx context.Context, sock, method, route string) (*http.Resp
 		return nil, server, err
 	}
 	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if credErr != nil {
+		return nil, server, credErr
+	}
 	if err != nil {
 		return nil, server, err
-	}
-	if credErr != nil {
-		resp.Body.Close()
-		return nil, server, credErr
 	}
 	return resp, server, nil
 }
 
+// errNotBelieved ends a connection to a process the client does not
+// believe; controlRequest returns the reason instead.
+var errNotBelieved = errors.New("the process serving the control socket is not believed")
+
 // checkControlIdentity checks that the answer came from the agent running
 // the configuration at path: see RequestReload.
-func checkControlIdentity(resp *http.Response, server peerCred, sock, path string) error {
+func checkControlIdentity(resp *http.Response, server peerCred, path string) error {
 	pid, err := strconv.Atoi(resp.Header.Get(controlPidHeader))
 	if err != nil {
 		return fmt.Errorf("the process serving it (pid %d, uid %d) is not an envoy-agent (no %s in its answer %s)", server.Pid, server.UID, controlPidHeader, resp.Status)
 	}
 	if int32(pid) != server.Pid {
 		return fmt.Errorf("the answer claims pid %d but the process serving the socket is pid %d: not the agent", pid, server.Pid)
-	}
-	fi, err := os.Stat(sock)
-	if err != nil {
-		return err
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid != server.UID {
-		return fmt.Errorf("the process serving it (pid %d) runs as uid %d, not as the socket's owner: not the agent", server.Pid, server.UID)
 	}
 	runs := resp.Header.Get(controlConfigHeader)
 	if !sameFile(runs, path) {
