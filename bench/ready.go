@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -86,6 +87,42 @@ func pollReady(ctx context.Context, p *proc, adminPort int, interval, timeout ti
 		err = p.failure(err)
 	}
 	return time.Time{}, err
+}
+
+// pollServerInfo polls Envoy's GET /server_info every interval, each on a
+// fresh connection, until it says epoch is LIVE, and returns when it did.
+// It gives up after timeout, when p exits, or when ctx ends.
+func pollServerInfo(ctx context.Context, p *proc, adminPort, epoch int, interval, timeout time.Duration) (time.Time, error) {
+	c := oneShot(max(100*time.Millisecond, interval))
+	u := localURL(adminPort, "/server_info")
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		code, body, err := get(ctx, c, u)
+		if err == nil && code == http.StatusOK {
+			var si struct {
+				State   string `json:"state"`
+				Options struct {
+					RestartEpoch int `json:"restart_epoch"`
+				} `json:"command_line_options"`
+			}
+			if json.Unmarshal(body, &si) == nil && si.State == "LIVE" && si.Options.RestartEpoch == epoch {
+				return time.Now(), nil
+			}
+		}
+		if p.exitedEarly() {
+			return time.Time{}, p.failure(fmt.Errorf("%s exited before /server_info said epoch %d LIVE: %v", p.name, epoch, p.err))
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, p.failure(fmt.Errorf("%s did not say epoch %d LIVE within %s", u, epoch, timeout))
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("waiting for %s: %w", u, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 // quitAgent stops an agent with POST /quitquitquit on its control socket

@@ -25,7 +25,7 @@ var scenarios = []scenario{
 		r.Start, err = b.scenarioStart(ctx)
 		return err
 	}},
-	{"reload", 150 * time.Second, func(ctx context.Context, b *bench, r *Results) (err error) {
+	{"reload", 200 * time.Second, func(ctx context.Context, b *bench, r *Results) (err error) {
 		r.Reload, err = b.scenarioReload(ctx)
 		return err
 	}},

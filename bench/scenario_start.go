@@ -112,7 +112,7 @@ func (b *bench) scenarioStart(ctx context.Context) (*StartResult, error) {
 		Starts:        b.o.starts,
 		Agent:         dist(agent),
 		Baseline:      dist(bare),
-		AgentPollNote: "the agent polls /ready 5ms apart for its first 3s, then up to 50ms apart",
+		AgentPollNote: "the agent polls /ready 2ms apart for its first 3s, then up to 50ms apart",
 	}
 	for _, d := range agent {
 		r.AgentMs = append(r.AgentMs, ms(d))

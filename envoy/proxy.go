@@ -56,6 +56,9 @@ type Envoy struct {
 	restarting atomic.Bool // a hot restart is under way
 
 	snapshots atomic.Uint64 // numbers each bootstrap copy, so no two epochs share a file
+
+	countMu   sync.Mutex  // serializes connection counts (they update listening)
+	listening listenAddrs // Envoy's listening addresses, remembered past their close (connections.go)
 }
 
 // NewProxy returns the Proxy for cfg. Its dynamic type is *Envoy.
@@ -64,11 +67,12 @@ func NewProxy(cfg ProxyConfig) Proxy { return NewEnvoy(cfg) }
 // NewEnvoy returns an Envoy for cfg.
 func NewEnvoy(cfg ProxyConfig) *Envoy {
 	return &Envoy{
-		cfg:      cfg,
-		log:      loggerOrNop(cfg.Logger),
-		admin:    cfg.newAdmin(),
-		procs:    map[*process]struct{}{},
-		switched: make(chan struct{}, 1),
+		cfg:       cfg,
+		log:       loggerOrNop(cfg.Logger),
+		admin:     cfg.newAdmin(),
+		procs:     map[*process]struct{}{},
+		switched:  make(chan struct{}, 1),
+		listening: listenAddrs{},
 	}
 }
 

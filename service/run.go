@@ -112,7 +112,8 @@ type supervisor struct {
 	restarting bool   // a reload drains and restarts Envoy (drainrestart.go)
 	reloadNote string // what the reload under way has to add to its answer
 
-	installed installedEnvoy // is the Envoy at binary_path the running one? (installedenvoy.go)
+	installed installedEnvoy     // is the Envoy at binary_path the running one? (installedenvoy.go)
+	versions  envoy.VersionCache // what the binaries at binary_path said of themselves, per file
 }
 
 func (s *supervisor) config() *config.Config {
@@ -181,7 +182,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 		log.Errorf("upgrade: cannot adopt the running Envoy: %v", err)
 		return err
 	}
-	s.reloader = newReloader(s.reload)
+	s.reloader = newReloader(s.prepareReload, s.applyReload, s.discardReload)
 	s.reloader.wait = s.waitForDrainingEpochs
 	a := cfg.Agent
 	s.agent = envoy.NewAgent(s.proxy, a.TerminationDrainDuration.D(), a.MinDrainDuration.D(), a.Localhost,
@@ -277,7 +278,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 			s.agent.DisableDraining()
 		case <-s.sigs.Reload:
 			log.Infof("SIGHUP: reloading")
-			go s.requestReload(context.Background())
+			go s.requestReload(context.Background(), nil)
 		case <-s.sigs.Watchdog:
 			s.watchdogStop(stopAgent)
 		case <-s.sigs.Reopen:

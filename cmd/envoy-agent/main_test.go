@@ -184,13 +184,13 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 	if o.watchdogUsec > 0 {
 		env = append(env, "WATCHDOG_USEC="+strconv.Itoa(o.watchdogUsec))
 	}
-	env = append(env, o.env...)
-	var out io.Writer = p.stderr
 	if o.cred != nil {
 		if err := os.Chmod(dir, 0o755); err != nil { // MkdirTemp's are 0700
 			t.Fatal(err)
 		}
 	}
+	env = append(env, o.env...)
+	var out io.Writer = p.stderr
 	if o.stderrFile != nil {
 		out = o.stderrFile
 	}

@@ -65,17 +65,18 @@ var forker = sync.OnceValue(func() chan<- forkRequest {
 // Start runs bin with args, the environment cleaned of systemd's
 // service-only variables plus env, and output to out (nil: discarded).
 func Start(bin string, args []string, out io.Writer, env ...string) (*Process, error) {
-	return start(nil, bin, args, out, nil, env...)
+	return start(bin, args, out, nil, nil, env...)
 }
 
-// StartAs is Start as another user (cred; nil: as this process).
+// StartAs is Start with the process run as cred's user and group (nil: as
+// the caller), for the tests that run the agent as an unprivileged user.
 func StartAs(cred *syscall.Credential, bin string, args []string, out io.Writer, env ...string) (*Process, error) {
-	return start(cred, bin, args, out, nil, env...)
+	return start(bin, args, out, nil, cred, env...)
 }
 
 // start is Start with a function run once the process has been reaped,
 // before Done closes (so that whoever waits for Done sees it done).
-func start(cred *syscall.Credential, bin string, args []string, out io.Writer, onExit func(), env ...string) (*Process, error) {
+func start(bin string, args []string, out io.Writer, onExit func(), cred *syscall.Credential, env ...string) (*Process, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = childenv.Clean(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = out, out
@@ -103,7 +104,7 @@ func start(cred *syscall.Credential, bin string, args []string, out io.Writer, o
 // leaves /dev/shm/envoy_shared_memory_<base id × 10> behind, and runs of
 // the tests and the benchmark would pile them up.
 func StartEnvoy(bin, bootstrap string, baseID uint32, out io.Writer) (*Process, error) {
-	return start(nil, bin, BareArgs(bootstrap, baseID), out, func() { RemoveSharedMemory(baseID) })
+	return start(bin, BareArgs(bootstrap, baseID), out, func() { RemoveSharedMemory(baseID) }, nil)
 }
 
 // RemoveSharedMemory removes the hot-restart shared memory an Envoy with

@@ -458,6 +458,36 @@ stop_draining() {
 	! ct_run pgrep -x envoy || fail "an Envoy is still running"
 }
 
+# Issue 20, item 6: a request held on the old epoch, a reload, a stop 1 s later with
+# exit_on_zero_active_connections: the drain counts the old epoch's connection from the kernel and
+# ends within a poll (250 ms) of its close. Envoy's stats would see it until their next flush
+# (5 s). The bound is loose against a loaded machine, well under the stats' lag. Starts the unit
+# again afterwards.
+stop_after_reload() {
+	local t0 rc rq_end stop_end
+	ct_run curl -sS --max-time 30 -o /dev/null -w '%{http_code}' \
+		-H 'x-envoy-fault-delay-request: 5500' "$HTTP/slow" >"$work/held.out" 2>&1 &
+	local held=$!
+	echo "$held" >>"$work/bg.pids"
+	wait_for 5 rq_active || fail "the held request never became active"
+	T=120 ct_run systemctl reload "$UNIT" || fail "systemctl reload failed"
+	sleep 1
+	t0=$(date +%s%N)
+	T=90 ct_run systemctl stop "$UNIT" &
+	local stopper=$!
+	wait "$held"
+	rq_end=$(date +%s%N)
+	wait "$stopper"
+	rc=$?
+	stop_end=$(date +%s%N)
+	echo "detail: held request $(cat "$work/held.out"), closed $(((rq_end - t0) / 1000000)) ms into the stop; stop exit $rc after $(((stop_end - t0) / 1000000)) ms, $(((stop_end - rq_end) / 1000000)) ms after the held request closed"
+	T=120 ct_run systemctl start "$UNIT" || fail "the unit did not start again"
+	[ "$(cat "$work/held.out")" = 200 ] || fail "the held request did not complete"
+	[ $rc -eq 0 ] || fail "systemctl stop failed"
+	[ "$rq_end" -gt "$t0" ] || fail "the held request ended before the stop began (a slow reload): nothing measured"
+	[ $(((stop_end - rq_end) / 1000000)) -lt 1000 ] || fail "the stop ended more than 1 s after the last request (Envoy's stats lag up to 5 s)"
+}
+
 rq_active() { # a request is in flight: Envoy counts it as active
 	ct_run curl -s --unix-socket /run/envoy-agent/admin.sock "http://envoy/stats?filter=http.e2e.downstream_rq_active" | grep ': [1-9]' >/dev/null
 }
@@ -1233,6 +1263,7 @@ release_full() {
 			step "logrotate -f: Envoy writes on in the new access log, no request lost" logrotate_access_log
 			step "control socket: nobody cannot quit, drain or reload; the service group can reload" control_socket_operators
 			step "hot-restart sockets 0600 in /run/envoy-agent, none abstract; Envoy's shared memory in the unit's own /dev/shm" local_doors
+			step "stop: after a reload, exit_on_zero ends within a poll of the old epoch's last request" stop_after_reload
 			step "stop: a slow request in flight completes, clean stop, drain in the journal" stop_draining
 			step "envoy package upgraded while envoy-agent is stopped: starts nothing, fails nothing" envoy_upgrade_stopped
 			step "kill -9 of Envoy: the unit restarts by itself" kill9
