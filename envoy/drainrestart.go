@@ -2,6 +2,7 @@
 
 // A reload without hot restart: drain the serving Envoy, stop it, start the
 // new one (for an Envoy whose hot restart is compiled out).
+
 package envoy
 
 import (
