@@ -2,6 +2,7 @@
 
 // The drain of a stop: fail health checks, drain the listeners, wait for the
 // connections (see docs/design.md, section 3).
+
 package envoy
 
 import (

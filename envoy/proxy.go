@@ -260,12 +260,19 @@ func (e *Envoy) stopAll() {
 		e.stop(cur)
 	}
 	for _, p := range others {
-		if !p.waitFor(replacedEpochQuitWait) {
-			p.signalGroup(syscall.SIGTERM)
-			if !p.waitFor(e.quitGrace()) {
-				p.signalGroup(syscall.SIGKILL)
-				<-p.done
-			}
+		e.stopReplaced(p)
+	}
+}
+
+// stopReplaced ends an epoch that is not the serving one: Envoy ends it
+// when the serving one quits; SIGTERM if it has not, SIGKILL after the
+// grace period.
+func (e *Envoy) stopReplaced(p *process) {
+	if !p.waitFor(replacedEpochQuitWait) {
+		p.signalGroup(syscall.SIGTERM)
+		if !p.waitFor(e.quitGrace()) {
+			p.signalGroup(syscall.SIGKILL)
+			<-p.done
 		}
 	}
 }

@@ -196,12 +196,8 @@ func (s *supervisor) listen(cfg *config.Config) (statusLn, promLn net.Listener, 
 // agent that handed over was running.
 func (s *supervisor) newProxy(cfg *config.Config) (*envoy.Envoy, error) {
 	if st := s.handover; st != nil {
-		p, err := envoy.AdoptEnvoy(s.proxyConfig(cfg), st.Envoy)
-		if err != nil {
-			return nil, err
-		}
-		s.setHotRestartVersion(st.HotRestartVersion)
-		return p, nil
+		s.setHotRestartVersion(st.HotRestartVersion) // before proxyConfig, which reads it
+		return envoy.AdoptEnvoy(s.proxyConfig(cfg), st.Envoy)
 	}
 	return envoy.NewEnvoy(s.proxyConfig(cfg)), nil
 }

@@ -2,12 +2,15 @@
 
 // Health: what /healthz/ready answers, what feeds the watchdog, and the
 // live state both read.
+
 package service
 
 import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/envoy-agent/envoy-agent/service/control"
 )
 
 func (s *supervisor) setLive(v bool) {
@@ -31,6 +34,9 @@ func (s *supervisor) isLive() bool {
 func (s *supervisor) liveStatus() string {
 	cfg := s.config()
 	status := fmt.Sprintf("live: Envoy pid %d, epoch %d, admin %s", s.proxy.Pid(), s.proxy.Epoch(), cfg.AdminAddress())
+	if s.hotRestartOff() {
+		status += "; " + control.HotRestartOffNote
+	}
 	if note := s.checkInstalledEnvoy(); note != "" {
 		status += "; " + note
 	}
@@ -44,6 +50,9 @@ func (s *supervisor) ready(ctx context.Context) (bool, string) {
 	}
 	r, err := s.proxy.Admin().Ready(ctx)
 	if err != nil {
+		if s.isRestarting() {
+			return false, "restarting: " + control.HotRestartOffNote
+		}
 		if s.isReloading() {
 			// A starting epoch takes the admin port over early; the
 			// serving epoch keeps serving meanwhile.

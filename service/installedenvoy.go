@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+
+	"github.com/envoy-agent/envoy-agent/service/control"
 )
 
 // The agent notices by itself when the Envoy installed at binary_path is no
@@ -115,6 +117,9 @@ func (s *supervisor) installedNote(path string, running os.FileInfo) string {
 	}
 	if ie.probeErr != nil {
 		return fmt.Sprintf("the installed Envoy %s differs from the running one and cannot tell its versions (%v): the running one keeps serving", path, ie.probeErr)
+	}
+	if s.restartsInstead(ie.hrVersion) {
+		return fmt.Sprintf("the installed Envoy %s (%s, hot-restart version %s) differs from the running one: a reload switches to it with a drain and a restart (%s)", path, ie.release, ie.hrVersion, control.HotRestartOffNote)
 	}
 	if runningHR := s.hotRestartVersion(); runningHR != "" && ie.hrVersion != runningHR {
 		return fmt.Sprintf("the installed Envoy %s (%s, hot-restart version %s) differs from the running one (hot-restart version %s) and cannot hot restart from it: a restart switches to it with a drain", path, ie.release, ie.hrVersion, runningHR)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -91,7 +92,8 @@ func (r *reloader) loop() {
 			res = r.run()
 			res.TookMs += waited.Milliseconds()
 		}
-		res.WaitedMs, res.Note = waited.Milliseconds(), note
+		res.WaitedMs = waited.Milliseconds()
+		res.Note = strings.Join(slices.DeleteFunc([]string{note, res.Note}, func(n string) bool { return n == "" }), "; ")
 		for _, ch := range batch {
 			ch <- res
 		}
@@ -127,16 +129,15 @@ func (e errConfig) Unwrap() error { return e.error }
 // restart Envoy, READY=1 whatever happened.
 func (s *supervisor) reload() control.ReloadResult {
 	start := time.Now()
-	from := s.proxy.Epoch()
 	s.setReloading(true)
-	s.notify.Reloading(fmt.Sprintf("reloading: epoch %d serving, starting epoch %d", from, from+1))
+	s.notify.Reloading(s.reloadingStatus())
 	s.notify.ExtendTimeout(2*s.config().Agent.StartTimeout.D() + config.ValidateTimeout)
 	epoch, err := s.reloadSteps()
 	s.setReloading(false)
 	took := time.Since(start)
 	s.metrics.reloadSeconds.Set(took.Seconds())
 	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
-	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds()}
+	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds(), Note: s.takeReloadNote()}
 	defer func() { s.report.reloadDone(start, res) }()
 	if err != nil {
 		s.metrics.reloadFailures.Inc()
@@ -188,6 +189,10 @@ func (s *supervisor) reloadSteps() (int, error) {
 	if s.hotRestartVersion() == "" {
 		s.learnVersion() // a reload asked for right at READY=1
 	}
+	if s.restartsInstead(version) {
+		handed = true
+		return s.drainAndRestart(cfg, copied, version)
+	}
 	if running := s.hotRestartVersion(); version != running {
 		return 0, errConfig{fmt.Errorf("envoy.binary_path: %s has hot-restart version %s, the running Envoy %s: they cannot hot restart into each other; restart the service to switch", cfg.Envoy.BinaryPath, version, running)}
 	}
@@ -199,12 +204,19 @@ func (s *supervisor) reloadSteps() (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	s.takeReloadedConfig(cfg, version)
+	return epoch, nil
+}
+
+// takeReloadedConfig makes cfg, now running in an Envoy of hot-restart
+// version version, the agent's configuration: drain settings, log settings,
+// and what the next reload compares with.
+func (s *supervisor) takeReloadedConfig(cfg *config.Config, version string) {
 	a := cfg.Agent
 	s.agent.SetDrainSettings(a.TerminationDrainDuration.D(), a.MinDrainDuration.D(), a.ExitOnZeroActiveConnections)
 	s.applyLogSettings(cfg)
 	s.setConfig(cfg)
 	s.setHotRestartVersion(version)
-	return epoch, nil
 }
 
 // validateCopy runs `envoy --mode validate` on copied, the private copy of

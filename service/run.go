@@ -108,6 +108,9 @@ type supervisor struct {
 	reloading bool
 	hrVersion string // the serving Envoy's hot-restart version
 
+	restarting bool   // a reload drains and restarts Envoy (drainrestart.go)
+	reloadNote string // what the reload under way has to add to its answer
+
 	installed installedEnvoy // is the Envoy at binary_path the running one? (installedenvoy.go)
 }
 
@@ -155,6 +158,7 @@ func (s *supervisor) proxyConfig(cfg *config.Config) envoy.ProxyConfig {
 	pc.Stdout = systemd.EnvoyOutputFor(s.stderr)
 	// Envoy must not answer on systemd's notify socket or take its sockets.
 	pc.Env = childenv.Clean(os.Environ())
+	pc.DisableHotRestart = s.hotRestartOff()
 	return pc
 }
 
@@ -169,6 +173,9 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	cfg, log := s.config(), s.log
 	s.stderr = stderr
 	s.report.agentStarted(version)
+	if s.handover == nil {
+		s.detectHotRestart(ctx, cfg)
+	}
 	if s.proxy, err = s.newProxy(cfg); err != nil {
 		log.Errorf("upgrade: cannot adopt the running Envoy: %v", err)
 		return err

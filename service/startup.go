@@ -2,6 +2,7 @@
 
 // Start-up: bind the agent's listeners, wait for Envoy to be LIVE (READY=1),
 // learn its hot-restart version; or report why it never was.
+
 package service
 
 import (

@@ -3,6 +3,7 @@
 // The systemd side of a stop and its drain (the drain itself is
 // envoy/drain.go): STOPPING=1, the drain's STATUS= and EXTEND_TIMEOUT_USEC,
 // the drain with no end, and the agent's last status.
+
 package service
 
 import (

@@ -43,9 +43,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	agentBin = filepath.Join(dir, "envoy-agent")
-	build := exec.Command("go", "build", "-o", agentBin, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if err := buildAgent(agentBin); err != nil {
 		fmt.Fprintln(os.Stderr, "build envoy-agent:", err)
 		os.Exit(1)
 	}
@@ -56,6 +54,26 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// agentBinEnv names an envoy-agent binary built beforehand for the tests to
+// run instead of building one: a test binary cross-compiled for another
+// architecture (make test-arm64) has no toolchain of its own to build with.
+const agentBinEnv = "ENVOY_AGENT_BIN"
+
+// buildAgent puts the envoy-agent binary the tests run at path: a copy of
+// $ENVOY_AGENT_BIN when it is set, else `go build` of this package.
+func buildAgent(path string) error {
+	if prebuilt := os.Getenv(agentBinEnv); prebuilt != "" {
+		data, err := os.ReadFile(prebuilt)
+		if err != nil {
+			return fmt.Errorf("%s: %w", agentBinEnv, err)
+		}
+		return os.WriteFile(path, data, 0o755)
+	}
+	build := exec.Command("go", "build", "-o", path, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	return build.Run()
 }
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader.
@@ -220,11 +238,24 @@ const noticeBound = 3 * time.Second
 
 var pidRE = regexp.MustCompile(`Envoy pid (\d+)`)
 
+// readyWaitEnv sets how long a test waits for the agent's READY=1 (a Go
+// duration; 30s when unset). It bounds a wait, and no test measures it:
+// make test-arm64 raises it, since an emulated Envoy on a loaded machine can
+// take longer than 30s to be LIVE.
+const readyWaitEnv = "ENVOY_AGENT_READY_WAIT"
+
+func readyWait() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(readyWaitEnv)); err == nil && d > 0 {
+		return d
+	}
+	return 30 * time.Second
+}
+
 // waitReady waits for READY=1 and learns Envoy's pid from its STATUS.
 func (p *agentProc) waitReady() testenvoy.Message {
 	p.t.Helper()
 	var m testenvoy.Message
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(readyWait())
 	for found := false; !found; {
 		for _, msg := range p.ns.Messages() {
 			if testenvoy.HasAssignment(msg.Text, "READY=1") {
@@ -240,7 +271,7 @@ func (p *agentProc) waitReady() testenvoy.Message {
 		default:
 		}
 		if !found && time.Now().After(deadline) {
-			p.t.Fatalf("no READY=1 within 30s; got %v", p.ns.Messages())
+			p.t.Fatalf("no READY=1 within %s; got %v", readyWait(), p.ns.Messages())
 		}
 		if !found {
 			time.Sleep(5 * time.Millisecond)

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 )
 
 // FindEnvoy returns the real Envoy to run: explicit when it is set, else
@@ -37,8 +38,14 @@ func FindEnvoy(explicit string) (string, error) {
 		return p, nil
 	}
 	if root, err := RepoRoot(); err == nil {
-		if m, _ := filepath.Glob(filepath.Join(root, ".cache", "envoy", "*", "envoy")); len(m) > 0 {
-			return m[len(m)-1], nil
+		// .cache/envoy/<version>/envoy is x86_64, <version>-aarch64 is aarch64
+		// (make envoy-arm64): only this architecture's can run natively.
+		m, _ := filepath.Glob(filepath.Join(root, ".cache", "envoy", "*", "envoy"))
+		for i := len(m) - 1; i >= 0; i-- {
+			aarch64 := strings.HasSuffix(filepath.Base(filepath.Dir(m[i])), "-aarch64")
+			if aarch64 == (runtime.GOARCH == "arm64") {
+				return m[i], nil
+			}
 		}
 	}
 	return "", errors.New("no Envoy binary: set ENVOY_BIN, put envoy on PATH, or run `make envoy`")

@@ -52,7 +52,7 @@ var agentOwnedFlags = map[string]string{
 	"--base-id-path":             "envoy.base_id",
 	"--restart-epoch":            "nothing: the agent numbers the epochs",
 	"--hot-restart-version":      "nothing: the agent asks for it",
-	"--disable-hot-restart":      "nothing: reloads are hot restarts",
+	"--disable-hot-restart":      "nothing: the agent passes it to an Envoy built without hot restart",
 	"--admin-address-path":       "nothing: the agent reads the admin address from its own file",
 	"--drain-time-s":             "envoy.drain_duration",
 	"--parent-shutdown-time-s":   "envoy.parent_shutdown_duration",
@@ -132,7 +132,7 @@ var envoyLogLevels = []string{"trace", "debug", "info", "warning", "warn", "erro
 var envoyLeakyLevels = []string{"trace", "debug"}
 
 // leakyLevelWhy is the reason given for refusing a level of envoyLeakyLevels.
-const leakyLevelWhy = "at debug and trace Envoy logs its configuration and request headers (the bootstrap's secrets, clients' Authorization headers), which would reach the journal; use info or above (README: Envoy's output and secrets)"
+const leakyLevelWhy = "at debug and trace Envoy logs its configuration and request headers (the bootstrap's secrets, clients' Authorization headers), which would reach the journal; use info or above (docs/operations.md, Reliability and security)"
 
 var agentLogLevels = []string{"trace", "debug", "info", "warning", "warn", "error", "fatal", "panic"}
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/agnivade/levenshtein"
+	"github.com/envoy-agent/envoy-agent/envoy"
 )
 
 // maxConfigSize bounds the TOML file the agent reads.
@@ -78,7 +79,7 @@ func article(typ string) string {
 }
 
 func readConfigFile(path string) ([]byte, error) {
-	data, err := readRegularFile(path, maxConfigSize)
+	data, err := envoy.ReadRegularFile(path, maxConfigSize)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the configuration: %w", err)
 	}

@@ -1,6 +1,7 @@
 //go:build linux
 
 // The TOML schema: the tables, their keys and types, and the defaults.
+
 package config
 
 import (

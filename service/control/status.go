@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/envoy-agent/envoy-agent/service/config"
 )
 
@@ -108,6 +109,9 @@ func FormatStatus(r StatusReport) string {
 	line("agent", "%s, pid %d, up %s, status server %s", r.Agent.Version, r.Agent.Pid, secs(r.Agent.UptimeSeconds), r.Agent.StatusAddress)
 	if e := r.Envoy; e != nil {
 		line("envoy", "%s, hot-restart version %s, base_id %d, admin %s", orUnknown(e.Version), orUnknown(e.HotRestartVersion), e.BaseID, e.Admin)
+		if e.HotRestartVersion == envoy.HotRestartDisabled {
+			line("reload", "%s", HotRestartOffNote)
+		}
 		if e.AdminError != "" {
 			line("admin API", "%s", e.AdminError)
 		}
@@ -185,3 +189,7 @@ func firstLine(s string) string {
 	first, _, _ := strings.Cut(s, "\n")
 	return first
 }
+
+// HotRestartOffNote is how the agent says it, in STATUS=, the log and the
+// reload's answer.
+const HotRestartOffNote = "hot restart is compiled out of this Envoy: reload drains and restarts (connections are closed)"

@@ -1,0 +1,118 @@
+//go:build linux
+
+// An Envoy whose hot restart is compiled out (`envoy --hot-restart-version`
+// says "disabled"): it runs with --disable-hot-restart, and a reload drains
+// and restarts it instead of hot restarting it.
+
+package service
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/service/config"
+	"github.com/envoy-agent/envoy-agent/service/control"
+	"github.com/sirupsen/logrus"
+)
+
+// detectHotRestart asks the configured binary, before the first start, for
+// its hot-restart version; an Envoy built without hot restart then runs
+// with --disable-hot-restart (proxyConfig) and without the hot-restart
+// arguments, which such a build has no use for. When the binary does not
+// answer, Envoy is started as before and its own start says what is wrong.
+func (s *supervisor) detectHotRestart(ctx context.Context, cfg *config.Config) {
+	v, err := envoy.HotRestartVersion(ctx, cfg.Envoy.BinaryPath)
+	if err != nil {
+		s.log.Warnf("cannot ask Envoy for its hot-restart version before starting it: %v", err)
+		return
+	}
+	s.setHotRestartVersion(v)
+	if v == envoy.HotRestartDisabled {
+		s.log.WithFields(logrus.Fields{"event": "hot_restart_disabled", "binary": cfg.Envoy.BinaryPath}).
+			Warnf("%s says its hot-restart version is %q: %s; it runs with --disable-hot-restart", cfg.Envoy.BinaryPath, v, control.HotRestartOffNote)
+	}
+}
+
+// hotRestartOff reports whether the serving Envoy runs without hot restart.
+func (s *supervisor) hotRestartOff() bool {
+	return s.hotRestartVersion() == envoy.HotRestartDisabled
+}
+
+// restartsInstead reports whether a reload from the serving Envoy to the
+// binary of hot-restart version next must drain and restart: when either
+// has hot restart compiled out (an Envoy binary upgrade included).
+func (s *supervisor) restartsInstead(next string) bool {
+	return s.hotRestartOff() || next == envoy.HotRestartDisabled
+}
+
+// reloadingStatus is STATUS= with RELOADING=1.
+func (s *supervisor) reloadingStatus() string {
+	if s.hotRestartOff() {
+		return fmt.Sprintf("reloading: validating, then draining Envoy pid %d and restarting it (%s)", s.proxy.Pid(), control.HotRestartOffNote)
+	}
+	from := s.proxy.Epoch()
+	return fmt.Sprintf("reloading: epoch %d serving, starting epoch %d", from, from+1)
+}
+
+// drainAndRestart is the reload of an Envoy without hot restart, once cfg
+// and its bootstrap copy are validated: the serving Envoy drains as in a
+// stop (at least min_drain_duration, then until no connection is left, at
+// most termination_drain_duration), is stopped, and a new Envoy runs cfg
+// from copied, with --disable-hot-restart when next, the new binary's
+// hot-restart version, says hot restart is compiled out. It returns the
+// serving epoch.
+func (s *supervisor) drainAndRestart(cfg *config.Config, copied, next string) (int, error) {
+	a := cfg.Agent
+	old := s.proxy.Pid()
+	s.notify.ExtendTimeout(a.TerminationDrainDuration.D() + 2*a.StartTimeout.D() + config.ValidateTimeout)
+	s.setRestarting(true)
+	defer s.setRestarting(false)
+	pc := s.proxyConfig(cfg)
+	pc.DisableHotRestart = next == envoy.HotRestartDisabled
+	plan := envoy.RestartPlan{MinDrain: a.MinDrainDuration.D(), MaxDrain: a.TerminationDrainDuration.D(), StartTimeout: a.StartTimeout.D(),
+		Progress: func(p envoy.DrainProgress) {
+			if !p.Done {
+				s.notify.Status(fmt.Sprintf("reloading: draining Envoy pid %d before restarting it: %d active connections, at most %s left (%s)",
+					old, p.ActiveConnections, p.Remaining.Round(time.Second), control.HotRestartOffNote))
+			}
+		}}
+	pid, drained, err := s.proxy.DrainAndRestartFrom(context.Background(), pc, copied, plan)
+	if err != nil {
+		return 0, err
+	}
+	s.takeReloadedConfig(cfg, next)
+	note := fmt.Sprintf("%s: Envoy pid %d drained for %s, pid %d serves the new configuration", control.HotRestartOffNote, old, drained.Round(time.Millisecond), pid)
+	s.setReloadNote(note)
+	s.log.WithFields(logrus.Fields{"event": "reload_restart", "old_pid": old, "pid": pid, "drained_ms": drained.Milliseconds()}).Infof("reload: %s", note)
+	return s.proxy.Epoch(), nil
+}
+
+func (s *supervisor) setRestarting(v bool) {
+	s.mu.Lock()
+	s.restarting = v
+	s.mu.Unlock()
+}
+
+func (s *supervisor) isRestarting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.restarting
+}
+
+// setReloadNote leaves a sentence for the reload's answer.
+func (s *supervisor) setReloadNote(note string) {
+	s.mu.Lock()
+	s.reloadNote = note
+	s.mu.Unlock()
+}
+
+// takeReloadNote returns the sentence a reload left for its answer, once.
+func (s *supervisor) takeReloadNote() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	note := s.reloadNote
+	s.reloadNote = ""
+	return note
+}
