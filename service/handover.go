@@ -48,10 +48,12 @@ func closeExecFD() {
 
 // handoverVersion is the state file format this agent writes; it reads
 // every version in handoverVersions. A new format gets a new number, and
-// agents keep reading the old ones for a while.
-const handoverVersion = 1
+// agents keep reading the old ones for a while. Version 2 adds Envoy's
+// hot-restart socket path (version 1's Envoys use the abstract sockets) and
+// the claims' lock files.
+const handoverVersion = 2
 
-var handoverVersions = []int{1}
+var handoverVersions = []int{1, 2}
 
 // handoverState is the state file: what the new agent needs to go on
 // exactly where the old one was.
@@ -63,6 +65,7 @@ type handoverState struct {
 	HotRestartVersion string              `json:"hot_restart_version"`
 	StatusFD          int                 `json:"status_fd"`     // the status server's listening socket
 	PrometheusFD      int                 `json:"prometheus_fd"` // the metrics listener's, -1 when off
+	Claims            []claimFD           `json:"claims"`        // the locked claim files (version 2)
 	Envoy             envoy.HandoverState `json:"envoy"`
 }
 
@@ -141,6 +144,15 @@ func readHandover(path string) (*handoverState, error) {
 		return nil, fmt.Errorf("handover state %s: no configuration or no Envoy in it", path)
 	}
 	return &st, nil
+}
+
+// claims are the claim files handed over (none from version 1, whose
+// claims were abstract sockets that the exec closed).
+func (st *handoverState) claims() []claimFD {
+	if st == nil {
+		return nil
+	}
+	return st.Claims
 }
 
 // config is the configuration handed over, nil without a handover.
@@ -246,6 +258,12 @@ func (s *supervisor) execHandover(to string, bin *os.File, check bool) error {
 			kept = append(kept, l.ln)
 			*l.fd = fd
 		}
+		handed, undo, err := s.held.handOver()
+		if err != nil {
+			return err
+		}
+		defer undo() // only reached when the exec failed
+		st.Claims = handed
 		path, err := writeHandoverState(es.RunDir, st)
 		if err != nil {
 			return err

@@ -31,6 +31,21 @@ func (s *supervisor) stop(why string, stopAgent context.CancelFunc) {
 	stopAgent()
 }
 
+// watchdogStop is systemd's watchdog firing (SIGABRT, the unit's
+// WatchdogSignal=): Envoy is stopped at once, without a drain, as
+// /quitquitquit does. Its admin API has been silent for the whole of
+// WatchdogSec (systemd.RunWatchdog said so at error priority), so it can take
+// neither a health-check failure nor a drain, and systemd's stop timeout
+// would cut a drain anyway. systemd records the result "watchdog" and
+// Restart=on-failure restarts the unit, whatever the agent's exit status.
+func (s *supervisor) watchdogStop(stopAgent context.CancelFunc) {
+	s.log.WithFields(logrus.Fields{"event": "stop", "reason": "watchdog"}).Warnf("SIGABRT (systemd's watchdog): stopping Envoy without a drain")
+	s.setLive(false)
+	s.notify.Stopping("stopping: systemd's watchdog fired; Envoy stopped without a drain")
+	s.agent.DisableDraining()
+	stopAgent()
+}
+
 func (s *supervisor) finish(err error) error {
 	s.setLive(false)
 	if err != nil {

@@ -65,6 +65,10 @@ func helperMain() bool {
 		fmt.Println("listening")
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		ln.Close()
+	case "hotrestart":
+		hotRestartProbe()
+	case "squat":
+		claimSquat()
 	case "fakeagent":
 		serveFakeAgent(os.Getenv("SOCK"), os.Getenv("CONFIG"))
 	default:

@@ -75,7 +75,7 @@ func TestStatusPortFloodIsBounded(t *testing.T) {
 		t.Fatalf("%d of %d connections answered 200, want at least the cap %d", ok, n, statusMaxConns)
 	}
 	// The answered ones are idle now; the agent holds at most the cap.
-	if s := sockets(t, p.cmd.Process.Pid); s > statusMaxConns+16 {
+	if s := sockets(t, p.proc.Pid()); s > statusMaxConns+16 {
 		t.Fatalf("the agent holds %d sockets with %d clients connected; want at most the cap %d and its own few", s, n, statusMaxConns)
 	}
 	for _, c := range conns {

@@ -37,7 +37,7 @@ func TestUpgradeFaultsOfTheNewBinary(t *testing.T) {
 	installed := filepath.Join(t.TempDir(), "envoy-agent")
 	install(t, binA, installed)
 	p := startAgent(t, procOptions{binary: installed, envoy: quickDrain})
-	agentPid, envoyPid := p.cmd.Process.Pid, p.envoyPid
+	agentPid, envoyPid := p.proc.Pid(), p.envoyPid
 	load := testenvoy.StartRawLoad(fmt.Sprintf("127.0.0.1:%d", p.ports.Listener), testenvoy.LoadSpec{Path: "/", Workers: 2})
 	defer load.Stop()
 	if !testenvoy.Eventually(10*time.Second, func() bool { return load.Now().OK > 50 }) {

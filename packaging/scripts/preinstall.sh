@@ -11,4 +11,10 @@ if ! getent passwd envoy-agent >/dev/null 2>&1; then
 	useradd --system --gid envoy-agent --no-create-home --home-dir /nonexistent \
 		--shell /usr/sbin/nologin --comment "envoy-agent (Envoy proxy)" envoy-agent
 fi
+# The units' directory: the .deb does not own it (see sharedDirs in packaging/cmd/mkpkg), and a
+# split-/usr Debian 11 may not have it yet.
+mkdir -p /usr/lib/systemd/system
+# The units' directory: the .deb does not own it (see packaging/cmd/mkpkg/debdirs.go), and a
+# split-/usr Debian 11 may lack it.
+mkdir -p /usr/lib/systemd/system
 exit 0

@@ -3,12 +3,10 @@
 package config
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"time"
@@ -90,28 +88,17 @@ func (c *Config) checkLimits(ps *problems) {
 	}
 }
 
-// versionTimeout bounds `envoy --version`.
-const versionTimeout = 30 * time.Second
-
-// checkIsEnvoy runs binary_path --version and wants Envoy's answer
-// ("<path> version: <sha>/<x.y.z>/..."): any other executable would pass
-// the checks on the path alone and then fail every start.
-func (c *Config) checkIsEnvoy(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, versionTimeout)
-	defer cancel()
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, c.Envoy.BinaryPath, "--version")
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	text := strings.TrimSpace(out.String())
+// checkIsEnvoy runs binary_path --version (once per file: versions caches
+// the answer) and wants Envoy's answer ("<path> version: <sha>/<x.y.z>/..."):
+// any other executable would pass the checks on the path alone and then
+// fail every start.
+func (c *Config) checkIsEnvoy(ctx context.Context, versions *envoy.VersionCache) error {
+	text, err := versions.Version(ctx, c.Envoy.BinaryPath)
 	if err == nil && strings.Contains(text, " version: ") && strings.Contains(text, "/") {
 		return nil
 	}
 	why := "it printed no Envoy version"
-	switch {
-	case ctx.Err() != nil:
-		why = fmt.Sprintf("--version did not answer within %s", versionTimeout)
-	case err != nil:
+	if err != nil {
 		why = fmt.Sprintf("--version failed: %v", err)
 	}
 	ps := &problems{file: c.File, lines: c.src}
@@ -235,6 +222,9 @@ func (c *Config) check(ps *problems) {
 	}
 	c.checkLimits(ps)
 	if dir := c.RunDir(); dir != "" {
+		if err := envoy.CheckHotRestartSocketPath(dir, c.Envoy.BaseID); err != nil {
+			ps.add("agent.run_dir", "%v", err)
+		}
 		if _, err := os.Lstat(dir); err == nil {
 			// Who owns it is checked when the agent runs (Run): root may
 			// validate a file whose run_dir the service user owns.

@@ -39,6 +39,6 @@ var KeyDocs = []KeyDoc{
 	{Key: "agent.start_timeout", Default: "\"60s\"", Meaning: "Envoy (and a reload's new epoch) must be LIVE by then", Reload: "yes"},
 	{Key: "agent.log_level", Default: "\"info\"", Meaning: "the agent's own log level", Reload: "yes"},
 	{Key: "agent.log_format", Default: "\"text\"", Meaning: "`\"text\"` or `\"json\"`", Reload: "yes"},
-	{Key: "agent.run_dir", Default: `""`, Meaning: "where the agent keeps runtime files (the control socket, bootstrap copies, admin address files); `\"\"` is `/run/envoy-agent`, the unit's `RuntimeDirectory=`, or `/run/envoy-agent-NAME` for `/etc/envoy-agent/NAME.toml` (the template unit's instance NAME), fixed so that `envoy-agent reload` and `status` find the socket from the file alone (change both together)", Reload: "no"},
+	{Key: "agent.run_dir", Default: `""`, Meaning: "where the agent keeps runtime files (the control socket, bootstrap copies, admin address files); `\"\"` is `/run/envoy-agent`, the unit's `RuntimeDirectory=`, or `/run/envoy-agent-NAME` for `/etc/envoy-agent/NAME.toml` (the template unit's instance NAME), fixed so that `envoy-agent reload` and `status` find the socket from the file alone (change both together); Envoy's hot-restart sockets are files there too, so it must leave room for their names (`validate` says how long it may be; about 80 bytes)", Reload: "no"},
 	{Key: "agent.control_socket", Default: `""`, Meaning: "the control socket (reload, drain, quit, status, reopen-logs); `\"\"` is `<run_dir>/control.sock`; at most 107 bytes", Reload: "no"},
 }

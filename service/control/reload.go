@@ -45,7 +45,7 @@ func RequestReload(ctx context.Context, path string, out io.Writer) error {
 	sock := cfg.ControlSocketPath()
 	ctx, cancel := context.WithTimeout(ctx, 2*cfg.Agent.StartTimeout.D()+2*config.ValidateTimeout)
 	defer cancel()
-	resp, server, err := controlPost(ctx, sock, "/reload")
+	resp, server, err := controlRequest(ctx, sock, http.MethodPost, "/reload", reloadProgressType)
 	if ue := (*config.UntrustedControlError)(nil); errors.As(err, &ue) {
 		return fmt.Errorf("reload: %s: %w", sock, err)
 	}
@@ -60,9 +60,23 @@ func RequestReload(ctx context.Context, path string, out io.Writer) error {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return fmt.Errorf("reload: the agent at %s answered %s: %s", sock, resp.Status, firstLine(string(body)))
 	}
+	// Progress lines first (an agent that predates them sends none), then
+	// the result.
+	dec := json.NewDecoder(io.LimitReader(resp.Body, 1<<20))
 	var res ReloadResult
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&res); err != nil {
-		return fmt.Errorf("reload: the agent at %s answered %s, not a reload result: %w", sock, resp.Status, err)
+	for {
+		var line struct {
+			ReloadResult
+			Progress string `json:"progress"`
+		}
+		if err := dec.Decode(&line); err != nil {
+			return fmt.Errorf("reload: the agent at %s answered %s, not a reload result: %w", sock, resp.Status, err)
+		}
+		if line.Progress == "" {
+			res = line.ReloadResult
+			break
+		}
+		fmt.Fprintf(out, "reload: %s\n", line.Progress)
 	}
 	if !res.OK {
 		if res.Error == "" {
@@ -80,15 +94,16 @@ func RequestReload(ctx context.Context, path string, out io.Writer) error {
 // controlPost POSTs to route on the control socket at sock, and returns the
 // answer with the credentials of the process serving the socket.
 func controlPost(ctx context.Context, sock, route string) (*http.Response, peerCred, error) {
-	return controlRequest(ctx, sock, http.MethodPost, route)
+	return controlRequest(ctx, sock, http.MethodPost, route, "")
 }
 
-// controlRequest is controlPost with any method. The socket's folder must
+// controlRequest is controlPost with any method, and an Accept header
+// unless accept is "". The socket's folder must
 // be one another user cannot have made or written (checkControlDir), and
 // the process serving the socket must be root, the caller's own user or the
 // folder's owner (SO_PEERCRED of the connection); anyone else's answer is
 // an error, not believed.
-func controlRequest(ctx context.Context, sock, method, route string) (*http.Response, peerCred, error) {
+func controlRequest(ctx context.Context, sock, method, route, accept string) (*http.Response, peerCred, error) {
 	dir, err := config.CheckControlDir(sock)
 	if err != nil {
 		return nil, peerCred{}, err
@@ -117,6 +132,9 @@ func controlRequest(ctx context.Context, sock, method, route string) (*http.Resp
 	req, err := http.NewRequestWithContext(ctx, method, "http://envoy-agent"+route, nil)
 	if err != nil {
 		return nil, server, err
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
 	}
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if credErr != nil {

@@ -70,7 +70,7 @@ func RequestStatus(ctx context.Context, path string, asJSON bool, out io.Writer)
 // that runs this file. reached is false when nothing answered at all.
 func getStatus(ctx context.Context, cfg *config.Config) (rep StatusReport, reached bool, err error) {
 	url := cfg.ControlSocketPath()
-	resp, server, err := controlRequest(ctx, url, http.MethodGet, "/status")
+	resp, server, err := controlRequest(ctx, url, http.MethodGet, "/status", "")
 	if ue := (*config.UntrustedControlError)(nil); errors.As(err, &ue) {
 		return rep, true, fmt.Errorf("%s: %w", url, err)
 	}

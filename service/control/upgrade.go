@@ -100,7 +100,7 @@ func RequestUpgrade(ctx context.Context, path string, out io.Writer) error {
 
 func getUpgradeInfo(ctx context.Context, url string) (UpgradeAnswer, error) {
 	var ans UpgradeAnswer
-	resp, _, err := controlRequest(ctx, url, http.MethodGet, "/upgrade")
+	resp, _, err := controlRequest(ctx, url, http.MethodGet, "/upgrade", "")
 	if err != nil {
 		return ans, err
 	}

@@ -121,21 +121,3 @@ func TestDebianChangelogIsWrappedAndGzipped(t *testing.T) {
 		}
 	}
 }
-
-func TestGlibcVersion(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := glibcVersion(exe)
-	// The test binary is linked against glibc when cgo is on, as in the packages' build.
-	if err != nil {
-		t.Skipf("the test binary is not linked against glibc: %v", err)
-	}
-	if !strings.HasPrefix(v, "2.") {
-		t.Errorf("glibc version %q", v)
-	}
-	if compareDotted([]int{2, 34}, []int{2, 4}) <= 0 || compareDotted([]int{2, 3, 4}, []int{2, 3}) <= 0 {
-		t.Error("compareDotted does not order versions numerically")
-	}
-}

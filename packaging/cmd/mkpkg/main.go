@@ -2,8 +2,11 @@
 // packaging needs nothing beyond the module's own dependencies (no tool download at build time).
 //
 // It reads an nfpm configuration (packaging/nfpm.yaml), in which ${VERSION}, ${ARCH} and ${BINARY}
-// come from its flags, ${LIBC_VERSION} from the binary (the oldest glibc it can run on),
-// and every other ${VAR} comes from the environment. The packages' changelog is CHANGELOG.md,
+// come from its flags and every other ${VAR} comes from the environment. The dependency on the C
+// library is read from the binary and added to both packages (see libcNeed): libc6/glibc with the
+// oldest version that has every GLIBC_ symbol version it needs, unversioned when it needs only
+// glibc's dynamic loader (a pure Go PIE), none when it needs no C library. The binary must be an
+// ELF binary for -arch (or a script). The packages' changelog is CHANGELOG.md,
 // converted for this version (see changelog.go). It writes one package per format into the output directory
 // under the format's conventional file name:
 //
@@ -67,17 +70,18 @@ func run(args []string) error {
 			return fmt.Errorf("-date: %w", err)
 		}
 	}
-	libc, err := glibcVersion(*binary)
+	libc, err := readLibcNeed(*binary, *arch)
 	if err != nil {
 		return err
 	}
+	fmt.Fprintf(os.Stderr, "mkpkg: %s (%s) needs %s\n", *binary, *arch, libc)
 	stage, err := os.MkdirTemp("", "mkpkg-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(stage)
 	chglogPath := filepath.Join(stage, "changelog.yml")
-	vars := map[string]string{"VERSION": pkgVersion, "ARCH": *arch, "BINARY": *binary, "LIBC_VERSION": libc}
+	vars := map[string]string{"VERSION": pkgVersion, "ARCH": *arch, "BINARY": *binary}
 	cfg, err := nfpm.ParseFileWithEnvMapping(*config, func(name string) string {
 		if v, ok := vars[name]; ok {
 			return v
@@ -96,7 +100,7 @@ func run(args []string) error {
 		return fmt.Errorf("creating output directory: %w", err)
 	}
 	for _, format := range strings.Split(*formats, ",") {
-		path, err := build(&cfg, strings.TrimSpace(format), *out, debChangelog)
+		path, err := build(&cfg, strings.TrimSpace(format), *out, debChangelog, libc)
 		if err != nil {
 			return fmt.Errorf("building the %s package: %w", format, err)
 		}
@@ -106,11 +110,15 @@ func run(args []string) error {
 }
 
 // build writes the package of one format into dir and returns its path. The .deb gets
-// debChangelog, mkpkg's own rendering of the changelog (see debianChangelog), instead of nfpm's.
-func build(cfg *nfpm.Config, format, dir, debChangelog string) (string, error) {
+// debChangelog, mkpkg's own rendering of the changelog (see debianChangelog), instead of nfpm's;
+// both get the dependency on the C library that libc says the binary needs.
+func build(cfg *nfpm.Config, format, dir, debChangelog string, libc libcNeed) (string, error) {
 	info, err := cfg.Get(format)
 	if err != nil {
 		return "", fmt.Errorf("merging the %s overrides: %w", format, err)
+	}
+	if dep := libc.dependency(format); dep != "" {
+		info.Depends = append([]string{dep}, info.Depends...)
 	}
 	if format == "deb" {
 		info.Changelog = ""
@@ -132,6 +140,12 @@ func build(cfg *nfpm.Config, format, dir, debChangelog string) (string, error) {
 	info.Target = path
 	if err := write(path, func(f *os.File) error { return pkg.Package(info, f) }); err != nil {
 		return "", err
+	}
+	if format == "deb" {
+		if err := dropDebDirs(path); err != nil {
+			_ = os.Remove(path)
+			return "", err
+		}
 	}
 	return path, nil
 }
