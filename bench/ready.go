@@ -112,7 +112,7 @@ func pollServerInfo(ctx context.Context, p *proc, adminPort, epoch int, interval
 			}
 		}
 		if p.exitedEarly() {
-			return time.Time{}, p.failure(fmt.Errorf("%s exited before /server_info said epoch %d LIVE: %v", p.name, epoch, p.err))
+			return time.Time{}, p.failure(fmt.Errorf("%s exited before /server_info said epoch %d LIVE: %v", p.name, epoch, p.Err()))
 		}
 		if time.Now().After(deadline) {
 			return time.Time{}, p.failure(fmt.Errorf("%s did not say epoch %d LIVE within %s", u, epoch, timeout))

@@ -74,7 +74,7 @@ func (b *bench) growthOne(ctx context.Context, n int) (*GrowthRow, error) {
 	// Envoy counts a connection once its worker accepted it: wait for all.
 	for i := 0; i < 200; i++ {
 		got, err := admc.ActiveConnections(ctx)
-		k, kerr := envoy.CountDownstream([]int{p.cmd.Process.Pid}, admin)
+		k, kerr := envoy.CountDownstream([]int{p.Pid()}, admin)
 		if err == nil && got == row.Held && kerr == nil && k == row.Held {
 			break
 		}
@@ -83,7 +83,7 @@ func (b *bench) growthOne(ctx context.Context, n int) (*GrowthRow, error) {
 
 	c := oneShot(5 * time.Second)
 	var gets, parses, polls, readies, kernels []time.Duration
-	pid := p.cmd.Process.Pid
+	pid := p.Pid()
 	for i := 0; i < growthIters && ctx.Err() == nil; i++ {
 		t0 := time.Now()
 		code, body, err := get(ctx, c, localURL(admin, drainPollPath))

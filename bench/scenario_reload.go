@@ -157,7 +157,7 @@ func (b *bench) reloadBareHotRestart(ctx context.Context) (*ReloadSide, error) {
 	procs := []*proc{p}
 	defer func() {
 		for _, p := range procs {
-			p.kill()
+			p.Kill()
 		}
 	}()
 	if _, err := pollServerInfo(ctx, p, s.admin, 0, time.Millisecond, startTimeout); err != nil {
@@ -184,7 +184,7 @@ func (b *bench) reloadBareHotRestart(ctx context.Context) (*ReloadSide, error) {
 		if err != nil {
 			return err
 		}
-		restarts = append(restarts, at.Sub(p.started))
+		restarts = append(restarts, at.Sub(p.Started()))
 		return nil
 	}
 	side, err := b.changeUnderLoad(ctx, "bare envoy --mode validate, then epoch N+1 by hand", s, change)
