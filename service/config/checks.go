@@ -120,7 +120,7 @@ var envoyLogLevels = []string{"trace", "debug", "info", "warning", "warn", "erro
 var envoyLeakyLevels = []string{"trace", "debug"}
 
 // leakyLevelWhy is the reason given for refusing a level of envoyLeakyLevels.
-const leakyLevelWhy = "at debug and trace Envoy logs its configuration and request headers (the bootstrap's secrets, clients' Authorization headers), which would reach the journal; use info or above (README: Envoy's output and secrets)"
+const leakyLevelWhy = "at debug and trace Envoy logs its configuration and request headers (the bootstrap's secrets, clients' Authorization headers), which would reach the journal; use info or above (docs/operations.md, Reliability and security)"
 
 var agentLogLevels = []string{"trace", "debug", "info", "warning", "warn", "error", "fatal", "panic"}
 
