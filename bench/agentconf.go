@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"strconv"
@@ -23,6 +24,7 @@ type agentConfig struct {
 	MinDrain         time.Duration
 	ExitOnZero       bool
 	RunDir           string
+	LogLevel         string // the agent's; "" is warning
 }
 
 // toml renders the configuration: one Envoy worker and quiet logs, to keep
@@ -48,7 +50,7 @@ func (c agentConfig) toml() string {
 	kv("exit_on_zero_active_connections", strconv.FormatBool(c.ExitOnZero))
 	kv("start_timeout", q("60s"))
 	kv("run_dir", q(c.RunDir))
-	kv("log_level", q("warning"))
+	kv("log_level", q(cmp.Or(c.LogLevel, "warning")))
 	return b.String()
 }
 

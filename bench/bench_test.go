@@ -58,6 +58,19 @@ func TestBenchSmoke(t *testing.T) {
 	if agentSide.ChangesOK != 1 || agentSide.Load.Sent == 0 || agentSide.VersionsSeen != 2 {
 		t.Errorf("agent reload: %d/1 changes worked, %d sent, %d versions answered; want 1, >0, 2", agentSide.ChangesOK, agentSide.Load.Sent, agentSide.VersionsSeen)
 	}
+	floor := res.Reload.BareHotRestart
+	if floor.ChangesOK != 1 || floor.ValidateMs == nil || floor.HotRestartMs == nil || floor.HotRestartMs.Median <= 0 || floor.VersionsSeen != 2 {
+		t.Errorf("bare hot restart: %d/1 changes worked, validate %v, hot restart %v, %d versions; want 1 timed change and 2 versions",
+			floor.ChangesOK, floor.ValidateMs, floor.HotRestartMs, floor.VersionsSeen)
+	}
+	if d, ok := agentSide.Steps["hot_restart_ms"]; !ok || d.N != 1 {
+		t.Errorf("the agent's reload breakdown: %v; want its one reload's steps from its log", agentSide.Steps)
+	}
+	for _, want := range []string{"Bare validate + hot restart", "≤ ×1.15", "≤ ×1.05"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("the table lacks %q", want)
+		}
+	}
 	svg, err := os.ReadFile(filepath.Join(out, "reload.svg"))
 	if err != nil || !bytes.Contains(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("succeeded")) {
 		t.Errorf("reload.svg is not the plot (%v): %.200s", err, svg)

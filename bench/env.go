@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/internal/childenv"
-
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
@@ -25,7 +23,7 @@ type bench struct {
 	envoyBin string // absolute
 	work     string // temporary: bootstraps, configs, run folders
 	logDir   string // child logs, kept in the output folder
-	sp       *spawner
+	sp       *procs
 	up       *envoykit.Upstream
 	progress io.Writer
 	t0       time.Time
@@ -77,13 +75,13 @@ func (b *bench) logPath(name string) string {
 // same worker count and log level as the agent's Envoy
 // (envoykit.BareArgs).
 func (b *bench) startEnvoy(name, bootstrapPath string) (*proc, error) {
-	return b.sp.start(name, b.logPath(name), childenv.Clean(os.Environ()), b.envoyBin, envoykit.BareArgs(bootstrapPath, b.baseID())...)
+	return b.sp.start(name, b.logPath(name), nil, b.envoyBin, envoykit.BareArgs(bootstrapPath, b.baseID())...)
 }
 
 // startAgent starts `envoy-agent run` on configPath with env added to a
 // clean environment (NOTIFY_SOCKET=..., WATCHDOG_USEC=...).
 func (b *bench) startAgent(name, configPath string, env ...string) (*proc, error) {
-	return b.sp.start(name, b.logPath(name), childenv.Clean(os.Environ(), env...), b.agentBin, "run", "--config", configPath)
+	return b.sp.start(name, b.logPath(name), env, b.agentBin, "run", "--config", configPath)
 }
 
 // agentHas reports whether the agent's usage lists the command.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -70,7 +71,7 @@ func pollReady(ctx context.Context, p *proc, adminPort int, interval, timeout ti
 			return time.Now(), nil
 		}
 		if p != nil && p.exitedEarly() {
-			return time.Time{}, p.failure(fmt.Errorf("%s exited before /ready answered 200: %v", p.name, p.err))
+			return time.Time{}, p.failure(fmt.Errorf("%s exited before /ready answered 200: %v", p.name, p.Err()))
 		}
 		if time.Now().After(deadline) {
 			break
@@ -88,6 +89,42 @@ func pollReady(ctx context.Context, p *proc, adminPort int, interval, timeout ti
 	return time.Time{}, err
 }
 
+// pollServerInfo polls Envoy's GET /server_info every interval, each on a
+// fresh connection, until it says epoch is LIVE, and returns when it did.
+// It gives up after timeout, when p exits, or when ctx ends.
+func pollServerInfo(ctx context.Context, p *proc, adminPort, epoch int, interval, timeout time.Duration) (time.Time, error) {
+	c := oneShot(max(100*time.Millisecond, interval))
+	u := localURL(adminPort, "/server_info")
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		code, body, err := get(ctx, c, u)
+		if err == nil && code == http.StatusOK {
+			var si struct {
+				State   string `json:"state"`
+				Options struct {
+					RestartEpoch int `json:"restart_epoch"`
+				} `json:"command_line_options"`
+			}
+			if json.Unmarshal(body, &si) == nil && si.State == "LIVE" && si.Options.RestartEpoch == epoch {
+				return time.Now(), nil
+			}
+		}
+		if p.exitedEarly() {
+			return time.Time{}, p.failure(fmt.Errorf("%s exited before /server_info said epoch %d LIVE: %v", p.name, epoch, p.Err()))
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, p.failure(fmt.Errorf("%s did not say epoch %d LIVE within %s", u, epoch, timeout))
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("waiting for %s: %w", u, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
 // quitAgent stops an agent with POST /quitquitquit on its control socket
 // (no drain), SIGKILL if it is not gone within 15s.
 func quitAgent(ctx context.Context, p *proc, controlSocket string) error {
@@ -102,10 +139,10 @@ func quitAgent(ctx context.Context, p *proc, controlSocket string) error {
 	err := post(qctx, unix, "http://envoy-agent/quitquitquit")
 	cancel()
 	if err != nil {
-		p.signal(syscall.SIGTERM)
+		p.Signal(syscall.SIGTERM)
 	}
 	if werr := p.wait(ctx, 15*time.Second); werr != nil {
-		p.kill()
+		p.Kill()
 		return errors.Join(err, werr)
 	}
 	return nil

@@ -74,20 +74,28 @@ type Event struct {
 
 // ReloadSide is one side of scenario 2.
 type ReloadSide struct {
-	Available     bool      `json:"available"`
-	NotAvailable  string    `json:"not_available,omitempty"`
-	Method        string    `json:"method"`
-	Changes       int       `json:"changes"`
-	ChangesOK     int       `json:"changes_ok"`
-	ChangeMs      Dist      `json:"change_ms"` // how long each reload or restart took
-	Load          LoadStats `json:"load"`
-	VersionsSeen  int       `json:"versions_seen"` // distinct x-config-version values answered
-	VersionsWant  int       `json:"versions_want"`
-	LoadMs        float64   `json:"load_ms"`
-	Buckets       []Bucket  `json:"buckets"`
-	Events        []Event   `json:"events"`
-	AgentHWMKiB   int       `json:"agent_vmhwm_kib,omitempty"` // the agent's peak RSS after the reloads
-	EnvoyExitNote string    `json:"envoy_exit_note,omitempty"`
+	Available    bool      `json:"available"`
+	NotAvailable string    `json:"not_available,omitempty"`
+	Method       string    `json:"method"`
+	Changes      int       `json:"changes"`
+	ChangesOK    int       `json:"changes_ok"`
+	ChangeMs     Dist      `json:"change_ms"` // how long each reload or restart took
+	Load         LoadStats `json:"load"`
+	VersionsSeen int       `json:"versions_seen"` // distinct x-config-version values answered
+	VersionsWant int       `json:"versions_want"`
+	LoadMs       float64   `json:"load_ms"`
+	Buckets      []Bucket  `json:"buckets"`
+	Events       []Event   `json:"events"`
+	AgentHWMKiB  int       `json:"agent_vmhwm_kib,omitempty"` // the agent's peak RSS after the reloads
+	// Steps is the agent's own breakdown of its successful reloads, from
+	// its log (load_ms, copy_ms, validate_ms, versions_ms, hot_restart_ms,
+	// took_ms).
+	Steps map[string]Dist `json:"steps,omitempty"`
+	// ValidateMs and HotRestartMs split the bare hot restart's changes:
+	// `envoy --mode validate`, then exec of epoch N+1 to /server_info LIVE.
+	ValidateMs    *Dist  `json:"validate_ms,omitempty"`
+	HotRestartMs  *Dist  `json:"hot_restart_ms,omitempty"`
+	EnvoyExitNote string `json:"envoy_exit_note,omitempty"`
 }
 
 // ReloadResult is scenario 2.
@@ -98,6 +106,9 @@ type ReloadResult struct {
 	GapMs    float64    `json:"gap_ms"` // pause after each change
 	Agent    ReloadSide `json:"agent"`
 	Baseline ReloadSide `json:"baseline"`
+	// BareHotRestart is the floor the agent's reload is held to: a bare
+	// validate and a hot restart by hand.
+	BareHotRestart ReloadSide `json:"bare_hot_restart"`
 }
 
 // StopSide is one side of scenario 3.
@@ -162,7 +173,8 @@ type GrowthRow struct {
 	Held       int     `json:"held_connections"`
 	Get        Dist    `json:"stats_get"`  // GET /stats?filter=... on a fresh connection
 	Parse      Dist    `json:"parse"`      // envoy.ParseActiveConnections
-	Poll       Dist    `json:"drain_poll"` // both: one drain poll
+	Poll       Dist    `json:"stats_poll"` // both: one stats count (the drain poll before issue 20 also read it)
+	Kernel     Dist    `json:"drain_poll"` // envoy.CountDownstream: one drain poll
 	Ready      Dist    `json:"ready"`      // GET /ready on a fresh connection
 }
 

@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -27,7 +25,7 @@ var scenarios = []scenario{
 		r.Start, err = b.scenarioStart(ctx)
 		return err
 	}},
-	{"reload", 150 * time.Second, func(ctx context.Context, b *bench, r *Results) (err error) {
+	{"reload", 200 * time.Second, func(ctx context.Context, b *bench, r *Results) (err error) {
 		r.Reload, err = b.scenarioReload(ctx)
 		return err
 	}},
@@ -56,7 +54,7 @@ func runAll(ctx context.Context, o options, progress io.Writer) (*Results, error
 	if _, err := os.Stat(b.agentBin); err != nil {
 		return nil, fmt.Errorf("agent binary (run `make build`): %w", err)
 	}
-	if b.envoyBin, err = findEnvoy(o.envoyBin); err != nil {
+	if b.envoyBin, err = envoykit.FindEnvoy(o.envoyBin); err != nil {
 		return nil, err
 	}
 	if b.work, err = os.MkdirTemp("", "envoy-agent-bench-"); err != nil {
@@ -72,7 +70,7 @@ func runAll(ctx context.Context, o options, progress io.Writer) (*Results, error
 	if err := os.MkdirAll(b.logDir, 0o755); err != nil {
 		return nil, fmt.Errorf("log folder: %w", err)
 	}
-	b.sp = newSpawner()
+	b.sp = newProcs()
 	defer b.removeSharedMemory()
 	defer b.sp.killAll()
 	if b.up, err = envoykit.StartUpstream(); err != nil {
@@ -119,28 +117,6 @@ func runAll(ctx context.Context, o options, progress io.Writer) (*Results, error
 	r.Host.LoadAvgAfter = loadAvg()
 	r.Host.Seconds = time.Since(b.t0).Round(100 * time.Millisecond).Seconds()
 	return r, nil
-}
-
-// findEnvoy resolves the Envoy binary: the flag ($ENVOY_BIN), else the one
-// `make envoy` caches, else an envoy on PATH.
-func findEnvoy(flagValue string) (string, error) {
-	if flagValue != "" {
-		p, err := filepath.Abs(flagValue)
-		if err != nil {
-			return "", fmt.Errorf("envoy binary: %w", err)
-		}
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("envoy binary (run `make envoy`): %w", err)
-		}
-		return p, nil
-	}
-	if m, _ := filepath.Glob(filepath.Join(".cache", "envoy", "*", "envoy")); len(m) > 0 {
-		return filepath.Abs(m[len(m)-1])
-	}
-	if p, err := exec.LookPath("envoy"); err == nil {
-		return p, nil
-	}
-	return "", errors.New("no Envoy binary: pass -envoy, set ENVOY_BIN or run `make envoy`")
 }
 
 func loadAvg() string {

@@ -38,7 +38,7 @@ func (b *bench) scenarioOverhead(ctx context.Context) (*OverheadResult, error) {
 	}
 	to := time.Now()
 	if p.exitedEarly() {
-		return nil, p.failure(fmt.Errorf("the agent exited during the idle period (%s after it began): %v", p.exited.Sub(from).Round(time.Millisecond), p.err))
+		return nil, p.failure(fmt.Errorf("the agent exited during the idle period (%s after it began): %v", p.Exited().Sub(from).Round(time.Millisecond), p.Err()))
 	}
 	a1, at1, e1, err := cpuTimes(p.pid(), envoyPid)
 	if err != nil {

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/internal/childenv"
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
@@ -49,12 +53,21 @@ func (b *bench) scenarioReload(ctx context.Context) (*ReloadResult, error) {
 	if side != nil {
 		r.Baseline = *side
 	}
+	side, err = b.reloadBareHotRestart(ctx)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("bare hot restart: %w", err))
+	}
+	if side != nil {
+		r.BareHotRestart = *side
+	}
 	return r, errors.Join(errs...)
 }
 
 // reloadAgent runs the agent and reloads it under load.
 func (b *bench) reloadAgent(ctx context.Context) (*ReloadSide, error) {
-	run, err := b.setupAgent(ctx, "reload-agent", agentSetup{version: "v0", drain: quickDrain, procName: "reload-agent", ready: true})
+	drain := quickDrain
+	drain.LogLevel = "info" // its reload lines give the breakdown
+	run, err := b.setupAgent(ctx, "reload-agent", agentSetup{version: "v0", drain: drain, procName: "reload-agent", ready: true})
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +86,7 @@ func (b *bench) reloadAgent(ctx context.Context) (*ReloadSide, error) {
 			return fmt.Errorf("envoy-agent reload: %w: %s", err, firstLines(text, 3))
 		}
 		if p.exitedEarly() {
-			return p.failure(fmt.Errorf("the agent exited during the reload: %v", p.err))
+			return p.failure(fmt.Errorf("the agent exited during the reload: %v", p.Err()))
 		}
 		return nil
 	}
@@ -82,6 +95,102 @@ func (b *bench) reloadAgent(ctx context.Context) (*ReloadSide, error) {
 		if hwm, herr := statusKiB(p.pid(), "VmHWM"); herr == nil {
 			side.AgentHWMKiB = hwm
 		}
+		side.Steps = reloadSteps(p.logPath)
+	}
+	return side, err
+}
+
+// reloadStepKeys are the fields of the agent's "reloaded" log line that
+// time its parts (service/reload.go), in order.
+var reloadStepKeys = []string{"load_ms", "copy_ms", "validate_ms", "versions_ms", "hot_restart_ms", "took_ms"}
+
+// reloadSteps reads the agent's log for its successful reloads and sums up
+// how long each part took.
+func reloadSteps(logPath string) map[string]Dist {
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return nil
+	}
+	got := map[string][]time.Duration{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, "event=reload ") || !strings.Contains(line, "ok=true") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			k, v, ok := strings.Cut(f, "=")
+			if !ok || !slices.Contains(reloadStepKeys, k) {
+				continue
+			}
+			if x, err := strconv.ParseFloat(v, 64); err == nil {
+				got[k] = append(got[k], time.Duration(x*float64(time.Millisecond)))
+			}
+		}
+	}
+	out := map[string]Dist{}
+	for k, ds := range got {
+		out[k] = dist(ds)
+	}
+	return out
+}
+
+// reloadBareHotRestart is the floor of a reload: what the agent's safety
+// needs Envoy itself to do, by hand, under the same load. Each change runs
+// a bare `envoy --mode validate` on the bootstrap (as the agent runs it),
+// then execs epoch N+1 with the same base id and waits until /server_info
+// says epoch N+1 is LIVE (1 ms polls).
+func (b *bench) reloadBareHotRestart(ctx context.Context) (*ReloadSide, error) {
+	s, err := b.newSite("reload-hot", "v0", 1, 0)
+	if err != nil {
+		return nil, err
+	}
+	base := b.baseID()
+	drain, parent := strconv.Itoa(int(quickDrain.DrainDuration.Seconds())), strconv.Itoa(int(quickDrain.ParentShutdown.Seconds()))
+	start := func(epoch int) (*proc, error) {
+		args := append(envoykit.BareArgs(s.bootPath, base), "--restart-epoch", strconv.Itoa(epoch),
+			"--drain-time-s", drain, "--parent-shutdown-time-s", parent, "--drain-strategy", "immediate")
+		return b.sp.start(fmt.Sprintf("reload-hot-%d", epoch), b.logPath("reload-hot"), childenv.Clean(os.Environ()), b.envoyBin, args...)
+	}
+	p, err := start(0)
+	if err != nil {
+		return nil, err
+	}
+	procs := []*proc{p}
+	defer func() {
+		for _, p := range procs {
+			p.Kill()
+		}
+	}()
+	if _, err := pollServerInfo(ctx, p, s.admin, 0, time.Millisecond, startTimeout); err != nil {
+		return nil, err
+	}
+	var validates, restarts []time.Duration
+	epoch := 0
+	change := func(ctx context.Context) error {
+		t := time.Now()
+		vctx, cancel := context.WithTimeout(ctx, changeLimit)
+		out, err := exec.CommandContext(vctx, b.envoyBin, "--mode", "validate", "-c", s.bootPath, "-l", "warning", "--disable-hot-restart").CombinedOutput()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("envoy --mode validate: %w: %s", err, firstLines(strings.TrimSpace(string(out)), 3))
+		}
+		validates = append(validates, time.Since(t))
+		epoch++
+		p, err := start(epoch)
+		if err != nil {
+			return err
+		}
+		procs = append(procs, p)
+		at, err := pollServerInfo(ctx, p, s.admin, epoch, time.Millisecond, changeLimit)
+		if err != nil {
+			return err
+		}
+		restarts = append(restarts, at.Sub(p.Started()))
+		return nil
+	}
+	side, err := b.changeUnderLoad(ctx, "bare envoy --mode validate, then epoch N+1 by hand", s, change)
+	if side != nil {
+		vd, hd := dist(validates), dist(restarts)
+		side.ValidateMs, side.HotRestartMs = &vd, &hd
 	}
 	return side, err
 }
@@ -93,7 +202,7 @@ func (b *bench) reloadBaseline(ctx context.Context) (*ReloadSide, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer func() { p.kill() }()
+	defer func() { p.Kill() }()
 	if _, err := pollReady(ctx, p, s.admin, time.Millisecond, startTimeout); err != nil {
 		return nil, err
 	}

@@ -52,7 +52,7 @@ func (b *bench) scenarioStart(ctx context.Context) (*StartResult, error) {
 		if qerr := quitAgent(ctx, p, run.controlSocket()); err == nil && qerr != nil {
 			err = fmt.Errorf("stop the agent: %w", qerr)
 		}
-		return at.Sub(p.started), gap, err
+		return at.Sub(p.Started()), gap, err
 	}
 	agentOnce := func() (time.Duration, error) {
 		d, _, err := agentStart(false)
@@ -67,7 +67,7 @@ func (b *bench) scenarioStart(ctx context.Context) (*StartResult, error) {
 		if serr := p.stop(ctx, 10*time.Second); err == nil && serr != nil {
 			err = fmt.Errorf("stop envoy: %w", serr)
 		}
-		return at.Sub(p.started), err
+		return at.Sub(p.Started()), err
 	}
 
 	// One start of each first, untimed: it pages the binaries in.
@@ -112,7 +112,7 @@ func (b *bench) scenarioStart(ctx context.Context) (*StartResult, error) {
 		Starts:        b.o.starts,
 		Agent:         dist(agent),
 		Baseline:      dist(bare),
-		AgentPollNote: "the agent polls /ready 5ms apart for its first 3s, then up to 50ms apart",
+		AgentPollNote: "the agent polls /ready 2ms apart for its first 3s, then up to 50ms apart",
 	}
 	for _, d := range agent {
 		r.AgentMs = append(r.AgentMs, ms(d))

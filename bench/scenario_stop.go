@@ -123,7 +123,7 @@ func (b *bench) stopBare(ctx context.Context) (*StopSide, error) {
 // stopUnderLoad runs the load for a second, starts the slow requests, and
 // SIGTERMs the process while they are in flight.
 func (b *bench) stopUnderLoad(ctx context.Context, t *stopTarget) (*StopSide, error) {
-	defer t.p.kill()
+	defer t.p.Kill()
 	if err := t.ready(); err != nil {
 		return nil, err
 	}
@@ -135,21 +135,21 @@ func (b *bench) stopUnderLoad(ctx context.Context, t *stopTarget) (*StopSide, er
 		return nil, err
 	}
 	sigAt := time.Now()
-	t.p.signal(syscall.SIGTERM)
+	t.p.Signal(syscall.SIGTERM)
 	werr := t.p.wait(ctx, stopLimit)
 	samples := l.Stop()
 	slow := waitSlow()
 	if werr != nil {
 		return nil, t.p.failure(werr)
 	}
-	side := &StopSide{SlowInFlight: len(slow), SlowFailedBy: map[string]int{}, ExitMs: ms(t.p.exited.Sub(sigAt)), ExitStatus: exitStatus(t.p)}
+	side := &StopSide{SlowInFlight: len(slow), SlowFailedBy: map[string]int{}, ExitMs: ms(t.p.Exited().Sub(sigAt)), ExitStatus: exitStatus(t.p)}
 	for _, s := range slow {
 		if !s.ok {
 			side.SlowFailed++
 			side.SlowFailedBy[s.err]++
 		}
 	}
-	sig, exit := sigAt.Sub(l.Start()), t.p.exited.Sub(l.Start())
+	sig, exit := sigAt.Sub(l.Start()), t.p.Exited().Sub(l.Start())
 	var before, during []envoykit.Sample
 	for _, s := range samples {
 		switch {
@@ -181,7 +181,7 @@ func (b *bench) stopOnZero(ctx context.Context) (*ZeroConnResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer t.p.kill()
+	defer t.p.Kill()
 	if err := t.ready(); err != nil {
 		return nil, err
 	}
@@ -193,7 +193,7 @@ func (b *bench) stopOnZero(ctx context.Context) (*ZeroConnResult, error) {
 		return nil, err
 	}
 	sigAt := time.Now()
-	t.p.signal(syscall.SIGTERM)
+	t.p.Signal(syscall.SIGTERM)
 	l.Stop() // closes its keep-alive connections
 	lastClose := time.Now()
 	slow := waitSlow()
@@ -211,12 +211,12 @@ func (b *bench) stopOnZero(ctx context.Context) (*ZeroConnResult, error) {
 		}
 	}
 	z.LastCloseMs = ms(lastClose.Sub(sigAt))
-	z.ExitMs = ms(t.p.exited.Sub(sigAt))
+	z.ExitMs = ms(t.p.Exited().Sub(sigAt))
 	from := lastClose
 	if earliest := sigAt.Add(stopMinDrain); earliest.After(from) {
 		from = earliest
 	}
-	z.DelayMs = ms(t.p.exited.Sub(from))
+	z.DelayMs = ms(t.p.Exited().Sub(from))
 	b.logf("stop on zero connections: last close %.0fms, exit %.0fms after SIGTERM: %.0fms later", z.LastCloseMs, z.ExitMs, z.DelayMs)
 	return z, nil
 }
@@ -239,10 +239,10 @@ func (b *bench) waitSlowInFlight(ctx context.Context, n int) error {
 }
 
 func exitStatus(p *proc) string {
-	if p.err == nil {
+	if p.Err() == nil {
 		return "exit 0"
 	}
-	return p.err.Error()
+	return p.Err().Error()
 }
 
 // readAll reads and closes the body (at most 1 MiB of it).

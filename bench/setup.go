@@ -145,10 +145,10 @@ func (r *agentRun) waitReady(ctx context.Context) error {
 func waitNotify(ctx context.Context, ns *envoykit.NotifySocket, p *proc, kv string, mark int, timeout time.Duration) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	m, err := ns.WaitFor(ctx, kv, mark, p.done)
+	m, err := ns.WaitFor(ctx, kv, mark, p.Done())
 	switch {
 	case errors.Is(err, envoykit.ErrAborted):
-		return time.Time{}, p.failure(fmt.Errorf("%s exited (%v) before it sent %s", p.name, p.err, kv))
+		return time.Time{}, p.failure(fmt.Errorf("%s exited (%v) before it sent %s", p.name, p.Err(), kv))
 	case err != nil:
 		return time.Time{}, p.failure(fmt.Errorf("%s: %w", p.name, err))
 	}

@@ -3,6 +3,7 @@
 // The check that Envoy's admin is where the configuration says (a loopback
 // port or a private unix socket), from the address Envoy writes to
 // --admin-address-path.
+
 package envoy
 
 import (

@@ -335,13 +335,20 @@ func TestDrainNowKeepsListenersOpenAndStopIsImmediate(t *testing.T) {
 func TestDisableDrainingCutsADrainShort(t *testing.T) {
 	t.Parallel()
 	le := startAgent(t, agentOptions{termination: 20 * time.Second, minDrain: 20 * time.Second})
+	// The second SIGTERM, once the drain has begun (DisableDraining before
+	// it would skip the drain instead of cutting it).
+	cut := make(chan bool, 1)
 	go func() {
-		time.Sleep(500 * time.Millisecond)
-		le.agent.DisableDraining() // the second SIGTERM
+		began := testenvoy.Eventually(10*time.Second, le.agent.Draining)
+		le.agent.DisableDraining()
+		cut <- began
 	}()
 	took, err := le.stop(t, 30*time.Second)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+	if !<-cut {
+		t.Errorf("the stop never began a drain")
 	}
 	if took > 4*time.Second {
 		t.Errorf("a cut drain took %s", took)

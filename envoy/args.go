@@ -13,8 +13,9 @@ import (
 const jsonLogFormat = `{"level":"%l","time":"%Y-%m-%dT%T.%fZ","scope":"%n","msg":"%j","caller":"%g:%#","thread":%t}`
 
 // args builds Envoy's command line (without the binary) for the given
-// hot-restart epoch and admin address file.
-func (c ProxyConfig) args(epoch int, adminAddressPath string) []string {
+// hot-restart epoch, admin address file and hot-restart socket prefix ("":
+// Envoy's abstract sockets, for epochs of an agent that ran them so).
+func (c ProxyConfig) args(epoch int, adminAddressPath, hotRestartSocket string) []string {
 	a := []string{
 		"-c", c.ConfigPath,
 		"--drain-time-s", seconds(durationOr(c.DrainDuration, DefaultDrainDuration).Seconds()),
@@ -30,6 +31,11 @@ func (c ProxyConfig) args(epoch int, adminAddressPath string) []string {
 			"--restart-epoch", strconv.Itoa(epoch),
 			"--parent-shutdown-time-s", seconds(durationOr(c.ParentShutdownDuration, DefaultParentShutdownDuration).Seconds()),
 		)
+		if hotRestartSocket != "" {
+			// Files private to the agent's user, not abstract names any
+			// local user can reach (hotrestartsocket.go).
+			a = append(a, "--socket-path", hotRestartSocket, "--socket-mode", hotRestartSocketMode)
+		}
 	}
 	if adminAddressPath != "" {
 		a = append(a, "--admin-address-path", adminAddressPath)

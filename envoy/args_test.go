@@ -23,7 +23,7 @@ func TestArgs(t *testing.T) {
 		{name: "defaults", cfg: func(c *ProxyConfig) {},
 			want: []string{"-c /etc/envoy/envoy.yaml", "--drain-time-s 45", "--drain-strategy immediate",
 				"--local-address-ip-version v4", "--file-flush-interval-msec 1000", "--base-id 7", "--restart-epoch 0",
-				"--parent-shutdown-time-s 60"},
+				"--parent-shutdown-time-s 60", "--socket-path /run/x/hot-restart", "--socket-mode 600"},
 			absent: []string{"--concurrency", "--log-format", "-l", "--component-log-level", "--disable-hot-restart"}},
 		{name: "drain and parent shutdown, fractions round up", cfg: func(c *ProxyConfig) {
 			c.DrainDuration = durationpb.New(2500 * time.Millisecond)
@@ -44,7 +44,7 @@ func TestArgs(t *testing.T) {
 		{name: "json logs", cfg: func(c *ProxyConfig) { c.LogAsJSON = true }, want: []string{"--log-format " + jsonLogFormat}},
 		{name: "concurrency", cfg: func(c *ProxyConfig) { c.Concurrency = 2 }, want: []string{"--concurrency 2"}},
 		{name: "hot restart off", cfg: func(c *ProxyConfig) { c.DisableHotRestart = true },
-			want: []string{"--disable-hot-restart"}, absent: []string{"--base-id", "--restart-epoch", "--parent-shutdown-time-s"}},
+			want: []string{"--disable-hot-restart"}, absent: []string{"--base-id", "--restart-epoch", "--parent-shutdown-time-s", "--socket-path", "--socket-mode"}},
 		{name: "extra args last", cfg: func(c *ProxyConfig) { c.ExtraArgs = []string{"--service-cluster", "edge"}; c.Concurrency = 1 },
 			want: []string{"--concurrency 1", "--service-cluster edge"}},
 	}
@@ -52,7 +52,7 @@ func TestArgs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := base
 			tt.cfg(&c)
-			args := c.args(tt.epoch, "/run/x/admin")
+			args := c.args(tt.epoch, "/run/x/admin", "/run/x/hot-restart")
 			joined := strings.Join(args, " ")
 			pos := -1
 			for _, w := range tt.want {

@@ -29,7 +29,7 @@ type ProxyConfig struct {
 	LogAsJSON bool
 	// OutlierLogPath is kept for API compatibility with Istio, where it feeds
 	// a generated bootstrap. envoy-agent runs the operator's bootstrap as is,
-	// so it is not used here.
+	// so it is not used here (the package doc, Istio compatibility).
 	OutlierLogPath string
 
 	// BinaryPath is the Envoy executable.

@@ -24,14 +24,20 @@ import (
 // /stats?usedonly hides every listener gauge it has not written itself,
 // and the old epoch's connections are merged into the new one's gauges
 // (and into server.total_connections) only at the stats flush interval
-// (5 s by default). A drain that reads them right after a reload sees 0
-// while the old epoch still serves requests, and ends the stop early.
-// The kernel knows every epoch's sockets now: a downstream connection is
-// a TCP socket, held by an epoch (or waiting in a listener's accept
-// queue), whose local address is one of Envoy's listening addresses
-// other than the admin port. The cost is one read of each epoch's
-// /proc/PID/fd links and of /proc/PID/net/tcp{,6}: it grows with the
-// sockets, not with Envoy's stats.
+// (5 s by default), in both directions: a drain that reads them right
+// after a reload sees 0 while the old epoch still serves requests, and
+// one that reads them after the old epoch's last request sees it for up
+// to 5 s more. The kernel knows every epoch's sockets now: a downstream
+// connection is a TCP socket, held by an epoch (or waiting in a
+// listener's accept queue), whose local address is one of Envoy's
+// listening addresses other than the admin port. The cost is one read of
+// each epoch's /proc/PID/fd links and of /proc/PID/net/tcp{,6}.
+//
+// Envoy's listening addresses are remembered past the listeners' close:
+// a graceful drain (drain_listeners?graceful, and an old epoch after a
+// hot restart) closes the listening sockets at the end of --drain-time-s
+// while the connections accepted on them still serve requests. An address
+// is forgotten once nothing listens on it and no connection is left on it.
 //
 // Not counted: UDP (QUIC) and unix-domain listeners.
 
@@ -148,28 +154,61 @@ func parseHexAddrPort(s string) (netip.AddrPort, error) {
 	return netip.AddrPortFrom(addr.Unmap(), uint16(port)), nil
 }
 
-// countDownstream counts, in entries, the connections accepted on a
-// listening socket held by one of owners (listeners on skipPort left
-// out): those held by a process in counted, and, when counted is nil,
-// those still waiting in an accept queue (inode 0) too.
-func countDownstream(entries []socketEntry, owners, counted map[uint64]bool, skipPort uint16) int {
-	type key struct {
-		addr netip.Addr
-		port uint16
-	}
-	listening := map[key]bool{}
+// listenKey is a listening address: an IP (unspecified for a wildcard
+// listener) and a port.
+type listenKey struct {
+	addr netip.Addr
+	port uint16
+}
+
+// listenAddrs is the set of Envoy's listening addresses a count has seen.
+type listenAddrs map[listenKey]bool
+
+// has tells whether a connection with local address a was accepted on one
+// of the addresses: the same address, or a wildcard listener on its port.
+func (l listenAddrs) has(a netip.AddrPort) bool {
+	return l[listenKey{a.Addr(), a.Port()}] || l[listenKey{netip.IPv4Unspecified(), a.Port()}] || l[listenKey{netip.IPv6Unspecified(), a.Port()}]
+}
+
+// update adds the listening sockets in entries held by one of owners
+// (leaving out skipPort) and forgets the addresses that are no longer
+// listening and have no connection left.
+func (l listenAddrs) update(entries []socketEntry, owners map[uint64]bool, skipPort uint16) {
+	now := listenAddrs{}
 	for _, s := range entries {
 		if s.state == tcpListen && owners[s.inode] && s.local.Port() != skipPort {
-			listening[key{s.local.Addr(), s.local.Port()}] = true
+			now[listenKey{s.local.Addr(), s.local.Port()}] = true
 		}
 	}
+	inUse := listenAddrs{}
+	for _, s := range entries {
+		if s.state == tcpEstablished || s.state == tcpCloseWait {
+			inUse[listenKey{s.local.Addr(), s.local.Port()}] = true
+			inUse[listenKey{netip.IPv4Unspecified(), s.local.Port()}] = true
+			inUse[listenKey{netip.IPv6Unspecified(), s.local.Port()}] = true
+		}
+	}
+	for k := range l {
+		if !now[k] && !inUse[k] {
+			delete(l, k)
+		}
+	}
+	for k := range now {
+		l[k] = true
+	}
+}
+
+// countDownstream counts, in entries, the connections accepted on one of
+// Envoy's listening addresses: those held by a process in counted, and,
+// when counted is nil, those held by one of owners or still waiting in an
+// accept queue (inode 0).
+func countDownstream(entries []socketEntry, listening listenAddrs, owners, counted map[uint64]bool) int {
 	n := 0
 	for _, s := range entries {
 		if s.state != tcpEstablished && s.state != tcpCloseWait {
 			continue
 		}
-		port := s.local.Port()
-		if !listening[key{s.local.Addr(), port}] && !listening[key{netip.IPv4Unspecified(), port}] && !listening[key{netip.IPv6Unspecified(), port}] {
+		if !listening.has(s.local) {
 			continue
 		}
 		switch {
@@ -185,20 +224,14 @@ func countDownstream(entries []socketEntry, owners, counted map[uint64]bool, ski
 // ActiveConnections counts the downstream connections of every epoch not
 // yet reaped (the serving one and those still draining after a hot
 // restart), from the kernel's socket tables: complete and current, where
-// Envoy's own gauges are neither right after a hot restart. It also reads
-// the serving epoch's stats and answers the larger count: neither source
-// over-counts, and a drain must never end while one of them still sees a
-// connection (a sandbox that hides part of /proc makes the kernel's count
-// short). With one source unreadable, it answers the other's.
+// Envoy's own gauges are neither right after a hot restart. Only when
+// /proc cannot be read does it answer the serving epoch's stats.
 func (e *Envoy) ActiveConnections(ctx context.Context) (int, error) {
 	n, err := e.countConnections(nil)
-	m, aerr := e.admin.ActiveConnections(ctx)
-	switch {
-	case err == nil && aerr == nil:
-		return max(n, m), nil
-	case err == nil:
+	if err == nil {
 		return n, nil
-	case aerr == nil:
+	}
+	if m, aerr := e.admin.ActiveConnections(ctx); aerr == nil {
 		return m, nil
 	}
 	return 0, err
@@ -222,6 +255,26 @@ func (e *Envoy) countConnections(only *process) (int, error) {
 	if len(pids) == 0 {
 		return 0, nil
 	}
+	e.countMu.Lock()
+	defer e.countMu.Unlock()
+	onlyPid := 0
+	if only != nil {
+		onlyPid = only.pid
+	}
+	return countPids(pids, onlyPid, adminPort, e.listening)
+}
+
+// CountDownstream counts the downstream connections of the Envoy processes
+// pids from the kernel, as one drain poll does (adminPort left out), with
+// no listening address remembered from an earlier count. For the
+// benchmark: the agent counts with Envoy.ActiveConnections.
+func CountDownstream(pids []int, adminPort int) (int, error) {
+	return countPids(pids, 0, uint16(adminPort), listenAddrs{})
+}
+
+// countPids counts the downstream connections of pids (of onlyPid alone
+// when it is not 0), updating listening.
+func countPids(pids []int, onlyPid int, adminPort uint16, listening listenAddrs) (int, error) {
 	owners := map[uint64]bool{}
 	var counted map[uint64]bool
 	for _, pid := range pids {
@@ -235,11 +288,11 @@ func (e *Envoy) countConnections(only *process) (int, error) {
 		for i := range inodes {
 			owners[i] = true
 		}
-		if only != nil && pid == only.pid {
+		if pid == onlyPid {
 			counted = inodes
 		}
 	}
-	if only != nil && counted == nil {
+	if onlyPid != 0 && counted == nil {
 		return 0, nil // it has exited
 	}
 	var entries []socketEntry
@@ -252,5 +305,6 @@ func (e *Envoy) countConnections(only *process) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return countDownstream(entries, owners, counted, adminPort), nil
+	listening.update(entries, owners, adminPort)
+	return countDownstream(entries, listening, owners, counted), nil
 }

@@ -54,10 +54,49 @@ func TestCountDownstream(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := countDownstream(entries, tt.owners, tt.counted, 15000); got != tt.want {
+			listening := listenAddrs{}
+			listening.update(entries, tt.owners, 15000)
+			if got := countDownstream(entries, listening, tt.owners, tt.counted); got != tt.want {
 				t.Errorf("got %d, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+// The same table once Envoy's graceful drain has closed the listener on
+// 10000 (lines 0 and 4 gone: the queued connection is reset with it): the
+// two connections accepted on it still count, from the address seen
+// listening before; once they are gone too, the address is forgotten.
+func TestCountDownstreamAfterTheListenerClosed(t *testing.T) {
+	entries, err := parseSocketTable(strings.NewReader(tcpTable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := map[uint64]bool{100: true, 101: true, 200: true, 201: true, 202: true, 203: true}
+	listening := listenAddrs{}
+	listening.update(entries, owners, 15000)
+	var closed []socketEntry
+	for _, s := range entries {
+		if s.inode != 100 && !(s.inode == 0 && s.state == tcpEstablished) {
+			closed = append(closed, s)
+		}
+	}
+	listening.update(closed, owners, 15000)
+	if got := countDownstream(closed, listening, owners, nil); got != 2 {
+		t.Errorf("listener closed: got %d, want the 2 connections accepted on it", got)
+	}
+	if fresh := (listenAddrs{}); countDownstream(closed, fresh, owners, nil) != 0 {
+		t.Errorf("an address never seen listening counted")
+	}
+	var drained []socketEntry
+	for _, s := range closed {
+		if s.inode != 200 && s.inode != 201 {
+			drained = append(drained, s)
+		}
+	}
+	listening.update(drained, owners, 15000)
+	if len(listening) != 0 {
+		t.Errorf("remembered %v after the last connection on it closed; want nothing", listening)
 	}
 }
 
@@ -101,7 +140,9 @@ func TestCountDownstreamOnTheKernelsTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := countDownstream(entries, mine, nil, 0); got != 1 {
+	listening := listenAddrs{}
+	listening.update(entries, mine, 0)
+	if got := countDownstream(entries, listening, mine, nil); got != 1 {
 		t.Errorf("%d connections accepted on this process's listener, want 1", got)
 	}
 }

@@ -9,4 +9,15 @@
 // NewAgent, NewProxy, DrainListeners) and adds what plain VMs need: hot-restart
 // settings, extra arguments and a parent-shutdown duration. It knows nothing of
 // systemd, TOML or log formatting: callers hand it a Logger.
+//
+// # Istio compatibility
+//
+// Istio's API is kept whole, so code written against it compiles here. Three
+// of its ProxyConfig fields are accepted and do nothing, since envoy-agent runs
+// the operator's bootstrap as is and never changes Envoy's credentials:
+// OutlierLogPath (Istio writes it into a generated bootstrap), TestOnly and
+// AgentIsRoot (privileges come from the systemd unit). Proxy.UpdateConfig
+// works (it atomically replaces the bootstrap file, keeping its mode; the next
+// start or hot restart reads it) but the agent does not call it: a reload
+// reads the file the operator edited.
 package envoy

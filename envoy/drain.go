@@ -2,10 +2,12 @@
 
 // The drain of a stop: fail health checks, drain the listeners, wait for the
 // connections (see docs/design.md, section 3).
+
 package envoy
 
 import (
 	"context"
+	"strconv"
 	"time"
 )
 
@@ -60,7 +62,14 @@ func (a *Agent) terminate() {
 	if exitOnZero {
 		atZero = ", ending at zero active connections"
 	}
-	a.log.Infof("draining envoy: up to %s (at least %s%s)", termination, minDrain, atZero)
+	// One count before the listeners drain: the graceful drain closes them
+	// after Envoy's drain time, and the count knows their addresses only
+	// from having seen them listen (envoy/connections.go).
+	conns := "unknown"
+	if n := a.connections(); n >= 0 {
+		conns = strconv.Itoa(n)
+	}
+	a.log.Infof("draining envoy: up to %s (at least %s%s); active connections: %s", termination, minDrain, atZero, conns)
 	if err := a.proxy.Drain(false); err != nil {
 		a.log.Warnf("drain: %v", err)
 	}

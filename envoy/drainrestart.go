@@ -2,6 +2,7 @@
 
 // A reload without hot restart: drain the serving Envoy, stop it, start the
 // new one (for an Envoy whose hot restart is compiled out).
+
 package envoy
 
 import (
@@ -101,6 +102,9 @@ func (e *Envoy) DrainAndRestartFrom(ctx context.Context, cfg ProxyConfig, copied
 	}()
 
 	start := time.Now()
+	// One count before the listeners drain, so that the count knows their
+	// addresses after the graceful drain closes them (connections.go).
+	_, _ = e.countConnections(nil)
 	if err := e.Drain(false); err != nil {
 		e.log.Warnf("restart: drain: %v", err)
 	}

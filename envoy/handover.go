@@ -18,10 +18,14 @@ import (
 // epoch not yet reaped, and the run folder's bookkeeping. The agent that
 // hands over serializes it; this package only makes and reads it.
 type HandoverState struct {
-	RunDir    string       `json:"run_dir"`
-	OwnRunDir bool         `json:"own_run_dir"` // the run folder is a temporary one the proxy made
-	Snapshots uint64       `json:"snapshots"`   // the bootstrap copies' sequence, so new names never collide
-	Epochs    []EpochState `json:"epochs"`
+	RunDir    string `json:"run_dir"`
+	OwnRunDir bool   `json:"own_run_dir"` // the run folder is a temporary one the proxy made
+	Snapshots uint64 `json:"snapshots"`   // the bootstrap copies' sequence, so new names never collide
+	// HotRestartSocket is the epochs' --socket-path; "" when they use
+	// Envoy's abstract sockets (an agent that wrote handover version 1
+	// ran them so): the next epoch must find its parent where it is.
+	HotRestartSocket string       `json:"hot_restart_socket"`
+	Epochs           []EpochState `json:"epochs"`
 }
 
 // EpochState is one running Envoy epoch in a HandoverState.
@@ -75,7 +79,7 @@ func (e *Envoy) Handover(execute func(HandoverState) error) error {
 		e.mu.Unlock()
 		return errors.New("envoy is not running (starting or stopping): nothing to hand over")
 	}
-	st := HandoverState{RunDir: e.runDir, OwnRunDir: e.ownRunDir, Snapshots: e.snapshots.Load()}
+	st := HandoverState{RunDir: e.runDir, OwnRunDir: e.ownRunDir, Snapshots: e.snapshots.Load(), HotRestartSocket: e.hotRestartSocket}
 	var procs []*process
 	for p := range e.procs {
 		if !p.exited() {
@@ -122,7 +126,9 @@ func ExecOnForkerThread(binary string, argv, env []string) error {
 // the serving one as if it had started it.
 func AdoptEnvoy(cfg ProxyConfig, st HandoverState) (*Envoy, error) {
 	e := NewEnvoy(cfg)
-	e.runDirOnce.Do(func() { e.runDir, e.ownRunDir = st.RunDir, st.OwnRunDir })
+	e.runDirOnce.Do(func() {
+		e.runDir, e.ownRunDir, e.hotRestartSocket = st.RunDir, st.OwnRunDir, st.HotRestartSocket
+	})
 	e.snapshots.Store(st.Snapshots)
 	stdout, stderr := cfg.Stdout, cfg.Stderr
 	if stdout == nil {

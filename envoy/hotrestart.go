@@ -7,26 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"time"
 )
 
 // HotRestartVersion asks an Envoy binary for its hot-restart compatibility
-// string (--hot-restart-version). Two Envoys can hot restart into each
-// other only when theirs are equal.
+// string (--hot-restart-version), without a cache (VersionCache keeps the
+// answers). Two Envoys can hot restart into each other only when theirs
+// are equal.
 func HotRestartVersion(ctx context.Context, binary string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, hotRestartVersionTimeout)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, binary, "--hot-restart-version").CombinedOutput()
-	text := strings.TrimSpace(string(out))
-	if err != nil {
-		return "", fmt.Errorf("%s --hot-restart-version: %w: %s", binary, err, truncate(text, 200))
-	}
-	// Envoy prints it alone on a line, last.
-	lines := strings.Split(text, "\n")
-	return strings.TrimSpace(lines[len(lines)-1]), nil
+	return new(VersionCache).HotRestartVersion(ctx, binary)
 }
 
 // HotRestartError is a hot restart whose new epoch did not become LIVE. The

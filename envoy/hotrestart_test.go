@@ -22,7 +22,7 @@ func (le *liveEnvoy) bootstrap(t *testing.T, name, version string) string {
 func TestHotRestartSwitchesConfigWithoutFailures(t *testing.T) {
 	t.Parallel()
 	le := startAgent(t, agentOptions{termination: 5 * time.Second, minDrain: time.Second, drainDuration: time.Second})
-	l := testenvoy.StartLoad(testenvoy.URL(le.ports.Listener, "/"), 4)
+	l := testenvoy.StartLoad(t, testenvoy.URL(le.ports.Listener, "/"), 4)
 	oldPid := le.proxy.Pid()
 	for i := 1; i <= 3; i++ {
 		cfg := le.proxy.config()
@@ -33,7 +33,10 @@ func TestHotRestartSwitchesConfigWithoutFailures(t *testing.T) {
 		if err != nil || epoch != i {
 			t.Fatalf("hot restart %d: epoch %d, %v", i, epoch, err)
 		}
-		time.Sleep(300 * time.Millisecond)
+		// The load meets each epoch before the next hot restart.
+		if v := "v" + strconv.Itoa(i); !testenvoy.Eventually(10*time.Second, func() bool { return l.Latest() == v }) {
+			t.Fatalf("after hot restart %d the answers say %q, want %s", i, l.Latest(), v)
+		}
 	}
 	l.Stop()
 	if l.Failed() != 0 || l.OK() < 100 {
@@ -61,7 +64,7 @@ func TestHotRestartSwitchesConfigWithoutFailures(t *testing.T) {
 func TestFailedHotRestartKeepsServingAndRecoversAdmin(t *testing.T) {
 	t.Parallel()
 	le := startAgent(t, agentOptions{termination: 5 * time.Second, minDrain: time.Second, drainDuration: time.Second})
-	l := testenvoy.StartLoad(testenvoy.URL(le.ports.Listener, "/"), 4)
+	l := testenvoy.StartLoad(t, testenvoy.URL(le.ports.Listener, "/"), 4)
 
 	// A bootstrap Envoy accepts (it passes --mode validate) but cannot
 	// start: its listener's port is taken.
@@ -93,7 +96,10 @@ func TestFailedHotRestartKeepsServingAndRecoversAdmin(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a good hot restart after a failed one: %v", err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	if !testenvoy.Eventually(10*time.Second, func() bool { return l.Latest() == "good" }) {
+		t.Fatalf("after the good hot restart the answers say %q", l.Latest())
+	}
+	testenvoy.WaitAnswers(t, l, 20) // and keep coming from it
 	l.Stop()
 	if l.Failed() != 0 {
 		t.Fatalf("%d failed requests (last: %v)", l.Failed(), l.LastErr())

@@ -40,6 +40,10 @@ type Envoy struct {
 	runDir     string
 	runDirErr  error
 	ownRunDir  bool
+	// hotRestartSocket is Envoy's --socket-path (hotrestartsocket.go); ""
+	// only for epochs adopted from an agent that ran Envoy with the
+	// abstract sockets, whose successors must find them there.
+	hotRestartSocket string
 
 	mu       sync.Mutex
 	cur      *process               // the serving epoch
@@ -52,6 +56,9 @@ type Envoy struct {
 	restarting atomic.Bool // a hot restart is under way
 
 	snapshots atomic.Uint64 // numbers each bootstrap copy, so no two epochs share a file
+
+	countMu   sync.Mutex  // serializes connection counts (they update listening)
+	listening listenAddrs // Envoy's listening addresses, remembered past their close (connections.go)
 }
 
 // NewProxy returns the Proxy for cfg. Its dynamic type is *Envoy.
@@ -60,11 +67,12 @@ func NewProxy(cfg ProxyConfig) Proxy { return NewEnvoy(cfg) }
 // NewEnvoy returns an Envoy for cfg.
 func NewEnvoy(cfg ProxyConfig) *Envoy {
 	return &Envoy{
-		cfg:      cfg,
-		log:      loggerOrNop(cfg.Logger),
-		admin:    cfg.newAdmin(),
-		procs:    map[*process]struct{}{},
-		switched: make(chan struct{}, 1),
+		cfg:       cfg,
+		log:       loggerOrNop(cfg.Logger),
+		admin:     cfg.newAdmin(),
+		procs:     map[*process]struct{}{},
+		switched:  make(chan struct{}, 1),
+		listening: listenAddrs{},
 	}
 }
 
@@ -93,7 +101,7 @@ func (e *Envoy) Epoch() int {
 
 // Args returns the command line (without the binary) that epoch would run with.
 func (e *Envoy) Args(epoch int) []string {
-	return e.config().args(epoch, e.adminAddressPath(epoch))
+	return e.config().args(epoch, e.adminAddressPath(epoch), e.hotRestartSocket)
 }
 
 func (e *Envoy) ensureRunDir() (string, error) {
@@ -103,10 +111,16 @@ func (e *Envoy) ensureRunDir() (string, error) {
 			if e.runDirErr = os.MkdirAll(e.runDir, 0o750); e.runDirErr == nil {
 				e.runDirErr = CheckRunDir(e.runDir)
 			}
-			return
+		} else {
+			e.runDir, e.runDirErr = os.MkdirTemp("", "envoy-agent-")
+			e.ownRunDir = e.runDirErr == nil
 		}
-		e.runDir, e.runDirErr = os.MkdirTemp("", "envoy-agent-")
-		e.ownRunDir = e.runDirErr == nil
+		// Set even while hot restart is off: a drain-and-restart may switch
+		// to an Envoy that has it (args passes it only then).
+		if e.runDirErr == nil {
+			e.runDirErr = CheckHotRestartSocketPath(e.runDir, e.config().BaseID)
+			e.hotRestartSocket = HotRestartSocketPrefix(e.runDir)
+		}
 	})
 	if e.runDirErr != nil {
 		return "", fmt.Errorf("envoy run folder: %w", e.runDirErr)
@@ -123,6 +137,9 @@ func (e *Envoy) Run(abort <-chan error) error {
 	}
 	var addrErr chan error
 	if e.serving() == nil { // else an epoch adopted from a previous agent (AdoptEnvoy)
+		if err := e.clearLeftovers(); err != nil {
+			return err
+		}
 		cfg := e.config()
 		p, err := e.startEpoch(cfg, cfg.ConfigPath, 0)
 		if err != nil {
@@ -215,7 +232,7 @@ func (e *Envoy) startEpochFrom(cfg ProxyConfig, snapshot string, epoch int) (*pr
 	}
 	runCfg := cfg
 	runCfg.ConfigPath = snapshot
-	args := runCfg.args(epoch, path)
+	args := runCfg.args(epoch, path, e.hotRestartSocket)
 	stdout, stderr := cfg.Stdout, cfg.Stderr
 	if stdout == nil {
 		stdout = os.Stdout
@@ -346,7 +363,7 @@ func (e *Envoy) Cleanup() {
 	if e.ownRunDir {
 		_ = os.RemoveAll(e.runDir)
 	} else if e.runDir != "" {
-		for _, pattern := range []string{"admin-address-epoch-*", "epoch-*-*"} {
+		for _, pattern := range leftoverPatterns {
 			matches, _ := filepath.Glob(filepath.Join(e.runDir, pattern))
 			for _, m := range matches {
 				_ = os.Remove(m)

@@ -2,6 +2,7 @@
 
 // Envoy's hot-restart shared memory: its name, the INITIALIZING mark a
 // failed epoch leaves in it, and its removal once no epoch is left.
+
 package envoy
 
 import (

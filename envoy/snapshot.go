@@ -1,6 +1,7 @@
 //go:build linux
 
 // The private, per-epoch copies of the bootstrap that every epoch runs from.
+
 package envoy
 
 import (
@@ -17,7 +18,7 @@ import (
 // never through a symbolic link: the clean-up of an epoch that failed must
 // not remove the copy that a later epoch with the same number runs from.
 func (e *Envoy) snapshotBootstrap(source, original string, epoch int) (string, error) {
-	data, err := readBootstrap(source)
+	data, err := ReadRegularFile(source, MaxBootstrapSize)
 	if err != nil {
 		return "", fmt.Errorf("read envoy bootstrap: %w", err)
 	}

@@ -62,3 +62,41 @@ func TestBootstrapCopiesNeverShareAFile(t *testing.T) {
 		t.Fatalf("the link's target was overwritten: %q", b)
 	}
 }
+
+// TestUpdateConfig: Proxy.UpdateConfig (Istio's API, no caller in the agent) replaces the
+// bootstrap atomically with the new bytes, keeps the file's mode, and leaves no temporary file.
+func TestUpdateConfig(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "envoy.yaml")
+	if err := os.WriteFile(path, []byte("old: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := NewProxy(ProxyConfig{ConfigPath: path})
+	if err := p.UpdateConfig([]byte("new: 2\n")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != "new: 2\n" {
+		t.Errorf("the bootstrap holds %q, want the new bytes", got)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want the old file's 0600", fi.Mode().Perm())
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 {
+		t.Errorf("the folder holds %d files, want only the bootstrap (no temporary left)", len(entries))
+	}
+	if err := NewProxy(ProxyConfig{ConfigPath: filepath.Join(dir, "missing", "envoy.yaml")}).UpdateConfig([]byte("x")); err == nil {
+		t.Error("UpdateConfig into a folder that does not exist succeeded")
+	}
+}

@@ -3,7 +3,8 @@
 #
 #   make bench   builds the agent, runs every scenario (about 4 minutes on 2 cores), prints a
 #                markdown table and writes results.md, results.json, reload.svg (and the
-#                children's logs) to $(BENCH_OUT)
+#                children's logs) to $(BENCH_OUT); a full run (no BENCH_FLAGS) also writes
+#                docs/bench-results.md, the figures the documentation links to
 #
 # BENCH_FLAGS passes flags to the program, e.g. BENCH_FLAGS='-scenarios start,growth -starts 20';
 # `go run ./bench -h` lists them.
@@ -15,3 +16,5 @@ BENCH_FLAGS ?=
 
 bench: build envoy
 	$(GO) run ./bench -agent bin/envoy-agent -envoy "$(ENVOY_BIN)" -out "$(BENCH_OUT)" $(BENCH_FLAGS)
+	@if [ -z "$(BENCH_FLAGS)" ]; then { printf '# Benchmark results\n\nWritten by `make bench` (bench/; the scenarios are described in [testing.md](testing.md#benchmarks)); not edited by hand.\n\n'; \
+	    sed 's/^#### /## /' "$(BENCH_OUT)/results.md"; } > docs/bench-results.md; echo "wrote docs/bench-results.md"; fi

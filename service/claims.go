@@ -19,37 +19,41 @@ import (
 	"github.com/envoy-agent/envoy-agent/service/config"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 )
 
 // Several agents on one host (envoy-agent@.service) must not share a base_id
-// (Envoy's hot-restart sockets and shared memory) or a port. An agent holds
-// what it uses through abstract unix sockets named claimPrefix + "base-id/N"
-// and claimPrefix + "port/P": they live exactly as long as the agent (the
-// kernel releases them when it dies, so nothing goes stale) and they are
-// per network namespace, as Envoy's own hot-restart sockets are. Whoever
-// connects to one reads the holder's identity (JSON), so a clash names the
-// other instance. The base id claim is exclusive: a second agent refuses to
-// start. Port claims only name the holder once the real bind has failed.
-const claimPrefix = "@envoy-agent/"
+// (Envoy's shared memory) or a port. An agent holds what it uses through
+// locks on files in the claims directory (claimsdir.go): base-id-N and
+// port-P, each locked (an open file description lock, F_OFD_SETLK) for as
+// long as the agent lives; the kernel drops the lock when it dies, so
+// nothing goes stale, and the lock's fd is handed over across a live
+// upgrade, so there is no moment without it. The holder writes who it is
+// (JSON) into the file, so a clash names the other instance. Only root and
+// the service's user can write in that directory: another local user can
+// neither take a claim first nor fake an answer (the abstract sockets used
+// before could be bound by anyone). The base id claim is exclusive: a
+// second agent refuses to start. Port claims only name the holder once the
+// real bind has failed.
 
 // EnvInstance is the variable through which envoy-agent@.service tells the
 // agent its instance name (Environment=ENVOY_AGENT_INSTANCE=%i).
 const EnvInstance = "ENVOY_AGENT_INSTANCE"
 
-// claimAskTimeout bounds asking a claim's holder who it is: a live agent
-// answers from a goroutine at once; a wedged one must not stall our start.
-const claimAskTimeout = time.Second
+// claimAnswerMax bounds what is read of a claim file.
+const claimAnswerMax = 4096
 
 // envoyBaseIDScale is Envoy's multiplier from --base-id to the numbers in its
 // hot-restart socket names (and shared memory name); each base id owns the
 // ten numbers from base_id*10.
 const envoyBaseIDScale = 10
 
-// agentIdentity is what a claim's holder tells whoever asks.
+// agentIdentity is what a claim's holder writes into its claim file.
 type agentIdentity struct {
 	Pid      int    `json:"pid"`
 	Config   string `json:"config"`
 	Instance string `json:"instance,omitempty"`
+	Uid      int    `json:"-"` // the claim file's owner
 }
 
 func selfIdentity(cfg *config.Config) agentIdentity {
@@ -65,50 +69,66 @@ func absPath(p string) string {
 }
 
 func (id agentIdentity) String() string {
+	if id.Pid == 0 {
+		return fmt.Sprintf("an unknown process of uid %d", id.Uid)
+	}
 	if id.Instance != "" {
 		return fmt.Sprintf("envoy-agent@%s (pid %d, %s)", id.Instance, id.Pid, id.Config)
 	}
 	return fmt.Sprintf("the envoy-agent running with %s (pid %d)", id.Config, id.Pid)
 }
 
-// claims are the abstract sockets one agent holds.
+// claims are the claim files one agent holds locked.
 type claims struct {
-	lns []net.Listener
+	files []*os.File
 }
 
 // Close releases every claim.
 func (c *claims) Close() {
-	for _, ln := range c.lns {
-		ln.Close()
+	for _, f := range c.files {
+		f.Close()
 	}
 }
 
-func baseIDClaim(id uint32) string {
-	return claimPrefix + "base-id/" + strconv.FormatUint(uint64(id), 10)
-}
-func portClaim(port config.Port) string { return claimPrefix + "port/" + strconv.Itoa(int(port)) }
+func baseIDClaim(id uint32) string      { return "base-id-" + strconv.FormatUint(uint64(id), 10) }
+func portClaim(port config.Port) string { return "port-" + strconv.Itoa(int(port)) }
 
 // claimResources takes this agent's base id (exclusively: a clash is an
 // error naming the other instance and the key to change) and its ports (for
-// naming only), before anything binds or Envoy starts.
-func claimResources(cfg *config.Config, log *logrus.Logger, adopting bool) (*claims, error) {
+// naming only), before anything binds or Envoy starts. An agent adopting a
+// running Envoy (a live upgrade) takes over the claims handed to it, and
+// knows that Envoy's sockets for its own.
+func claimResources(cfg *config.Config, log *logrus.Logger, adopting bool, handed []claimFD) (*claims, error) {
 	self := selfIdentity(cfg)
-	c := &claims{}
-	ln, err := listenClaim(baseIDClaim(cfg.Envoy.BaseID), self)
+	dir, err := claimsDir()
 	if err != nil {
-		if !errors.Is(err, syscall.EADDRINUSE) {
-			return nil, fmt.Errorf("envoy.base_id: hold base_id %d: %w", cfg.Envoy.BaseID, err)
+		return nil, fmt.Errorf("claims: %w", err)
+	}
+	c := &claims{}
+	if len(handed) > 0 {
+		for _, h := range handed {
+			f, err := adoptClaim(h)
+			if err != nil {
+				c.Close()
+				return nil, err
+			}
+			writeIdentity(f, self)
+			c.files = append(c.files, f)
 		}
-		holder, askErr := askClaim(baseIDClaim(cfg.Envoy.BaseID))
-		if askErr != nil {
-			return nil, fmt.Errorf("envoy.base_id: base_id %d is held by another envoy-agent on this host, which did not say who it is (%v): give this one a base_id of its own in %s", cfg.Envoy.BaseID, askErr, cfg.File)
-		}
+		return c, nil
+	}
+	f, holder, err := lockClaim(dir, baseIDClaim(cfg.Envoy.BaseID))
+	if err != nil {
+		return nil, fmt.Errorf("envoy.base_id: hold base_id %d: %w", cfg.Envoy.BaseID, err)
+	}
+	if f == nil {
 		return nil, config.Problemf(cfg, "envoy.base_id", "base_id %d is already used by %s; two Envoys on one host need different base_ids: set envoy.base_id here to another value (%d is free)",
 			cfg.Envoy.BaseID, holder, freeBaseID(cfg.Envoy.BaseID))
 	}
-	c.lns = append(c.lns, ln)
-	// An agent adopting a running Envoy (a live upgrade) finds that Envoy's
-	// own hot-restart socket bound: it is not a stranger's.
+	writeIdentity(f, self)
+	c.files = append(c.files, f)
+	// A bare Envoy with this base id (Envoy's abstract hot-restart sockets)
+	// shares the shared memory's name: refuse before Envoy panics on it.
 	if sock, busy := envoyHotRestartSocketBusy(cfg.Envoy.BaseID); busy && !adopting {
 		c.Close()
 		return nil, config.Problemf(cfg, "envoy.base_id", "base_id %d is already used by an Envoy on this host that no envoy-agent runs (its hot-restart socket %s is bound): set envoy.base_id here to another value (%d is free)",
@@ -118,60 +138,92 @@ func claimResources(cfg *config.Config, log *logrus.Logger, adopting bool) (*cla
 		if p == 0 {
 			continue
 		}
-		if ln, err := listenClaim(portClaim(p), self); err == nil {
-			c.lns = append(c.lns, ln)
-		} else {
-			log.Debugf("port %d: claim %s: %v", p, portClaim(p), err)
+		f, holder, err := lockClaim(dir, portClaim(p))
+		switch {
+		case err != nil:
+			log.Debugf("port %d: claim: %v", p, err)
+		case f == nil:
+			log.Debugf("port %d: claimed by %s", p, holder)
+		default:
+			writeIdentity(f, self)
+			c.files = append(c.files, f)
 		}
 	}
 	return c, nil
 }
 
-// listenClaim binds the abstract socket name and answers every connection
-// with self.
-func listenClaim(name string, self agentIdentity) (net.Listener, error) {
-	ln, err := net.Listen("unix", name)
-	if err != nil {
-		return nil, err
-	}
-	answer, _ := json.Marshal(self)
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_ = conn.SetWriteDeadline(time.Now().Add(claimAskTimeout))
-			_, _ = conn.Write(append(answer, '\n'))
-			conn.Close()
-		}
-	}()
-	return ln, nil
+// ofdLock is a write lock on a whole file, owned by the open file
+// description: it survives execve with the fd, and ends when the last fd
+// of the description is closed (or the holder dies).
+func ofdLock(typ int16) *unix.Flock_t {
+	return &unix.Flock_t{Type: typ, Whence: io.SeekStart}
 }
 
-// askClaim asks the holder of the claim name who it is.
-func askClaim(name string) (agentIdentity, error) {
+// lockClaim opens dir/name and locks it. It returns the locked file, or
+// nil and the holder when another process holds it.
+func lockClaim(dir, name string) (*os.File, agentIdentity, error) {
+	path := filepath.Join(dir, name)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, agentIdentity{}, err
+	}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, ofdLock(unix.F_WRLCK)); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) {
+			holder, _ := readClaim(dir, name)
+			return nil, holder, nil
+		}
+		return nil, agentIdentity{}, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return f, agentIdentity{}, nil
+}
+
+// writeIdentity writes self into a locked claim file.
+func writeIdentity(f *os.File, self agentIdentity) {
+	b, _ := json.Marshal(self)
+	if f.Truncate(0) == nil {
+		_, _ = f.WriteAt(append(b, '\n'), 0)
+	}
+}
+
+// readClaim returns the holder of claim name, and whether one holds it: a
+// file nobody has locked is a claim whose holder has gone.
+func readClaim(dir, name string) (agentIdentity, bool) {
 	var id agentIdentity
-	conn, err := net.DialTimeout("unix", name, claimAskTimeout)
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return id, err
+		return id, false
 	}
-	defer conn.Close()
-	_ = conn.SetReadDeadline(time.Now().Add(claimAskTimeout))
-	b, err := io.ReadAll(io.LimitReader(conn, 4096))
+	defer f.Close()
+	lk := ofdLock(unix.F_RDLCK)
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, lk); err != nil || lk.Type == unix.F_UNLCK {
+		return id, false
+	}
+	if fi, err := f.Stat(); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			id.Uid = int(st.Uid)
+		}
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, claimAnswerMax))
+	if json.Unmarshal(b, &id) != nil {
+		id.Pid = 0
+	}
+	return id, true
+}
+
+// askClaim names the holder of claim name, if one holds it.
+func askClaim(name string) (agentIdentity, bool) {
+	dir, err := claimsDir()
 	if err != nil {
-		return id, err
+		return agentIdentity{}, false
 	}
-	if err := json.Unmarshal(b, &id); err != nil {
-		return id, fmt.Errorf("not an envoy-agent's answer: %w", err)
-	}
-	return id, nil
+	return readClaim(dir, name)
 }
 
 // agentOnPort names the envoy-agent that holds port, if one does.
 func agentOnPort(port config.Port) (agentIdentity, bool) {
-	id, err := askClaim(portClaim(port))
-	return id, err == nil && id.Pid != os.Getpid()
+	id, ok := askClaim(portClaim(port))
+	return id, ok && id.Pid != os.Getpid()
 }
 
 // envoyHotRestartSocketBusy probes the abstract datagram sockets Envoy binds
@@ -194,7 +246,7 @@ func envoyHotRestartSocketBusy(baseID uint32) (string, bool) {
 // uses as the length of every hot-restart socket address.
 const envoySunPathLen = 108
 
-func unixgramBound(name string) bool {
+func unixgramBound(name string) bool { // abstract names: bound or not, no permissions
 	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return false
@@ -210,7 +262,7 @@ func freeBaseID(taken uint32) uint32 {
 		if id == taken {
 			continue
 		}
-		if _, err := askClaim(baseIDClaim(id)); err == nil {
+		if _, held := askClaim(baseIDClaim(id)); held {
 			continue
 		}
 		if _, busy := envoyHotRestartSocketBusy(id); busy {
@@ -221,6 +273,10 @@ func freeBaseID(taken uint32) uint32 {
 	return taken + 1
 }
 
+// adminPortDialTimeout bounds the connect that finds Envoy's admin port
+// taken: a local listener answers at once.
+const adminPortDialTimeout = time.Second
+
 // checkAdminPortFree fails when something already listens on Envoy's admin
 // port. Envoy would fail to bind it, but only after the agent's readiness
 // probe, which asks that port, took the other Envoy's LIVE for its own (seen
@@ -228,7 +284,7 @@ func freeBaseID(taken uint32) uint32 {
 // it is when it can.
 func checkAdminPortFree(ctx context.Context, cfg *config.Config) error {
 	addr := net.JoinHostPort(cfg.Agent.Localhost, strconv.Itoa(int(cfg.Envoy.AdminPort)))
-	d := net.Dialer{Timeout: claimAskTimeout}
+	d := net.Dialer{Timeout: adminPortDialTimeout}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil

@@ -3,35 +3,170 @@
 package service
 
 import (
+	"context"
 	"net"
+	"net/http"
 	"sync"
+	"time"
 )
 
-// limitListener accepts at most n connections at once; Accept waits while
-// n are open, so further clients wait in the kernel's accept queue and cost
-// the agent nothing. (golang.org/x/net/netutil.LimitListener does the same
-// but hides the accepted connection's type, which the control socket needs
-// for its peer's credentials; limitConn.Unwrap gives it back.)
+// A local user can open connections to the agent's TCP ports and leave
+// them idle, or send a request a byte a second (slowloris). With a fixed
+// number of slots taken first-come, such a flood held every slot and a
+// load balancer's health check waited behind it (13 s with 200 slowloris
+// clients, 35.7 s after 10,000 idle connections), so a healthy host was
+// marked down. The agent therefore accepts every connection at once, and
+// when a new one would pass the limit it closes the connection that has
+// waited longest without a request being answered: an idle keep-alive
+// connection, one that has sent nothing, or one still sending its header.
+// A connection whose request is being answered is never closed; only when
+// every slot is answering does a new connection wait, in the kernel's
+// accept queue, as before. A probe's connection is the newest, so the
+// flood's older connections go first, and the probe is answered as soon
+// as its request arrives.
+
+// connLimiter tracks a server's open connections and picks which to close.
+type connLimiter struct {
+	max int
+	// evict: close the longest-waiting connection for a new one (the TCP
+	// ports, which any local user reaches); without it a new connection
+	// waits for a free slot (the control socket, which only operators
+	// reach, and whose requests a new one must never cut).
+	evict bool
+
+	mu    sync.Mutex
+	conns map[*limitConn]*connState
+	freed chan struct{} // signalled when a connection closes
+}
+
+// connState is what the limiter knows of one connection.
+type connState struct {
+	since    time.Time // when it last began to wait for a request
+	handling int       // requests being answered (HTTP/1.1: 0 or 1)
+}
+
+func newConnLimiter(max int, evict bool) *connLimiter {
+	return &connLimiter{max: max, evict: evict, conns: make(map[*limitConn]*connState), freed: make(chan struct{}, 1)}
+}
+
+// limitListener accepts connections for a connLimiter.
 type limitListener struct {
 	net.Listener
-	sem chan struct{}
+	lim *connLimiter
 }
 
-func newLimitListener(l net.Listener, n int) net.Listener {
-	return &limitListener{Listener: l, sem: make(chan struct{}, n)}
+// newLimitListener wraps l so that at most n of its connections are open
+// at once; with evict, closing the longest-waiting one for a new one (see
+// above), else making the new one wait.
+func newLimitListener(l net.Listener, n int, evict bool) *limitListener {
+	return &limitListener{Listener: l, lim: newConnLimiter(n, evict)}
 }
 
+// Accept takes the next connection at once and makes room for it: it
+// closes the connection that has waited longest for a request, or, when
+// every connection is answering one, waits until one closes.
 func (l *limitListener) Accept() (net.Conn, error) {
-	l.sem <- struct{}{}
 	c, err := l.Listener.Accept()
 	if err != nil {
-		<-l.sem
 		return nil, err
 	}
-	return &limitConn{Conn: c, release: sync.OnceFunc(func() { <-l.sem })}, nil
+	lc := &limitConn{Conn: c}
+	lc.release = sync.OnceFunc(func() { l.lim.remove(lc) })
+	for !l.lim.add(lc) {
+		<-l.lim.freed
+	}
+	return lc, nil
 }
 
-// limitConn gives its slot back when closed, once.
+// add takes lc in when there is room or a waiting connection to close for
+// it, and reports whether it did.
+func (l *connLimiter) add(lc *limitConn) bool {
+	l.mu.Lock()
+	var victim *limitConn
+	if len(l.conns) >= l.max && !l.evict {
+		l.mu.Unlock()
+		return false
+	}
+	if len(l.conns) >= l.max {
+		var oldest time.Time
+		for c, s := range l.conns {
+			if s.handling == 0 && (victim == nil || s.since.Before(oldest)) {
+				victim, oldest = c, s.since
+			}
+		}
+		if victim == nil {
+			l.mu.Unlock()
+			return false
+		}
+		delete(l.conns, victim)
+	}
+	l.conns[lc] = &connState{since: time.Now()}
+	l.mu.Unlock()
+	if victim != nil {
+		victim.Conn.Close() // the server sees the error and closes it again
+	}
+	return true
+}
+
+func (l *connLimiter) remove(lc *limitConn) {
+	l.mu.Lock()
+	delete(l.conns, lc)
+	l.mu.Unlock()
+	select {
+	case l.freed <- struct{}{}:
+	default:
+	}
+}
+
+// connEvent records what the HTTP server does with a connection
+// (http.Server.ConnState): an idle keep-alive connection waits again from now.
+func (l *connLimiter) connEvent(c net.Conn, state http.ConnState) {
+	lc, ok := c.(*limitConn)
+	if !ok || state != http.StateIdle {
+		return
+	}
+	l.mu.Lock()
+	if s := l.conns[lc]; s != nil {
+		s.since = time.Now()
+	}
+	l.mu.Unlock()
+}
+
+// handling marks a connection's request as being answered while h runs, so
+// that it is never closed for a newer connection.
+func (l *connLimiter) handling(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		lc, _ := r.Context().Value(limitConnKey{}).(*limitConn)
+		l.mark(lc, 1)
+		defer l.mark(lc, -1)
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (l *connLimiter) mark(lc *limitConn, d int) {
+	if lc == nil {
+		return
+	}
+	l.mu.Lock()
+	if s := l.conns[lc]; s != nil {
+		s.handling += d
+	}
+	l.mu.Unlock()
+}
+
+// limitConnKey is the context key of a request's *limitConn.
+type limitConnKey struct{}
+
+// withLimitConn is the part of http.Server.ConnContext that lets handling
+// find the request's connection.
+func withLimitConn(ctx context.Context, c net.Conn) context.Context {
+	if lc, ok := c.(*limitConn); ok {
+		return context.WithValue(ctx, limitConnKey{}, lc)
+	}
+	return ctx
+}
+
+// limitConn leaves its limiter when closed, once.
 type limitConn struct {
 	net.Conn
 	release func()

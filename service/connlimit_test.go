@@ -3,18 +3,107 @@
 package service
 
 import (
+	"errors"
+	"io"
 	"net"
 	"testing"
+	"time"
 )
 
-// TestLimitListener: the third connection waits until one of the first two
+// TestLimitListenerClosesTheLongestWaiting: with two slots, a third
+// connection is accepted at once and the connection that waited longest
+// for a request is closed for it; a connection whose request is being
+// answered is never closed, and when both are, the third waits until one
 // closes.
-func TestLimitListener(t *testing.T) {
+func TestLimitListenerClosesTheLongestWaiting(t *testing.T) {
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := newLimitListener(inner, 2)
+	ln := newLimitListener(inner, 2, true)
+	defer ln.Close()
+	var clients []net.Conn
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, c)
+		return c
+	}
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	accept := func() *limitConn {
+		c, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.(*limitConn)
+	}
+	// closedByServer reports whether the server closed the client's
+	// connection (EOF within a second).
+	closedByServer := func(c net.Conn) bool {
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		_, err := c.Read(make([]byte, 1))
+		return errors.Is(err, io.EOF)
+	}
+
+	first, second := dial(), dial()
+	a1 := accept()
+	a2 := accept()
+	dial()
+	accept() // at once: the first, waiting longest, is closed for it
+	if !closedByServer(first) {
+		t.Fatal("the longest-waiting connection was not closed for the new one")
+	}
+	if closedByServer(second) {
+		t.Fatal("the second connection was closed too")
+	}
+	a1.Close() // the server's own close of a closed connection frees nothing twice
+	if n := len(ln.lim.conns); n != 2 {
+		t.Fatalf("%d connections tracked, want 2", n)
+	}
+
+	// Both open connections answering: a new one waits.
+	ln.lim.mark(a2, 1)
+	for c := range ln.lim.conns {
+		if c != a2 {
+			ln.lim.mark(c, 1)
+		}
+	}
+	dial()
+	accepted := make(chan *limitConn)
+	go func() { accepted <- accept() }()
+	select {
+	case <-accepted:
+		t.Fatal("a connection was accepted by closing one being answered")
+	case <-time.After(200 * time.Millisecond):
+	}
+	a2.Close()
+	select {
+	case c := <-accepted:
+		if c.Unwrap().RemoteAddr() == nil {
+			t.Fatal("Unwrap lost the connection")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting connection was not accepted when one closed")
+	}
+	if n := len(ln.lim.conns); n != 2 {
+		t.Fatalf("%d connections tracked, want 2", n)
+	}
+}
+
+// TestLimitListenerWithoutEvictionWaits: the control socket's limit never
+// closes a connection for a new one: the third waits until one closes.
+func TestLimitListenerWithoutEvictionWaits(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := newLimitListener(inner, 2, false)
 	defer ln.Close()
 	for range 3 {
 		c, err := net.Dial("tcp", ln.Addr().String())
@@ -41,17 +130,12 @@ func TestLimitListener(t *testing.T) {
 	select {
 	case <-third:
 		t.Fatal("a third connection was accepted while two were open")
-	default:
+	case <-time.After(200 * time.Millisecond):
 	}
-	if err := first.Close(); err != nil {
-		t.Fatal(err)
-	}
-	first.Close() // a second Close must not free a second slot
-	c := <-third
-	if c.(*limitConn).Unwrap().RemoteAddr() == nil {
-		t.Fatal("Unwrap lost the connection")
-	}
-	if got := len(ln.(*limitListener).sem); got != 2 {
-		t.Fatalf("%d slots in use after one close and one accept, want 2", got)
+	first.Close()
+	select {
+	case <-third:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the third connection was not accepted when the first closed")
 	}
 }

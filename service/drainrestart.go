@@ -3,6 +3,7 @@
 // An Envoy whose hot restart is compiled out (`envoy --hot-restart-version`
 // says "disabled"): it runs with --disable-hot-restart, and a reload drains
 // and restarts it instead of hot restarting it.
+
 package service
 
 import (
@@ -22,7 +23,7 @@ import (
 // arguments, which such a build has no use for. When the binary does not
 // answer, Envoy is started as before and its own start says what is wrong.
 func (s *supervisor) detectHotRestart(ctx context.Context, cfg *config.Config) {
-	v, err := envoy.HotRestartVersion(ctx, cfg.Envoy.BinaryPath)
+	v, err := s.versions.HotRestartVersion(ctx, cfg.Envoy.BinaryPath) // kept for the first reload
 	if err != nil {
 		s.log.Warnf("cannot ask Envoy for its hot-restart version before starting it: %v", err)
 		return

@@ -3,18 +3,23 @@
 package service
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/service/config"
+	"golang.org/x/sys/unix"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/service/config"
+	"github.com/envoy-agent/envoy-agent/service/control"
 )
 
 // A live upgrade of the agent: the old agent re-executes the new binary in
@@ -26,12 +31,29 @@ import (
 // handoverEnv names the state file a re-executed agent adopts.
 const handoverEnv = "ENVOY_AGENT_HANDOVER"
 
+// execFDEnv names the fd of the binary a live upgrade executed, left open
+// across the exec; the new agent closes it (closeExecFD).
+const execFDEnv = "ENVOY_AGENT_EXEC_FD"
+
+// closeExecFD closes the fd execFDEnv names, so that Envoys forked later do
+// not inherit it.
+func closeExecFD() {
+	if v := os.Getenv(execFDEnv); v != "" {
+		if fd, err := strconv.Atoi(v); err == nil && fd > 2 {
+			_ = unix.Close(fd)
+		}
+		_ = os.Unsetenv(execFDEnv)
+	}
+}
+
 // handoverVersion is the state file format this agent writes; it reads
 // every version in handoverVersions. A new format gets a new number, and
-// agents keep reading the old ones for a while.
-const handoverVersion = 1
+// agents keep reading the old ones for a while. Version 2 adds Envoy's
+// hot-restart socket path (version 1's Envoys use the abstract sockets) and
+// the claims' lock files.
+const handoverVersion = 2
 
-var handoverVersions = []int{1}
+var handoverVersions = []int{1, 2}
 
 // handoverState is the state file: what the new agent needs to go on
 // exactly where the old one was.
@@ -43,6 +65,7 @@ type handoverState struct {
 	HotRestartVersion string              `json:"hot_restart_version"`
 	StatusFD          int                 `json:"status_fd"`     // the status server's listening socket
 	PrometheusFD      int                 `json:"prometheus_fd"` // the metrics listener's, -1 when off
+	Claims            []claimFD           `json:"claims"`        // the locked claim files (version 2)
 	Envoy             envoy.HandoverState `json:"envoy"`
 }
 
@@ -79,8 +102,26 @@ func takeHandover() (*handoverState, error) {
 		return nil, nil
 	}
 	_ = os.Unsetenv(handoverEnv)
+	defer os.Remove(path)
+	return readHandover(path)
+}
+
+// CheckHandover is `envoy-agent version --handover-check FILE`: the new
+// binary of a live upgrade reads the state file the running agent wrote, as
+// it will after the exec, and says whether it can adopt it; the running
+// agent runs this before the exec (upgrade.go).
+func CheckHandover(path string, out io.Writer) error {
+	st, err := readHandover(path)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "handover check ok: %d Envoy epochs, configuration %s\n", len(st.Envoy.Epochs), st.Config.File)
+	return nil
+}
+
+// readHandover reads and checks a state file.
+func readHandover(path string) (*handoverState, error) {
 	data, err := os.ReadFile(path)
-	_ = os.Remove(path)
 	if err != nil {
 		return nil, fmt.Errorf("handover state %s: %w", path, err)
 	}
@@ -103,6 +144,15 @@ func takeHandover() (*handoverState, error) {
 		return nil, fmt.Errorf("handover state %s: no configuration or no Envoy in it", path)
 	}
 	return &st, nil
+}
+
+// claims are the claim files handed over (none from version 1, whose
+// claims were abstract sockets that the exec closed).
+func (st *handoverState) claims() []claimFD {
+	if st == nil {
+		return nil
+	}
+	return st.Claims
 }
 
 // config is the configuration handed over, nil without a handover.
@@ -175,7 +225,7 @@ func (s *supervisor) adoptedNote() string {
 // execHandover re-executes the agent's binary with the running Envoys and
 // listeners kept. It returns only when that failed; then everything is as
 // before and the caller reports why.
-func (s *supervisor) execHandover(to string) error {
+func (s *supervisor) execHandover(to string, bin *os.File, check bool) error {
 	cfg := s.config()
 	return s.proxy.Handover(func(es envoy.HandoverState) error {
 		if s.agent.Draining() {
@@ -208,18 +258,48 @@ func (s *supervisor) execHandover(to string) error {
 			kept = append(kept, l.ln)
 			*l.fd = fd
 		}
+		handed, undo, err := s.held.handOver()
+		if err != nil {
+			return err
+		}
+		defer undo() // only reached when the exec failed
+		st.Claims = handed
 		path, err := writeHandoverState(es.RunDir, st)
 		if err != nil {
 			return err
 		}
 		env := []string{handoverEnv + "=" + path}
 		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, handoverEnv+"=") {
+			if !strings.HasPrefix(kv, handoverEnv+"=") && !strings.HasPrefix(kv, execFDEnv+"=") {
 				env = append(env, kv)
 			}
 		}
-		s.log.Infof("upgrade: handing Envoy pid %d (epoch %d) over to envoy-agent %s: exec %s", s.proxy.Pid(), s.proxy.Epoch(), to, s.selfPath)
-		err = envoy.ExecOnForkerThread(s.selfPath, os.Args, env)
+		// The new binary reads this very state before the exec, when it
+		// says it can (a binary that passes the probe but cannot run on is
+		// refused here, with Envoy still ours).
+		if check {
+			ctx, cancel := context.WithTimeout(context.Background(), control.UpgradeCheckTimeout)
+			err := checkBinary(ctx, s.selfPath, fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), bin.Fd()), path)
+			cancel()
+			if err != nil {
+				_ = os.Remove(path)
+				return err
+			}
+		}
+		// The fd probed is the file run. It stays open across the exec (a
+		// script's interpreter reads it by /proc/self/fd/N); the new agent
+		// closes it (execFDEnv).
+		fd := int(bin.Fd())
+		if err := unix.SetNonblock(fd, false); err != nil {
+			return fmt.Errorf("the new binary's fd: %w", err)
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
+			return fmt.Errorf("the new binary's fd: %w", err)
+		}
+		defer func() { _, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC) }()
+		env = append(env, execFDEnv+"="+strconv.Itoa(fd))
+		s.log.Infof("upgrade: handing Envoy pid %d (epoch %d) over to envoy-agent %s: exec %s (the file probed, fd %d)", s.proxy.Pid(), s.proxy.Epoch(), to, s.selfPath, fd)
+		err = envoy.ExecOnForkerThread(fmt.Sprintf("/proc/self/fd/%d", fd), os.Args, env)
 		_ = os.Remove(path)
 		return err
 	})

@@ -2,6 +2,7 @@
 
 // Health: what /healthz/ready answers, what feeds the watchdog, and the
 // live state both read.
+
 package service
 
 import (
@@ -65,14 +66,18 @@ func (s *supervisor) ready(ctx context.Context) (bool, string) {
 	return true, r.State
 }
 
-// watchdogAlive is true before Envoy is first LIVE (the agent itself is
-// alive) and afterwards only while Envoy's admin API answers.
-func (s *supervisor) watchdogAlive(ctx context.Context) bool {
+// watchdogCheck is nil before Envoy is first LIVE (the agent itself is
+// alive) and afterwards only while Envoy's admin API answers; its error
+// names what stopped answering.
+func (s *supervisor) watchdogCheck(ctx context.Context) error {
 	if (!s.isLive() && !s.agent.Draining()) || s.isReloading() {
-		return true // the start timeout bounds both
+		return nil // the start timeout bounds both
 	}
-	_, err := s.proxy.Admin().Ready(ctx)
-	return err == nil
+	if _, err := s.proxy.Admin().Ready(ctx); err != nil {
+		return fmt.Errorf("the admin API of Envoy pid %d (epoch %d, %s) does not answer GET /ready: %w",
+			s.proxy.Pid(), s.proxy.Epoch(), s.config().AdminAddress(), err)
+	}
+	return nil
 }
 
 func firstLine(s string) string {

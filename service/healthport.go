@@ -109,12 +109,17 @@ func isLoopbackPeer(remote string) bool {
 // clients that open connections and leave them idle cannot grow the agent
 // (5,000 idle keep-alive connections once took it from 13 to 180 MB).
 type serverLimits struct {
-	// maxConns is the most connections served at once; more wait in the
-	// kernel's accept queue, costing the agent nothing.
+	// maxConns is the most connections open at once: a new one closes
+	// the one that has waited longest for a request (connlimit.go), and
+	// waits in the kernel's accept queue only while every one is being
+	// answered.
 	maxConns int
 	// write bounds writing one answer; 0 for none (a reload's answer
 	// comes when the reload ends, bounded by start_timeout instead).
 	write time.Duration
+	// evict closes the longest-waiting connection for a new one when
+	// maxConns are open (connlimit.go); without it the new one waits.
+	evict bool
 	// context gives each connection its context (the control socket's peer
 	// credentials); nil for none.
 	context func(context.Context, net.Conn) context.Context
@@ -144,13 +149,21 @@ const (
 // serveHTTP serves h on a listener that is already bound, within lim, until
 // ctx ends.
 func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, lim serverLimits, log *logrus.Logger) {
+	limited := newLimitListener(ln, lim.maxConns, lim.evict)
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           limited.lim.handling(h),
 		ReadHeaderTimeout: httpReadHeaderTimeout,
 		ReadTimeout:       httpReadTimeout,
 		WriteTimeout:      lim.write,
 		IdleTimeout:       httpIdleTimeout,
-		ConnContext:       lim.context,
+		ConnState:         limited.lim.connEvent,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			ctx = withLimitConn(ctx, c)
+			if lim.context != nil {
+				ctx = lim.context(ctx, c)
+			}
+			return ctx
+		},
 	}
 	go func() {
 		<-ctx.Done()
@@ -160,7 +173,7 @@ func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, lim serverL
 	}()
 	// net.ErrClosed: the control socket is closed at exit before the
 	// shutdown, to remove its file.
-	if err := srv.Serve(newLimitListener(ln, lim.maxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+	if err := srv.Serve(limited); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 		log.Errorf("http server on %s: %v", ln.Addr(), err)
 	}
 }

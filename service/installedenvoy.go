@@ -8,12 +8,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/envoy-agent/envoy-agent/envoy"
 
 	"github.com/envoy-agent/envoy-agent/service/control"
 )
@@ -36,9 +33,10 @@ const installedEnvoyCheckInterval = 5 * time.Second
 // seconds on a busy host.
 const installedEnvoyProbeTimeout = 10 * time.Second
 
-// installedEnvoy is what the last comparison found. The binary's versions
-// are asked once per installed file, and a change of the outcome is logged
-// once.
+// installedEnvoy is what the last comparison found. The installed binary's
+// versions come from the supervisor's VersionCache, asked by the watcher
+// (never by a getter, and never under mu); a change of the outcome is
+// logged once.
 type installedEnvoy struct {
 	mu sync.Mutex
 	// pid is the serving Envoy the agent last looked at, and startedFrom the
@@ -47,10 +45,8 @@ type installedEnvoy struct {
 	// the running executable, but it is what binary_path held then.
 	pid         int
 	startedFrom os.FileInfo
-	probed      os.FileInfo // the installed file the versions below are from
-	release     string      // its Envoy release, e.g. "1.40.0"
-	hrVersion   string      // its hot-restart version
-	probeErr    error       // why it could not tell them
+	probed      os.FileInfo // the installed file probeErr is about
+	probeErr    error       // why its versions could not be told
 	note        string      // the last outcome; "" when the running Envoy is the installed one
 	unknown     bool        // the running Envoy's binary could not be looked at (logged once)
 }
@@ -109,42 +105,58 @@ func (s *supervisor) installedNote(path string, running os.FileInfo) string {
 	if os.SameFile(installed, running) || sameContent(installed, ie.startedFrom) {
 		return ""
 	}
-	if !sameContent(ie.probed, installed) {
-		ctx, cancel := context.WithTimeout(context.Background(), installedEnvoyProbeTimeout)
-		ie.release, ie.hrVersion, ie.probeErr = probeEnvoy(ctx, path)
-		cancel()
-		ie.probed = installed
+	version, hrVersion, known := s.versions.Cached(path)
+	if !known {
+		if ie.probeErr != nil && sameContent(ie.probed, installed) {
+			return fmt.Sprintf("the installed Envoy %s differs from the running one and cannot tell its versions (%v): the running one keeps serving", path, ie.probeErr)
+		}
+		return fmt.Sprintf("the installed Envoy %s differs from the running one (its versions are not known yet): the running one keeps serving", path)
 	}
-	if ie.probeErr != nil {
-		return fmt.Sprintf("the installed Envoy %s differs from the running one and cannot tell its versions (%v): the running one keeps serving", path, ie.probeErr)
+	release := envoyRelease(version)
+	if s.restartsInstead(hrVersion) {
+		return fmt.Sprintf("the installed Envoy %s (%s, hot-restart version %s) differs from the running one: a reload switches to it with a drain and a restart (%s)", path, release, hrVersion, control.HotRestartOffNote)
 	}
-	if s.restartsInstead(ie.hrVersion) {
-		return fmt.Sprintf("the installed Envoy %s (%s, hot-restart version %s) differs from the running one: a reload switches to it with a drain and a restart (%s)", path, ie.release, ie.hrVersion, control.HotRestartOffNote)
+	if runningHR := s.hotRestartVersion(); runningHR != "" && hrVersion != runningHR {
+		return fmt.Sprintf("the installed Envoy %s (%s, hot-restart version %s) differs from the running one (hot-restart version %s) and cannot hot restart from it: a restart switches to it with a drain", path, release, hrVersion, runningHR)
 	}
-	if runningHR := s.hotRestartVersion(); runningHR != "" && ie.hrVersion != runningHR {
-		return fmt.Sprintf("the installed Envoy %s (%s, hot-restart version %s) differs from the running one (hot-restart version %s) and cannot hot restart from it: a restart switches to it with a drain", path, ie.release, ie.hrVersion, runningHR)
+	return fmt.Sprintf("the installed Envoy %s (%s) differs from the running one: a reload switches to it with no dropped connection", path, release)
+}
+
+// probeInstalledEnvoy asks the Envoy installed at binary_path for its
+// versions unless the cache knows them (or the same file failed to tell
+// them before). It runs two Envoy processes the first time, so only the
+// watcher calls it, holding no lock; the answers also spare the next
+// reload those two runs.
+func (s *supervisor) probeInstalledEnvoy(ctx context.Context) {
+	path := s.config().Envoy.BinaryPath
+	if _, _, known := s.versions.Cached(path); known {
+		return
 	}
-	return fmt.Sprintf("the installed Envoy %s (%s) differs from the running one: a reload switches to it with no dropped connection", path, ie.release)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return // installedNote says it is gone
+	}
+	s.installed.mu.Lock()
+	failed := s.installed.probeErr != nil && sameContent(s.installed.probed, fi)
+	s.installed.mu.Unlock()
+	if failed {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, installedEnvoyProbeTimeout)
+	defer cancel()
+	_, err = s.versions.Version(ctx, path)
+	if err == nil {
+		_, err = s.versions.HotRestartVersion(ctx, path)
+	}
+	s.installed.mu.Lock()
+	s.installed.probed, s.installed.probeErr = fi, err
+	s.installed.mu.Unlock()
 }
 
 // sameContent is true when a and b are the same file, not rewritten in
 // place since (a script can be; a running executable cannot).
 func sameContent(a, b os.FileInfo) bool {
 	return a != nil && b != nil && os.SameFile(a, b) && a.ModTime().Equal(b.ModTime()) && a.Size() == b.Size()
-}
-
-// probeEnvoy asks an Envoy binary for its release and its hot-restart
-// version.
-func probeEnvoy(ctx context.Context, path string) (release, hrVersion string, err error) {
-	hrVersion, err = envoy.HotRestartVersion(ctx, path)
-	if err != nil {
-		return "", "", err
-	}
-	out, err := exec.CommandContext(ctx, path, "--version").Output()
-	if err != nil {
-		return "", "", fmt.Errorf("%s --version: %w", path, err)
-	}
-	return envoyRelease(string(out)), hrVersion, nil
 }
 
 // envoyRelease is the release in `envoy --version` output or in
@@ -185,6 +197,7 @@ func (s *supervisor) watchInstalledEnvoy(ctx context.Context) {
 		if !s.isLive() || s.isReloading() || s.agent.Draining() {
 			continue
 		}
+		s.probeInstalledEnvoy(ctx)
 		s.installed.mu.Lock()
 		before := s.installed.note
 		s.installed.mu.Unlock()

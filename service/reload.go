@@ -22,12 +22,20 @@ import (
 // reloader runs reloads one at a time. A request made while one runs
 // waits for the next run, which serves every request made meanwhile (they
 // are coalesced): each sees the files as they were when that run began.
-// Before it takes its batch, a run waits (wait) until no epoch that the
-// last reload replaced still serves requests, so that the requests made
-// during that wait join the run, and no epoch is cut in mid-request.
+//
+// A run first prepares (re-reads and validates the files: prepare), and
+// answers a bad configuration at once. Then it waits (wait) until no epoch
+// that the last reload replaced still serves requests, so that no epoch is
+// cut in mid-request, and only then starts the new epoch (apply). A
+// request that arrives during that wait is prepared at once: a bad
+// configuration is refused then and there, while the run goes on with the
+// files it validated; a good one replaces them, and its requests join the
+// run.
 type reloader struct {
-	run  func() control.ReloadResult
-	wait func(context.Context) (time.Duration, string, error) // may be nil
+	prepare func(nested bool) (*preparedReload, control.ReloadResult) // nil: refused, with the result
+	wait    func(ctx context.Context, progress func(string)) (time.Duration, string, error)
+	apply   func(*preparedReload) control.ReloadResult
+	discard func(*preparedReload) // a prepared reload that will not run
 
 	ctx    context.Context // ended by close: a stop ends a wait
 	cancel context.CancelFunc
@@ -35,19 +43,29 @@ type reloader struct {
 	mu      sync.Mutex
 	running bool
 	closed  bool
-	pending []chan control.ReloadResult
+	pending []reloadRequest
+	arrived chan struct{} // a request came while a run is under way (a hint: pending is the truth)
 	idle    chan struct{} // closed while no run is going on
 }
 
-func newReloader(run func() control.ReloadResult) *reloader {
+// reloadRequest is one caller's request: the result comes on result, and
+// progress (when not nil) hears at once what the run waits for.
+type reloadRequest struct {
+	result   chan control.ReloadResult
+	progress func(string)
+}
+
+func newReloader(prepare func(bool) (*preparedReload, control.ReloadResult), apply func(*preparedReload) control.ReloadResult, discard func(*preparedReload)) *reloader {
 	idle := make(chan struct{})
 	close(idle)
 	ctx, cancel := context.WithCancel(context.Background())
-	return &reloader{run: run, idle: idle, ctx: ctx, cancel: cancel}
+	return &reloader{prepare: prepare, apply: apply, discard: discard, idle: idle, ctx: ctx, cancel: cancel,
+		arrived: make(chan struct{}, 1)}
 }
 
-// request asks for a reload; the channel gets its result.
-func (r *reloader) request() <-chan control.ReloadResult {
+// request asks for a reload; the channel gets its result. progress may be
+// nil.
+func (r *reloader) request(progress func(string)) <-chan control.ReloadResult {
 	ch := make(chan control.ReloadResult, 1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -55,47 +73,116 @@ func (r *reloader) request() <-chan control.ReloadResult {
 		ch <- control.ReloadResult{Error: "the agent is stopping"}
 		return ch
 	}
-	r.pending = append(r.pending, ch)
+	r.pending = append(r.pending, reloadRequest{result: ch, progress: progress})
 	if !r.running {
 		r.running = true
 		r.idle = make(chan struct{})
 		go r.loop()
+		return ch
+	}
+	select {
+	case r.arrived <- struct{}{}:
+	default:
 	}
 	return ch
 }
 
+// take returns the pending requests; with last, when there are none, the
+// loop ends (running false, idle closed).
+func (r *reloader) take(last bool) []reloadRequest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	batch := r.pending
+	r.pending = nil
+	if len(batch) == 0 && last {
+		r.running = false
+		close(r.idle)
+	}
+	return batch
+}
+
 func (r *reloader) loop() {
 	for {
-		var waited time.Duration
-		var note string
-		var waitErr error
-		r.mu.Lock()
-		asked := len(r.pending) > 0
-		r.mu.Unlock()
-		if asked && r.wait != nil {
-			waited, note, waitErr = r.wait(r.ctx)
-		}
-		r.mu.Lock()
-		batch := r.pending
-		r.pending = nil
+		batch := r.take(true)
 		if len(batch) == 0 {
-			r.running = false
-			close(r.idle)
-			r.mu.Unlock()
 			return
 		}
-		r.mu.Unlock()
-		var res control.ReloadResult
-		if waitErr != nil {
-			res = control.ReloadResult{Error: waitErr.Error(), TookMs: waited.Milliseconds()}
-		} else {
-			res = r.run()
-			res.TookMs += waited.Milliseconds()
+		r.serve(batch)
+	}
+}
+
+// serve runs one reload for batch: prepare, wait, apply.
+func (r *reloader) serve(batch []reloadRequest) {
+	start := time.Now()
+	p, res := r.prepare(false)
+	if p == nil {
+		answer(batch, res)
+		return
+	}
+	var waited time.Duration
+	var note, said string
+	progress := func(msg string) {
+		if said == "" { // once per run: a resumed wait says it again
+			said = msg
+			tell(batch, msg)
 		}
-		res.WaitedMs = waited.Milliseconds()
-		res.Note = strings.Join(slices.DeleteFunc([]string{note, res.Note}, func(n string) bool { return n == "" }), "; ")
-		for _, ch := range batch {
-			ch <- res
+	}
+	for r.wait != nil {
+		ctx, stop := context.WithCancel(r.ctx)
+		go func() {
+			select {
+			case <-r.arrived:
+				stop()
+			case <-ctx.Done():
+			}
+		}()
+		d, n, err := r.wait(ctx, progress)
+		stop()
+		waited += d
+		if n != "" {
+			note = n
+		}
+		if err == nil {
+			break
+		}
+		if r.ctx.Err() != nil { // a stop
+			r.discard(p)
+			answer(batch, control.ReloadResult{Error: err.Error(), TookMs: waited.Milliseconds(), WaitedMs: waited.Milliseconds(), Note: note})
+			return
+		}
+		// A request arrived during the wait: check its files now.
+		later := r.take(false)
+		if len(later) == 0 {
+			continue
+		}
+		np, nres := r.prepare(true)
+		if np == nil {
+			answer(later, nres)
+			continue
+		}
+		r.discard(p)
+		p, batch = np, append(batch, later...)
+		if said != "" {
+			tell(later, said)
+		}
+	}
+	res = r.apply(p)
+	res.TookMs = time.Since(start).Milliseconds()
+	res.WaitedMs = waited.Milliseconds()
+	res.Note = strings.Join(slices.DeleteFunc([]string{note, res.Note}, func(n string) bool { return n == "" }), "; ")
+	answer(batch, res)
+}
+
+func answer(batch []reloadRequest, res control.ReloadResult) {
+	for _, q := range batch {
+		q.result <- res
+	}
+}
+
+func tell(batch []reloadRequest, msg string) {
+	for _, q := range batch {
+		if q.progress != nil {
+			q.progress(msg)
 		}
 	}
 }
@@ -125,87 +212,182 @@ type errConfig struct{ error }
 
 func (e errConfig) Unwrap() error { return e.error }
 
-// reload is one reload: RELOADING=1, re-read and check the files, hot
-// restart Envoy, READY=1 whatever happened.
-func (s *supervisor) reload() control.ReloadResult {
-	start := time.Now()
-	s.setReloading(true)
-	s.notify.Reloading(s.reloadingStatus())
-	s.notify.ExtendTimeout(2*s.config().Agent.StartTimeout.D() + config.ValidateTimeout)
-	epoch, err := s.reloadSteps()
-	s.setReloading(false)
-	took := time.Since(start)
-	s.metrics.reloadSeconds.Set(took.Seconds())
-	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
-	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds(), Note: s.takeReloadNote()}
-	defer func() { s.report.reloadDone(start, res) }()
-	if err != nil {
-		s.metrics.reloadFailures.Inc()
-		res.Error = err.Error()
-		res.Config = errors.As(err, new(errConfig)) || errors.As(err, new(*config.ConfigError))
-		s.log.WithFields(logrus.Fields{"event": "reload", "ok": false, "epoch": res.Epoch, "pid": s.proxy.Pid(),
-			"took_ms": took.Milliseconds(), "reason": firstLine(err.Error())}).
-			Errorf("reload failed after %s; epoch %d keeps serving: %v", took.Round(time.Millisecond), res.Epoch, err)
-		s.notify.Ready(fmt.Sprintf("%s; last reload failed: %s", s.liveStatus(), firstLine(err.Error())))
-		return res
-	}
-	s.metrics.reloads.Inc()
-	s.log.WithFields(logrus.Fields{"event": "reload", "ok": true, "epoch": epoch, "pid": s.proxy.Pid(), "took_ms": took.Milliseconds()}).
-		Infof("reloaded in %s: epoch %d is serving", took.Round(time.Millisecond), epoch)
-	s.notify.Ready(fmt.Sprintf("%s; reloaded %s", s.liveStatus(), time.Now().Format(time.RFC3339)))
-	return res
+// preparedReload is a reload whose files were read and checked: the new
+// configuration, the private copy of its bootstrap that the new epoch will
+// run, and the binary's hot-restart version. steps times each part.
+type preparedReload struct {
+	start   time.Time
+	from    int // the serving epoch when it was prepared
+	cfg     *config.Config
+	copied  string
+	version string
+	restart bool // drain and restart instead of a hot restart (drainrestart.go)
+	steps   reloadSteps
 }
 
-func (s *supervisor) reloadSteps() (int, error) {
+// reloadSteps is how long each part of one reload took, for the log (the
+// breakdown README gives comes from it).
+type reloadSteps struct {
+	load, copy, validate, versions, hotRestart time.Duration
+}
+
+func (st reloadSteps) fields() logrus.Fields {
+	return logrus.Fields{"load_ms": ms(st.load), "copy_ms": ms(st.copy), "validate_ms": ms(st.validate),
+		"versions_ms": ms(st.versions), "hot_restart_ms": ms(st.hotRestart)}
+}
+
+// ms is d in milliseconds, with a tenth.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()/100) / 10 }
+
+// prepareReload is a reload's first half: RELOADING=1, re-read and check
+// the files. A refusal is logged and answered at once, READY=1 with the
+// reason in STATUS= (STATUS= only when nested: another reload, whose files
+// were good, is still under way).
+func (s *supervisor) prepareReload(nested bool) (*preparedReload, control.ReloadResult) {
+	start := time.Now()
+	from := s.proxy.Epoch()
+	if !nested {
+		s.notify.Reloading(s.reloadingStatus())
+		s.notify.ExtendTimeout(2*s.config().Agent.StartTimeout.D() + config.ValidateTimeout)
+	}
+	p, err := s.checkReload()
+	if err == nil {
+		p.start, p.from = start, from
+		return p, control.ReloadResult{}
+	}
+	took := time.Since(start)
+	res := control.ReloadResult{Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds(), Error: err.Error(),
+		Config: errors.As(err, new(errConfig)) || errors.As(err, new(*config.ConfigError))}
+	s.reloadFailed(start, res, err)
+	status := fmt.Sprintf("%s; last reload failed: %s", s.liveStatus(), firstLine(err.Error()))
+	if nested {
+		s.notify.Status(status)
+	} else {
+		s.notify.Ready(status)
+	}
+	return nil, res
+}
+
+// reloadFailed logs and counts a reload that failed after start.
+func (s *supervisor) reloadFailed(start time.Time, res control.ReloadResult, err error) {
+	took := time.Since(start)
+	s.metrics.reloadSeconds.Set(took.Seconds())
+	s.metrics.reloadFailures.Inc()
+	s.report.reloadDone(start, res)
+	s.log.WithFields(logrus.Fields{"event": "reload", "ok": false, "epoch": res.Epoch, "pid": s.proxy.Pid(),
+		"took_ms": took.Milliseconds(), "reason": firstLine(err.Error())}).
+		Errorf("reload failed after %s; epoch %d keeps serving: %v", took.Round(time.Millisecond), res.Epoch, err)
+}
+
+// checkReload re-reads the TOML, refuses keys a reload cannot change,
+// copies the bootstrap and validates that copy while the binary's versions
+// are asked (from the cache when it has not changed), and compares its
+// hot-restart version with the serving Envoy's.
+func (s *supervisor) checkReload() (*preparedReload, error) {
+	t := time.Now()
 	old := s.config()
 	cfg, err := config.LoadConfig(old.File)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if keys := config.RestartOnlyChanges(old, cfg); len(keys) > 0 {
-		return 0, errConfig{fmt.Errorf("a reload cannot change %s: restart the service to apply it", strings.Join(keys, ", "))}
+		return nil, errConfig{fmt.Errorf("a reload cannot change %s: restart the service to apply it", strings.Join(keys, ", "))}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Agent.StartTimeout.D()+config.ValidateTimeout)
+	p := &preparedReload{cfg: cfg}
+	p.steps.load = time.Since(t)
+	ctx, cancel := context.WithTimeout(context.Background(), config.ValidateTimeout)
 	defer cancel()
+	type answer struct {
+		version string
+		err     error
+		took    time.Duration
+	}
+	hr := make(chan answer, 1)
+	go func() {
+		t := time.Now()
+		v, err := s.versions.HotRestartVersion(ctx, cfg.Envoy.BinaryPath)
+		hr <- answer{v, err, time.Since(t)}
+	}()
 	// One copy of the bootstrap: validated, then run. Reading the file twice
 	// would validate one text and run another if it changed in between.
+	t = time.Now()
 	copied, err := s.proxy.CopyBootstrap(cfg.Envoy.ConfigPath)
 	if err != nil {
-		return 0, errConfig{fmt.Errorf("envoy.config_path: %w", err)}
+		<-hr
+		return nil, errConfig{fmt.Errorf("envoy.config_path: %w", err)}
 	}
-	handed := false
-	defer func() {
-		if !handed {
-			_ = os.Remove(copied)
+	p.copied = copied
+	p.steps.copy = time.Since(t)
+	t = time.Now()
+	err = validateCopy(ctx, cfg, copied, &s.versions)
+	p.steps.validate = time.Since(t)
+	v := <-hr
+	p.steps.versions = v.took
+	if err == nil && v.err != nil {
+		err = errConfig{fmt.Errorf("envoy.binary_path: %w", v.err)}
+	}
+	if err == nil {
+		if s.hotRestartVersion() == "" {
+			s.learnVersion() // a reload asked for right at READY=1
 		}
-	}()
-	if err := validateCopy(ctx, cfg, copied); err != nil {
-		return 0, err
+		p.restart = s.restartsInstead(v.version)
+		if running := s.hotRestartVersion(); !p.restart && v.version != running {
+			err = errConfig{fmt.Errorf("envoy.binary_path: %s has hot-restart version %s, the running Envoy %s: they cannot hot restart into each other; restart the service to switch", cfg.Envoy.BinaryPath, v.version, running)}
+		}
 	}
-	version, err := envoy.HotRestartVersion(ctx, cfg.Envoy.BinaryPath)
 	if err != nil {
-		return 0, errConfig{fmt.Errorf("envoy.binary_path: %w", err)}
+		_ = os.Remove(copied)
+		return nil, err
 	}
-	if s.hotRestartVersion() == "" {
-		s.learnVersion() // a reload asked for right at READY=1
+	p.version = v.version
+	return p, nil
+}
+
+// discardReload removes the bootstrap copy of a prepared reload that will
+// not run (a later one replaced it, or a stop came).
+func (s *supervisor) discardReload(p *preparedReload) {
+	_ = os.Remove(p.copied)
+}
+
+// applyReload is a reload's second half: hot restart Envoy into the
+// prepared configuration, READY=1 whatever happened.
+func (s *supervisor) applyReload(p *preparedReload) control.ReloadResult {
+	cfg := p.cfg
+	s.setReloading(true)
+	s.notify.Status(s.reloadingStatus())
+	t := time.Now()
+	var epoch int
+	var err error
+	if p.restart {
+		epoch, err = s.drainAndRestart(cfg, p.copied, p.version) // takes cfg itself
+	} else {
+		startCtx, cancelStart := context.WithTimeout(context.Background(), cfg.Agent.StartTimeout.D())
+		epoch, err = s.proxy.HotRestartFrom(startCtx, s.proxyConfig(cfg), p.copied)
+		cancelStart()
+		if err == nil {
+			s.takeReloadedConfig(cfg, p.version)
+		}
 	}
-	if s.restartsInstead(version) {
-		handed = true
-		return s.drainAndRestart(cfg, copied, version)
-	}
-	if running := s.hotRestartVersion(); version != running {
-		return 0, errConfig{fmt.Errorf("envoy.binary_path: %s has hot-restart version %s, the running Envoy %s: they cannot hot restart into each other; restart the service to switch", cfg.Envoy.BinaryPath, version, running)}
-	}
-	pc := s.proxyConfig(cfg)
-	startCtx, cancelStart := context.WithTimeout(context.Background(), cfg.Agent.StartTimeout.D())
-	defer cancelStart()
-	handed = true
-	epoch, err := s.proxy.HotRestartFrom(startCtx, pc, copied)
+	p.steps.hotRestart = time.Since(t)
+	s.setReloading(false)
+	// The reload's own work; the wait for a draining epoch is WaitedMs.
+	took := p.steps.load + p.steps.copy + p.steps.validate + p.steps.hotRestart
+	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
+	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds(), Note: s.takeReloadNote()}
 	if err != nil {
-		return 0, err
+		res.Error = err.Error()
+		s.reloadFailed(p.start, res, err)
+		s.notify.Ready(fmt.Sprintf("%s; last reload failed: %s", s.liveStatus(), firstLine(err.Error())))
+		return res
 	}
-	s.takeReloadedConfig(cfg, version)
-	return epoch, nil
+	s.metrics.reloadSeconds.Set(took.Seconds())
+	s.metrics.reloads.Inc()
+	s.report.reloadDone(p.start, res)
+	s.log.WithFields(logrus.Fields{"event": "reload", "ok": true, "epoch": epoch, "pid": s.proxy.Pid(), "took_ms": took.Milliseconds()}).
+		WithFields(p.steps.fields()).
+		Infof("reloaded in %s: epoch %d is serving", took.Round(time.Millisecond), epoch)
+	s.notify.Ready(fmt.Sprintf("%s; reloaded %s", s.liveStatus(), time.Now().Format(time.RFC3339)))
+	return res
 }
 
 // takeReloadedConfig makes cfg, now running in an Envoy of hot-restart
@@ -222,10 +404,10 @@ func (s *supervisor) takeReloadedConfig(cfg *config.Config, version string) {
 // validateCopy runs `envoy --mode validate` on copied, the private copy of
 // cfg's bootstrap that the new epoch will run; problems name the
 // operator's file, not the copy.
-func validateCopy(ctx context.Context, cfg *config.Config, copied string) error {
+func validateCopy(ctx context.Context, cfg *config.Config, copied string, versions *envoy.VersionCache) error {
 	c := *cfg
 	c.Envoy.ConfigPath = copied
-	err := config.ValidateBootstrap(ctx, &c)
+	err := config.ValidateBootstrap(ctx, &c, versions)
 	var ce *config.ConfigError
 	if errors.As(err, &ce) {
 		for i := range ce.Problems {
@@ -241,16 +423,20 @@ func validateCopy(ctx context.Context, cfg *config.Config, copied string) error 
 // flight, or kept-alive connections), starting another epoch would end it
 // at once (Envoy keeps two generations), so the next reload waits, at
 // most until Envoy itself ends that epoch (parent_shutdown_duration after
-// it was replaced). STATUS= says so meanwhile; the note goes into the
-// reload's answer.
-func (s *supervisor) waitForDrainingEpochs(ctx context.Context) (time.Duration, string, error) {
+// it was replaced). progress hears at once that it waits; STATUS= says so
+// meanwhile; the note goes into the reload's answer.
+func (s *supervisor) waitForDrainingEpochs(ctx context.Context, progress func(string)) (time.Duration, string, error) {
 	var last envoy.DrainingEpoch
 	waited, err := s.proxy.WaitForDrainingEpochs(ctx, func(d envoy.DrainingEpoch) {
 		if last.Pid == 0 {
+			msg := fmt.Sprintf("the configuration is valid; waiting for epoch %d (pid %d, %d active connections) to finish draining, at most %s (until its parent_shutdown_duration ends it), before starting a new epoch",
+				d.Epoch, d.Pid, d.Connections, d.Left.Round(time.Second))
 			s.log.WithFields(logrus.Fields{"event": "reload_wait", "epoch": d.Epoch, "pid": d.Pid, "connections": d.Connections, "left_ms": d.Left.Milliseconds()}).
-				Infof("reload: waiting for epoch %d (pid %d, %d active connections) to finish draining, at most %s, before starting a new epoch",
-					d.Epoch, d.Pid, d.Connections, d.Left.Round(time.Second))
+				Infof("reload: %s", msg)
 			s.notify.ExtendTimeout(d.Left + 2*s.config().Agent.StartTimeout.D() + config.ValidateTimeout)
+			if progress != nil {
+				progress(msg)
+			}
 		}
 		last = d
 		s.notify.Status(fmt.Sprintf("%s; reload waiting for epoch %d (pid %d) to finish draining: %d active connections, at most %s left",
@@ -268,15 +454,16 @@ func (s *supervisor) waitForDrainingEpochs(ctx context.Context) (time.Duration, 
 }
 
 // requestReload asks for a reload and waits for its result; reloads are
-// refused until Envoy is first LIVE and once a stop has begun.
-func (s *supervisor) requestReload(ctx context.Context) control.ReloadResult {
+// refused until Envoy is first LIVE and once a stop has begun. progress,
+// when not nil, hears at once what the reload waits for.
+func (s *supervisor) requestReload(ctx context.Context, progress func(string)) control.ReloadResult {
 	if !s.isLive() || s.agent.Draining() {
 		res := control.ReloadResult{Error: "envoy is not serving (starting or stopping): nothing to reload", Epoch: s.proxy.Epoch()}
 		s.log.Warnf("reload refused: %s", res.Error)
 		return res
 	}
 	select {
-	case res := <-s.reloader.request():
+	case res := <-s.reloader.request(progress):
 		return res
 	case <-ctx.Done():
 		return control.ReloadResult{Error: "the reload request was cancelled; the reload goes on"}

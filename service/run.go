@@ -53,6 +53,7 @@ func Run(ctx context.Context, opts Options) error {
 	// An agent that re-executed into this one (a live upgrade) handed over
 	// its Envoys and the settings they run with: the file may have been
 	// edited since, and is only read at the next reload.
+	closeExecFD()
 	handover, err := takeHandover()
 	if err != nil {
 		fmt.Fprintf(stderr, "envoy-agent: upgrade: cannot adopt the running Envoy: %v\n", err)
@@ -100,6 +101,7 @@ type supervisor struct {
 	version          string
 	selfPath         string // the agent's binary, re-executed on an upgrade
 	statusLn, promLn net.Listener
+	held             *claims // handed over with the listeners
 	up               upgradeState
 
 	mu        sync.Mutex
@@ -110,7 +112,8 @@ type supervisor struct {
 	restarting bool   // a reload drains and restarts Envoy (drainrestart.go)
 	reloadNote string // what the reload under way has to add to its answer
 
-	installed installedEnvoy // is the Envoy at binary_path the running one? (installedenvoy.go)
+	installed installedEnvoy     // is the Envoy at binary_path the running one? (installedenvoy.go)
+	versions  envoy.VersionCache // what the binaries at binary_path said of themselves, per file
 }
 
 func (s *supervisor) config() *config.Config {
@@ -179,7 +182,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 		log.Errorf("upgrade: cannot adopt the running Envoy: %v", err)
 		return err
 	}
-	s.reloader = newReloader(s.reload)
+	s.reloader = newReloader(s.prepareReload, s.applyReload, s.discardReload)
 	s.reloader.wait = s.waitForDrainingEpochs
 	a := cfg.Agent
 	s.agent = envoy.NewAgent(s.proxy, a.TerminationDrainDuration.D(), a.MinDrainDuration.D(), a.Localhost,
@@ -194,11 +197,12 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	// An agent that adopts a running Envoy (a live upgrade) holds its base
 	// id, its ports and its listeners already.
 	adopting := s.handover != nil
-	held, err := claimResources(cfg, log, adopting)
+	held, err := claimResources(cfg, log, adopting, s.handover.claims())
 	if err != nil {
 		return err
 	}
 	defer held.Close()
+	s.held = held
 	statusLn, promLn, err := s.listen(cfg)
 	if err != nil {
 		return err
@@ -232,10 +236,10 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	ctl.Reopen = s.reopenLogs
 	ctl.Upgrade = s.upgradeHandler()
 	status := &statusServer{log: log, ready: s.ready}
-	go serveHTTP(serveCtx, statusLn, status.handler(), serverLimits{maxConns: statusMaxConns, write: statusWriteTimeout}, log)
+	go serveHTTP(serveCtx, statusLn, status.handler(), serverLimits{maxConns: statusMaxConns, write: statusWriteTimeout, evict: true}, log)
 	go serveHTTP(serveCtx, controlLn, ctl.Handler(), serverLimits{maxConns: controlMaxConns, context: control.WithPeerCred}, log)
 	if promLn != nil {
-		go serveHTTP(serveCtx, promLn, s.metrics.mergedHandler(s.proxy.Admin(), log), serverLimits{maxConns: metricsMaxConns, write: metricsWriteTimeout}, log)
+		go serveHTTP(serveCtx, promLn, s.metrics.mergedHandler(s.proxy.Admin(), log), serverLimits{maxConns: metricsMaxConns, write: metricsWriteTimeout, evict: true}, log)
 	}
 
 	log.Infof("envoy-agent %s starting envoy %s with %s (admin %s, status %s, control %s)", version, cfg.Envoy.BinaryPath,
@@ -254,7 +258,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	}
 	if wd > 0 {
 		log.Infof("watchdog on: pinging every %s while Envoy's admin API answers", wd/2)
-		go systemd.RunWatchdog(serveCtx, wd, s.watchdogAlive, s.notify.Watchdog)
+		go systemd.RunWatchdog(serveCtx, wd, s.watchdogCheck, s.notify.Watchdog, log)
 	}
 
 	if live, err := s.waitLive(ctx, started, runErr, stopAgent); !live {
@@ -274,7 +278,9 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 			s.agent.DisableDraining()
 		case <-s.sigs.Reload:
 			log.Infof("SIGHUP: reloading")
-			go s.requestReload(context.Background())
+			go s.requestReload(context.Background(), nil)
+		case <-s.sigs.Watchdog:
+			s.watchdogStop(stopAgent)
 		case <-s.sigs.Reopen:
 			log.Infof("SIGUSR1: reopening envoy's log files")
 			go s.reopenLogs(context.Background())

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/envoy-agent/envoy-agent/service/config"
 )
 
@@ -22,6 +23,7 @@ var (
 	baseIDClashRE = regexp.MustCompile(`unable to bind domain socket with base_id=(\d+), id=\d+, errno=98`)
 	portInUseRE   = regexp.MustCompile(`cannot bind '([^']+)': Address already in use`)
 	listenerRE    = regexp.MustCompile(`listener '([^']+)' failed to bind`)
+	shmExistsRE   = regexp.MustCompile(`cannot open shared memory region /envoy_shared_memory_(\d+) .*File exists`)
 	unreadableRE  = regexp.MustCompile("(?:unable to read file: |Invalid path: |unable to open file ')([^'`\\s]+)")
 )
 
@@ -53,10 +55,18 @@ func startHint(cfg *config.Config, line, listener string) string {
 	if m := baseIDClashRE.FindStringSubmatch(line); m != nil {
 		id, _ := strconv.ParseUint(m[1], 10, 32)
 		who := "another Envoy on this host"
-		if holder, err := askClaim(baseIDClaim(uint32(id))); err == nil && holder.Pid != selfIdentity(cfg).Pid {
+		if holder, held := askClaim(baseIDClaim(uint32(id))); held && holder.Pid != selfIdentity(cfg).Pid {
 			who = "the Envoy of " + holder.String()
 		}
 		return fmt.Sprintf("base_id %d is used by %s: set envoy.base_id in %s to a base_id of its own (%d is free)", id, who, cfg.File, freeBaseID(uint32(id)))
+	}
+	if m := shmExistsRE.FindStringSubmatch(line); m != nil {
+		n, _ := strconv.ParseUint(m[1], 10, 32)
+		owner := envoy.SharedMemoryOwner(uint32(n / envoyBaseIDScale))
+		if owner == "" {
+			owner = "/dev/shm/envoy_shared_memory_" + m[1] + " existed"
+		}
+		return fmt.Sprintf("%s: Envoy's hot-restart shared memory for base_id %d was made by another process before this Envoy started; remove it (as root) or set envoy.base_id in %s to another value (%d is free)", owner, n/envoyBaseIDScale, cfg.File, freeBaseID(uint32(n/envoyBaseIDScale)))
 	}
 	if m := portInUseRE.FindStringSubmatch(line); m != nil {
 		who := "another process"

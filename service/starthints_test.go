@@ -39,6 +39,9 @@ func TestStartHints(t *testing.T) {
 		{"log file", []string{
 			"unable to open file '/proc/nope/access.log': No such file or directory",
 		}, []string{"cannot open /proc/nope/access.log"}},
+		{"shared memory made by another process", []string{
+			"[2026-12-03 20:22:26.305][2610][critical][assert] [source/server/hot_restart_impl.cc:44] panic: cannot open shared memory region /envoy_shared_memory_98760 check user permissions. Error: File exists",
+		}, []string{"Envoy's hot-restart shared memory for base_id 9876 was made by another process before this Envoy started"}},
 		{"nothing to say", []string{"[critical][main] error initializing configuration: route: unknown cluster 'x'"}, []string{""}},
 	}
 	for _, tt := range tests {

@@ -3,6 +3,7 @@
 // The systemd side of a stop and its drain (the drain itself is
 // envoy/drain.go): STOPPING=1, the drain's STATUS= and EXTEND_TIMEOUT_USEC,
 // the drain with no end, and the agent's last status.
+
 package service
 
 import (
@@ -27,6 +28,21 @@ func (s *supervisor) stop(why string, stopAgent context.CancelFunc) {
 	s.setLive(false)
 	s.metrics.draining.Set(1)
 	s.notify.Stopping("stopping: draining Envoy")
+	stopAgent()
+}
+
+// watchdogStop is systemd's watchdog firing (SIGABRT, the unit's
+// WatchdogSignal=): Envoy is stopped at once, without a drain, as
+// /quitquitquit does. Its admin API has been silent for the whole of
+// WatchdogSec (systemd.RunWatchdog said so at error priority), so it can take
+// neither a health-check failure nor a drain, and systemd's stop timeout
+// would cut a drain anyway. systemd records the result "watchdog" and
+// Restart=on-failure restarts the unit, whatever the agent's exit status.
+func (s *supervisor) watchdogStop(stopAgent context.CancelFunc) {
+	s.log.WithFields(logrus.Fields{"event": "stop", "reason": "watchdog"}).Warnf("SIGABRT (systemd's watchdog): stopping Envoy without a drain")
+	s.setLive(false)
+	s.notify.Stopping("stopping: systemd's watchdog fired; Envoy stopped without a drain")
+	s.agent.DisableDraining()
 	stopAgent()
 }
 

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/service/control"
@@ -24,6 +25,12 @@ type upgradeState struct {
 	mu      sync.Mutex
 	running bool
 	lastErr string // why the last upgrade was refused or failed
+	// binary is the new agent's file, opened before it was probed: what
+	// runUpgrade executes.
+	binary *os.File
+	// check: the new binary can read the state before the exec
+	// (version --handover-check).
+	check bool
 }
 
 // imageStarted is when this program image started (a re-exec starts anew).
@@ -95,8 +102,23 @@ func (s *supervisor) prepareUpgrade(ctx context.Context) control.UpgradeAnswer {
 
 	ctx, cancel := context.WithTimeout(ctx, control.UpgradeCheckTimeout)
 	defer cancel()
-	to, err := probeBinary(ctx, s.selfPath)
+	// The file probed is the file executed: an fd opened now, probed and
+	// then executed through /proc, so a file renamed over the path in
+	// between (a package manager's next run, a truncated copy) is not run.
+	bin, err := os.Open(s.selfPath)
+	var to string
+	var check bool
 	if err == nil {
+		to, check, err = probeBinary(ctx, s.selfPath, fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), bin.Fd()))
+		if err != nil {
+			bin.Close()
+		}
+	}
+	if err == nil {
+		s.up.mu.Lock()
+		s.up.binary, s.up.check = bin, check
+		s.up.lastErr = "" // the client waits for this upgrade's outcome, not an earlier one's
+		s.up.mu.Unlock()
 		ans.OK, ans.To = true, to
 		return ans
 	}
@@ -119,7 +141,12 @@ func (s *supervisor) prepareUpgrade(ctx context.Context) control.UpgradeAnswer {
 // failed, with the old agent still in charge.
 func (s *supervisor) runUpgrade(to string) {
 	s.notify.Reloading(fmt.Sprintf("upgrading: handing Envoy pid %d (epoch %d) over to envoy-agent %s", s.proxy.Pid(), s.proxy.Epoch(), to))
-	err := s.execHandover(to)
+	s.up.mu.Lock()
+	bin, check := s.up.binary, s.up.check
+	s.up.binary = nil
+	s.up.mu.Unlock()
+	err := s.execHandover(to, bin, check)
+	bin.Close()
 	s.up.mu.Lock()
 	s.up.running = false
 	s.up.lastErr = err.Error()
@@ -128,27 +155,65 @@ func (s *supervisor) runUpgrade(to string) {
 	s.notify.Ready(fmt.Sprintf("%s; upgrade failed: %s", s.liveStatus(), firstLine(err.Error())))
 }
 
-// probeBinary runs `BINARY version --handover` and returns the binary's
-// version when it reads this agent's handover format.
-func probeBinary(ctx context.Context, binary string) (string, error) {
-	out, err := exec.CommandContext(ctx, binary, "version", "--handover").CombinedOutput()
-	text := strings.TrimSpace(string(out))
+// probeBinary runs `EXE version --handover` (exe is the new binary's file,
+// named binary in messages) and returns the binary's version when it reads
+// this agent's handover format. The probe runs in a process group of its
+// own, killed whole at ctx's end and once it has answered, so a probe that
+// hangs, or leaves a child holding its output, is refused within
+// control.UpgradeCheckTimeout (it once took 100 s, until the child exited).
+func probeBinary(ctx context.Context, binary, exe string) (version string, check bool, err error) {
+	text, err := runProbe(ctx, exe, "version", "--handover")
+	if ctx.Err() != nil {
+		return "", false, fmt.Errorf("the new %s does not run: `version --handover` did not answer within %s", binary, control.UpgradeCheckTimeout)
+	}
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) && ee.ExitCode() == exitUsageCode && strings.Contains(text, "-handover") {
-			return "", fmt.Errorf("%w: the new %s predates live upgrades (no version --handover)", errCannotHandOver, binary)
+			return "", false, fmt.Errorf("%w: the new %s predates live upgrades (no version --handover)", errCannotHandOver, binary)
 		}
-		return "", fmt.Errorf("the new %s does not run: `version --handover`: %w: %s", binary, err, truncateText(text, 200))
+		return "", false, fmt.Errorf("the new %s does not run: `version --handover`: %w: %s", binary, err, truncateText(text, 200))
 	}
 	version, versions, err := parseHandoverVersions(text)
 	if err != nil {
-		return "", fmt.Errorf("the new %s: `version --handover`: %w", binary, err)
+		return "", false, fmt.Errorf("the new %s: `version --handover`: %w", binary, err)
 	}
 	if !slices.Contains(versions, handoverVersion) {
-		return "", fmt.Errorf("%w: the new %s (envoy-agent %s) reads handover versions %v, this agent writes %d", errCannotHandOver, binary, version, versions, handoverVersion)
+		return "", false, fmt.Errorf("%w: the new %s (envoy-agent %s) reads handover versions %v, this agent writes %d", errCannotHandOver, binary, version, versions, handoverVersion)
 	}
-	return version, nil
+	return version, strings.Contains(text, "\n"+handoverCheckLine), nil
 }
+
+// checkBinary runs `EXE version --handover-check STATE`: the new binary
+// reads the state it is about to be handed, as it will after the exec.
+func checkBinary(ctx context.Context, binary, exe, state string) error {
+	text, err := runProbe(ctx, exe, "version", "--handover-check", state)
+	if ctx.Err() != nil {
+		return fmt.Errorf("the new %s cannot take over: `version --handover-check` did not answer within %s", binary, control.UpgradeCheckTimeout)
+	}
+	if err != nil {
+		return fmt.Errorf("the new %s cannot take over: `version --handover-check`: %w: %s", binary, err, truncateText(text, 200))
+	}
+	return nil
+}
+
+// runProbe runs exe with args and returns its output, trimmed. It runs in
+// a process group of its own, killed whole at ctx's end and once it has
+// answered.
+func runProbe(ctx context.Context, exe string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = probeWaitDelay
+	out, err := cmd.CombinedOutput()
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what it left behind
+	}
+	return strings.TrimSpace(string(out)), err
+}
+
+// probeWaitDelay is how long a probe's output may stay open after the
+// probe was killed or exited (a child outside its group holding it).
+const probeWaitDelay = time.Second
 
 // exitUsageCode is the exit status of a command-line error (an unknown
 // flag), the way an agent older than the handover answers --handover.
@@ -160,8 +225,12 @@ func HandoverVersionText(version string) string {
 	for i, v := range handoverVersions {
 		vs[i] = strconv.Itoa(v)
 	}
-	return fmt.Sprintf("envoy-agent %s\nhandover %s\n", version, strings.Join(vs, " "))
+	return fmt.Sprintf("envoy-agent %s\nhandover %s\n%s\n", version, strings.Join(vs, " "), handoverCheckLine)
 }
+
+// handoverCheckLine in `version --handover` says the binary answers
+// `version --handover-check STATE` (older agents ignore the line).
+const handoverCheckLine = "check --handover-check"
 
 // parseHandoverVersions reads HandoverVersionText's output.
 func parseHandoverVersions(text string) (version string, versions []int, err error) {

@@ -92,7 +92,7 @@ func TestAdminOnAUnixSocketEndToEnd(t *testing.T) {
 		t.Errorf("merged metrics: envoy_server_live = %q, want 1 (Envoy's, read through the socket)", got)
 	}
 
-	l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/"), 2)
+	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/"), 2)
 	defer l.Stop()
 	for i := 1; i <= 2; i++ {
 		p.rewriteBootstrap(testenvoy.BootstrapOptions{AdminSocket: sock, ResponseHeader: "s" + strconv.Itoa(i)})

@@ -73,7 +73,7 @@ func TestAgentAndEnvoyRunAsTheTestsArchitecture(t *testing.T) {
 		pid  int
 		file string
 	}{
-		{"agent", p.cmd.Process.Pid, agent},
+		{"agent", p.proc.Pid(), agent},
 		{"envoy", p.envoyPid, envoyBin},
 	}
 	for _, pr := range procs {

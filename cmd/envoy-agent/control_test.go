@@ -27,7 +27,8 @@ import (
 
 // helperEnv makes this test binary a helper instead of running tests:
 // "request" sends one request to a control socket and prints "code N" or
-// "error: ..."; "listen" holds a TCP port until its stdin closes.
+// "error: ..."; "listen" holds a TCP port until its stdin closes;
+// "fakeagent" serves a fake agent on a control socket (serveFakeAgent).
 const helperEnv = "ENVOY_AGENT_TEST_HELPER"
 
 // testBinCopy is this test binary, copied where other users can run it.
@@ -64,6 +65,12 @@ func helperMain() bool {
 		fmt.Println("listening")
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		ln.Close()
+	case "hotrestart":
+		hotRestartProbe()
+	case "squat":
+		claimSquat()
+	case "fakeagent":
+		serveFakeAgent(os.Getenv("SOCK"), os.Getenv("CONFIG"))
 	default:
 		return false
 	}

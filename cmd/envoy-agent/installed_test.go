@@ -76,7 +76,7 @@ func TestNoticesTheInstalledEnvoyIsNotTheRunningOne(t *testing.T) {
 	if s := p.lastStatus(); strings.Contains(s, "installed Envoy") {
 		t.Fatalf("STATUS= at start says %q", s)
 	}
-	l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/"), 2)
+	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/"), 2)
 	defer l.Stop()
 
 	// The same release as a new file: a reload can switch to it.
@@ -128,7 +128,7 @@ func TestNoticesTheInstalledEnvoyIsNotTheRunningOne(t *testing.T) {
 	s = p.waitStatus(30*time.Second, "the installed Envoy "+bin+" is gone", "the running one keeps serving")
 	t.Logf("removed: STATUS=%q", s)
 
-	time.Sleep(200 * time.Millisecond) // some load after the last change
+	testenvoy.WaitAnswers(t, l, 20) // some load after the last change
 	l.Stop()
 	if l.Failed() != 0 || l.OK() == 0 {
 		t.Fatalf("%d requests failed, %d ok (last error: %s)", l.Failed(), l.OK(), l.LastErr())

@@ -39,13 +39,13 @@ func TestTwoAgentsClash(t *testing.T) {
 	}{
 		{"same base_id", func() procOptions {
 			return procOptions{noWaitReady: true, envoy: map[string]string{"base_id": fmt.Sprint(baseID)}}
-		}, "envoy.base_id", fmt.Sprintf("base_id %d is already used by the envoy-agent running with %s (pid %d)", baseID, first.config, first.cmd.Process.Pid)},
+		}, "envoy.base_id", fmt.Sprintf("base_id %d is already used by the envoy-agent running with %s (pid %d)", baseID, first.config, first.proc.Pid())},
 		{"same admin port", func() procOptions {
 			ports := testenvoy.NewPorts(t)
 			ports.Admin = first.ports.Admin
 			return procOptions{noWaitReady: true, envoy: map[string]string{"admin_port": strconv.Itoa(first.ports.Admin)},
 				bootstrapFile: testenvoy.WriteBootstrap(t, t.TempDir(), "envoy.yaml", testenvoy.BootstrapOptions{Ports: ports})}
-		}, "envoy.admin_port", fmt.Sprintf("port %d (Envoy's admin) is already used by the envoy-agent running with %s (pid %d)", first.ports.Admin, first.config, first.cmd.Process.Pid)},
+		}, "envoy.admin_port", fmt.Sprintf("port %d (Envoy's admin) is already used by the envoy-agent running with %s (pid %d)", first.ports.Admin, first.config, first.proc.Pid())},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -127,7 +127,7 @@ func TestStatusFollowsTheAgent(t *testing.T) {
 	code, rep, out := p.status(t)
 	if code != 0 || rep.SchemaVersion != 1 || rep.State != "live" || len(rep.Epochs) != 1 || rep.Epochs[0].Pid != p.envoyPid ||
 		rep.Epochs[0].Role != "serving" || rep.Envoy == nil || rep.Envoy.HotRestartVersion == "" || !strings.Contains(rep.Envoy.Version, "/1.") ||
-		rep.LastReload != nil || rep.Agent.Pid != p.cmd.Process.Pid || rep.Agent.Config != p.config {
+		rep.LastReload != nil || rep.Agent.Pid != p.proc.Pid() || rep.Agent.Config != p.config {
 		t.Fatalf("status after the start (exit %d):\n%s", code, out)
 	}
 	listener := fmt.Sprintf("127.0.0.1:%d", p.ports.Listener)

@@ -175,7 +175,7 @@ func TestReopenLogsAfterRotation(t *testing.T) {
 	accessLog := filepath.Join(dir, "access.log")
 	envoyKeys := map[string]string{"drain_duration": `"20s"`, "parent_shutdown_duration": `"30s"`}
 	p := startAgent(t, procOptions{envoy: envoyKeys, bootstrap: testenvoy.BootstrapOptions{AccessLog: accessLog}})
-	l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/load"), 2)
+	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/load"), 2)
 	defer l.Stop()
 	if !testenvoy.Eventually(10*time.Second, func() bool { return len(accessLogPaths(t, accessLog)) >= 20 }) {
 		t.Fatalf("the access log has %d lines", len(accessLogPaths(t, accessLog)))
@@ -212,7 +212,7 @@ func TestReopenLogsAfterRotation(t *testing.T) {
 		t.Errorf("SIGUSR1 with a draining epoch did not reach two epochs")
 	}
 	if !testenvoy.Eventually(10*time.Second, func() bool {
-		files := envoyLogFiles(t, p.cmd.Process.Pid, accessLog)
+		files := envoyLogFiles(t, p.proc.Pid(), accessLog)
 		for _, fs := range files {
 			for _, f := range fs {
 				if f != accessLog {
@@ -222,7 +222,7 @@ func TestReopenLogsAfterRotation(t *testing.T) {
 		}
 		return len(files) == 2
 	}) {
-		t.Errorf("after SIGUSR1, Envoy's open log files: %v (want both epochs on %s only)", envoyLogFiles(t, p.cmd.Process.Pid, accessLog), accessLog)
+		t.Errorf("after SIGUSR1, Envoy's open log files: %v (want both epochs on %s only)", envoyLogFiles(t, p.proc.Pid(), accessLog), accessLog)
 	}
 	if !testenvoy.Eventually(10*time.Second, func() bool { return len(accessLogPaths(t, accessLog)) >= 20 }) {
 		t.Fatalf("after SIGUSR1, the new access log has %d lines", len(accessLogPaths(t, accessLog)))

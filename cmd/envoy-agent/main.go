@@ -99,12 +99,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs := flag.NewFlagSet("version", flag.ContinueOnError)
 		fs.SetOutput(stderr)
 		handover := fs.Bool("handover", false, "also print the handover state versions this binary reads (for live upgrades)")
+		check := fs.String("handover-check", "", "read the handover state `file` a running agent wrote, as after a live upgrade's exec, and say whether this binary can adopt it")
 		fs.Usage = func() {
-			fmt.Fprintf(fs.Output(), "Usage: envoy-agent version [--handover]\n\n%s\n\nFlags:\n", describe("version"))
+			fmt.Fprintf(fs.Output(), "Usage: envoy-agent version [--handover] [--handover-check FILE]\n\n%s\n\nFlags:\n", describe("version"))
 			fs.PrintDefaults()
 		}
 		if err := fs.Parse(rest); err != nil {
 			return helpOrUsage(err)
+		}
+		if *check != "" {
+			if err := service.CheckHandover(*check, stdout); err != nil {
+				fmt.Fprintf(stderr, "envoy-agent: %v\n", err)
+				return exitFailure
+			}
+			return exitOK
 		}
 		if *handover {
 			fmt.Fprint(stdout, service.HandoverVersionText(version))

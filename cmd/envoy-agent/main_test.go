@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"os"
@@ -23,7 +24,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/service"
 )
 
 var agentBin string
@@ -43,6 +46,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	agentBin = filepath.Join(dir, "envoy-agent")
+	// The agents these tests start see each other's claims, and no one
+	// else's (other test runs on the host share /run/envoy-agent-claims).
+	os.Setenv(service.EnvClaimsDir, filepath.Join(dir, "claims"))
+	if err := os.Mkdir(filepath.Join(dir, "claims"), 0o700); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	if err := buildAgent(agentBin); err != nil {
 		fmt.Fprintln(os.Stderr, "build envoy-agent:", err)
 		os.Exit(1)
@@ -99,16 +109,17 @@ type procOptions struct {
 	bootstrap     testenvoy.BootstrapOptions
 	watchdogUsec  int
 	noWaitReady   bool
-	configText    string   // the whole TOML file instead, when set
-	bootstrapFile string   // an existing bootstrap instead, when set
-	stderrFile    *os.File // the agent's stderr instead of a buffer, when set
-	env           []string // more environment for the agent
-	binary        string   // the agent binary to run instead of agentBin, when set
+	configText    string              // the whole TOML file instead, when set
+	bootstrapFile string              // an existing bootstrap instead, when set
+	stderrFile    *os.File            // the agent's stderr instead of a buffer, when set
+	env           []string            // more environment for the agent
+	binary        string              // the agent binary to run instead of agentBin, when set
+	cred          *syscall.Credential // run the agent as this user instead of root, when set
 }
 
 type agentProc struct {
 	t        *testing.T
-	cmd      *exec.Cmd
+	proc     *envoykit.Process // the agent, started by the kit
 	ns       *testenvoy.NotifySocket
 	ports    testenvoy.Ports
 	upstream *testenvoy.Upstream
@@ -116,8 +127,7 @@ type agentProc struct {
 	config   string
 	stderr   *syncBuffer
 	started  time.Time
-	done     chan struct{}
-	exitCode int
+	done     <-chan struct{} // closed once the agent has exited
 	envoyPid int
 }
 
@@ -133,7 +143,7 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 	up := testenvoy.NewUpstream(t)
 	ports := testenvoy.NewPorts(t)
 	ports.Upstream = up.Port
-	dir := t.TempDir()
+	dir := shortTempDir(t)
 	bo := o.bootstrap
 	bo.Ports = ports
 	bootstrap := o.bootstrapFile
@@ -164,40 +174,39 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := &agentProc{t: t, ports: ports, upstream: up, dir: dir, config: config, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &agentProc{t: t, ports: ports, upstream: up, dir: dir, config: config, stderr: &syncBuffer{}}
 	p.ns = testenvoy.NewNotifySocket(t)
 	bin := agentBin
 	if o.binary != "" {
 		bin = o.binary
 	}
-	p.cmd = exec.Command(bin, "run", "--config", config)
-	p.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+p.ns.Path)
+	env := []string{"NOTIFY_SOCKET=" + p.ns.Path}
 	if o.watchdogUsec > 0 {
-		p.cmd.Env = append(p.cmd.Env, "WATCHDOG_USEC="+strconv.Itoa(o.watchdogUsec))
+		env = append(env, "WATCHDOG_USEC="+strconv.Itoa(o.watchdogUsec))
 	}
-	p.cmd.Stderr = p.stderr
+	if o.cred != nil {
+		if err := os.Chmod(dir, 0o755); err != nil { // MkdirTemp's are 0700
+			t.Fatal(err)
+		}
+	}
+	env = append(env, o.env...)
+	var out io.Writer = p.stderr
 	if o.stderrFile != nil {
-		p.cmd.Stderr = o.stderrFile
+		out = o.stderrFile
 	}
-	p.cmd.Env = append(p.cmd.Env, o.env...)
 	if beforeStart != nil {
 		beforeStart(ports)
 	}
-	p.started = time.Now()
-	if err := p.cmd.Start(); err != nil {
+	proc, err := envoykit.StartAs(o.cred, bin, []string{"run", "--config", config}, out, env...)
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		_ = p.cmd.Wait()
-		p.exitCode = p.cmd.ProcessState.ExitCode()
-		close(p.done)
-	}()
+	p.proc, p.started, p.done = proc, proc.Started(), proc.Done()
 	t.Cleanup(func() {
 		if p.envoyPid > 0 {
 			_ = syscall.Kill(p.envoyPid, syscall.SIGCONT)
 		}
-		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.done
+		p.proc.Kill()
 		if p.envoyPid > 0 && !testenvoy.Eventually(5*time.Second, func() bool { return !testenvoy.Alive(p.envoyPid) }) {
 			t.Errorf("envoy pid %d outlived the test's agent", p.envoyPid)
 		}
@@ -209,6 +218,20 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 		p.waitReady()
 	}
 	return p
+}
+
+// shortTempDir is a temporary folder removed when the test ends, with a
+// short name: t.TempDir's name carries the test's, and the run folder
+// inside must leave room for Envoy's hot-restart socket names (107 bytes
+// in all).
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "agent-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 // removeSharedMemory removes the hot-restart shared memory of baseID, which
@@ -255,27 +278,21 @@ func readyWait() time.Duration {
 func (p *agentProc) waitReady() testenvoy.Message {
 	p.t.Helper()
 	var m testenvoy.Message
-	deadline := time.Now().Add(readyWait())
-	for found := false; !found; {
+	found := false
+	testenvoy.Eventually(readyWait(), func() bool {
 		for _, msg := range p.ns.Messages() {
 			if testenvoy.HasAssignment(msg.Text, "READY=1") {
 				m, found = msg, true
-				break
+				return true
 			}
 		}
-		select {
-		case <-p.done:
-			if !found {
-				p.t.Fatalf("the agent exited %d before READY=1", p.exitCode)
-			}
-		default:
-		}
-		if !found && time.Now().After(deadline) {
-			p.t.Fatalf("no READY=1 within %s; got %v", readyWait(), p.ns.Messages())
-		}
-		if !found {
-			time.Sleep(5 * time.Millisecond)
-		}
+		return !p.proc.Running()
+	})
+	switch {
+	case !found && !p.proc.Running():
+		p.t.Fatalf("the agent exited %d before READY=1", p.proc.ExitCode())
+	case !found:
+		p.t.Fatalf("no READY=1 within %s; got %v", readyWait(), p.ns.Messages())
 	}
 	if sm := pidRE.FindStringSubmatch(m.Text); sm != nil {
 		p.envoyPid, _ = strconv.Atoi(sm[1])
@@ -292,7 +309,7 @@ func (p *agentProc) wait(since time.Time, within time.Duration) (int, time.Durat
 	p.t.Helper()
 	select {
 	case <-p.done:
-		return p.exitCode, time.Since(since)
+		return p.proc.ExitCode(), time.Since(since)
 	case <-time.After(within):
 		p.t.Fatalf("agent still running %s later", within)
 		return 0, 0
@@ -301,7 +318,7 @@ func (p *agentProc) wait(since time.Time, within time.Duration) (int, time.Durat
 
 func (p *agentProc) signal(sig syscall.Signal) time.Time {
 	p.t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
+	if err := syscall.Kill(p.proc.Pid(), sig); err != nil {
 		p.t.Fatalf("signal agent: %v", err)
 	}
 	return time.Now()
@@ -574,12 +591,14 @@ func TestSigtermBeforeReadyStopsQuickly(t *testing.T) {
 
 func TestStartTimeout(t *testing.T) {
 	t.Parallel()
-	p := startAgent(t, procOptions{bootstrap: testenvoy.BootstrapOptions{InitDelay: 10 * time.Second}, agent: map[string]string{"start_timeout": `"1s"`}, noWaitReady: true})
-	code, took := p.wait(p.started, 15*time.Second)
-	if code != 1 || took > 8*time.Second {
-		t.Fatalf("exit %d after %s; want 1 soon after the 1s start timeout", code, took)
+	// 3s: with 1s, a loaded machine (load average 20 on 2 cores) had Envoy's
+	// admin not yet up at the timeout ("its state: not started").
+	p := startAgent(t, procOptions{bootstrap: testenvoy.BootstrapOptions{InitDelay: 20 * time.Second}, agent: map[string]string{"start_timeout": `"3s"`}, noWaitReady: true})
+	code, took := p.wait(p.started, 20*time.Second)
+	if code != 1 || took > 12*time.Second {
+		t.Fatalf("exit %d after %s; want 1 soon after the 3s start timeout", code, took)
 	}
-	if !strings.Contains(p.stderr.String(), "was not LIVE within start_timeout 1s (its state: PRE_INITIALIZING)") {
+	if !strings.Contains(p.stderr.String(), "was not LIVE within start_timeout 3s (its state: PRE_INITIALIZING)") {
 		t.Errorf("stderr lacks the reason:\n%s", p.stderr)
 	}
 	assertNoEnvoyFor(t, p.dir)

@@ -53,9 +53,9 @@ func (p *agentProc) metric(name string) string {
 func TestTenReloadsUnderLoadDropNothing(t *testing.T) {
 	t.Parallel()
 	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
-	l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/"), 4)
+	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/"), 4)
 	defer l.Stop()
-	waitAnswers(t, l, 20)
+	testenvoy.WaitAnswers(t, l, 20)
 	var took []time.Duration
 	for i := 1; i <= 10; i++ {
 		p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: fmt.Sprintf("v%d", i)})
@@ -109,7 +109,7 @@ func TestTenReloadsUnderLoadDropNothing(t *testing.T) {
 func TestFailedReloadsKeepTheServingEnvoy(t *testing.T) {
 	t.Parallel()
 	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "good-0"}})
-	l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/"), 4)
+	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/"), 4)
 	defer l.Stop()
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -160,7 +160,7 @@ func TestFailedReloadsKeepTheServingEnvoy(t *testing.T) {
 		if r, err := testenvoy.Get(testenvoy.URL(p.ports.Admin, "/ready"), time.Second); err != nil || r.Code != 200 {
 			t.Errorf("%s: Envoy's admin API after the failed reload: %+v %v", tt.name, r, err)
 		}
-		waitAnswers(t, l, 20) // answers given after the failed reload
+		testenvoy.WaitAnswers(t, l, 20) // answers given after the failed reload
 		if v := l.Latest(); v != "good-0" {
 			t.Errorf("%s (%d): the answers say %q, want the old good-0", tt.name, i, v)
 		}
@@ -189,15 +189,6 @@ func TestFailedReloadsKeepTheServingEnvoy(t *testing.T) {
 	assertNoEnvoyFor(t, p.dir)
 }
 
-// waitAnswers waits until the load has had n more answers than now.
-func waitAnswers(t *testing.T, l *testenvoy.Load, n int64) {
-	t.Helper()
-	from := l.OK()
-	if !testenvoy.Eventually(10*time.Second, func() bool { return l.OK() >= from+n }) {
-		t.Fatalf("the load got fewer than %d answers in 10s (last error: %s)", n, l.LastErr())
-	}
-}
-
 func writeFile(t *testing.T, path, text string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
@@ -208,7 +199,7 @@ func writeFile(t *testing.T, path, text string) {
 func TestSighupAndConcurrentReloads(t *testing.T) {
 	t.Parallel()
 	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
-	l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/"), 2)
+	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/"), 2)
 	defer l.Stop()
 
 	p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "hup"})
@@ -254,7 +245,11 @@ func TestStopDuringReloadDrainsAndLeavesNoEnvoy(t *testing.T) {
 	reloaded := make(chan string, 1)
 	go func() { _, out := p.reload(); reloaded <- out }()
 	p.ns.WaitFor(t, "RELOADING=1", 5*time.Second)
-	time.Sleep(300 * time.Millisecond)
+	// The stop comes while epoch 1 runs and initialises (its command line
+	// names its bootstrap copy, run/epoch-1-…).
+	if !testenvoy.Eventually(10*time.Second, func() bool { return len(processesMentioning(filepath.Join(p.dir, "run", "epoch-1-"))) > 0 }) {
+		t.Fatalf("epoch 1 never started: %s", p.stderr)
+	}
 	sent := p.signal(syscall.SIGTERM)
 	code, took := p.wait(sent, 30*time.Second)
 	if code != 0 {

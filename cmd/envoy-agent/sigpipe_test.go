@@ -30,13 +30,13 @@ func TestStderrReaderGone(t *testing.T) {
 	go func() { _, _ = io.Copy(&early, r); close(copied) }()
 	p := startAgent(t, procOptions{stderrFile: w})
 	w.Close()
-	if sigMask(t, p.cmd.Process.Pid, "SigCgt")&(1<<(syscall.SIGPIPE-1)) == 0 {
+	if sigMask(t, p.proc.Pid(), "SigCgt")&(1<<(syscall.SIGPIPE-1)) == 0 {
 		t.Errorf("the agent does not catch SIGPIPE")
 	}
 	// Not ignored: an ignored signal stays ignored through exec. (Envoy 1.40
 	// ignores SIGPIPE itself: a bare Envoy's SigIgn has it; that is its own
 	// choice to make.)
-	if sigMask(t, p.cmd.Process.Pid, "SigIgn")&(1<<(syscall.SIGPIPE-1)) != 0 {
+	if sigMask(t, p.proc.Pid(), "SigIgn")&(1<<(syscall.SIGPIPE-1)) != 0 {
 		t.Errorf("the agent ignores SIGPIPE, which its children inherit")
 	}
 	r.Close() // the journal goes away
@@ -97,6 +97,6 @@ func TestStderrReaderGoneExitStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	if code, _ := p.wait(time.Now(), 20*time.Second); code != 1 {
-		t.Fatalf("exit %d (-1 is death by a signal: %v), want 1", code, p.cmd.ProcessState)
+		t.Fatalf("exit %d (-1 is death by a signal: %v), want 1", code, p.proc.State())
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
 // TestFIFOInPlaceOfAFileNeverHangs: a FIFO as --config or as config_path
@@ -83,7 +85,7 @@ func TestStopWaitsOnAHungReloadAtMostStartTimeout(t *testing.T) {
 	config := readFileT(t, p.config)
 	writeFile(t, p.config, strings.Replace(config, "binary_path = ", "binary_path = "+strconv.Quote(hung)+"\n# was: binary_path = ", 1))
 	p.signal(syscall.SIGHUP)
-	if !waitFor(30*time.Second, func() bool { _, err := os.Stat(pidFile); return err == nil }) {
+	if !testenvoy.Eventually(30*time.Second, func() bool { _, err := os.Stat(pidFile); return err == nil }) {
 		t.Fatal("the reload never ran the stand-in binary")
 	}
 	sent := p.signal(syscall.SIGTERM)
@@ -97,15 +99,4 @@ func TestStopWaitsOnAHungReloadAtMostStartTimeout(t *testing.T) {
 		t.Fatalf("the stop took %s", took)
 	}
 	assertNoEnvoyFor(t, p.dir)
-}
-
-func waitFor(within time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
 }

@@ -14,11 +14,15 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/service"
 )
 
 // buildVersion builds the agent with main.version set, once per version.
@@ -78,6 +82,45 @@ func (p *agentProc) upgradeInfo() map[string]any {
 	return m
 }
 
+// watchClaim looks at the claim file's lock until the test ends; the
+// function it returns says how many looks found it free, of how many.
+func watchClaim(t *testing.T, path string) func() (free, looks int) {
+	t.Helper()
+	var freeN, looksN atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	// A look a millisecond: the gap the abstract claims had (the old image
+	// closed them at the exec, the new one bound them when it ran) was
+	// about 20ms.
+	tick := time.NewTicker(time.Millisecond)
+	go func() {
+		defer close(done)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			f, err := os.Open(path)
+			if err == nil {
+				lk := unix.Flock_t{Type: unix.F_RDLCK}
+				if unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk) == nil && lk.Type == unix.F_UNLCK {
+					freeN.Add(1)
+				}
+				f.Close()
+			} else {
+				freeN.Add(1)
+			}
+			looksN.Add(1)
+		}
+	}()
+	var once sync.Once
+	end := func() { once.Do(func() { close(stop); <-done }) }
+	t.Cleanup(end)
+	return func() (int, int) { end(); return int(freeN.Load()), int(looksN.Load()) }
+}
+
 func runBinary(t *testing.T, bin string, args ...string) (int, string) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
@@ -108,8 +151,8 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 	install(t, binA, installed)
 	// A 2s watchdog: the pings (every 1s) must go on across each exec.
 	p := startAgent(t, procOptions{binary: installed, envoy: quickDrain, watchdogUsec: 2_000_000})
-	agentPid, envoyPid := p.cmd.Process.Pid, p.envoyPid
-	l := testenvoy.StartLoad(testenvoy.URL(p.ports.Listener, "/"), 4)
+	agentPid, envoyPid := p.proc.Pid(), p.envoyPid
+	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/"), 4)
 	defer l.Stop()
 	if !testenvoy.Eventually(10*time.Second, func() bool { return l.OK() > 100 }) {
 		t.Fatalf("no load through Envoy: %d ok, %d failed (%s)", l.OK(), l.Failed(), l.LastErr())
@@ -123,6 +166,11 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 		}
 		return out
 	}
+
+	// The base id claim must stay locked through every exec: its lock's
+	// file description is handed over, never released and taken again.
+	claim := filepath.Join(os.Getenv(service.EnvClaimsDir), fmt.Sprintf("base-id-%d", configBaseID(t, p.config)))
+	gaps := watchClaim(t, claim)
 
 	install(t, binB, installed)
 	out := upgrade(binB, "1.0.1-b")
@@ -146,6 +194,10 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 		t.Fatalf("reload after the upgrades: exit %d: %s", code, out)
 	}
 	epoch1 := int(p.upgradeInfo()["envoy_pid"].(float64))
+	// The re-executed agent's epoch uses the same private hot-restart sockets.
+	if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", epoch1)); !strings.Contains(string(cmdline), "--socket-path\x00"+filepath.Join(p.dir, "run", "hot-restart")+"\x00--socket-mode\x00600") {
+		t.Fatalf("epoch 1 after two upgrades runs %q; want --socket-path %s/run/hot-restart --socket-mode 600", cmdline, p.dir)
+	}
 	install(t, binA, installed)
 	upgrade(binA, "1.0.0-a")
 	if info := p.upgradeInfo(); info["version"] != "1.0.0-a" || int(info["envoy_pid"].(float64)) != epoch1 || int(info["epoch"].(float64)) != 1 {
@@ -171,8 +223,13 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 		t.Fatalf("after the refused upgrade: %v", info)
 	}
 
-	time.Sleep(300 * time.Millisecond) // load after the last step, to count
+	testenvoy.WaitAnswers(t, l, 20) // load after the last step, to count
 	l.Stop()
+	n, looks := gaps()
+	if n != 0 || looks == 0 {
+		t.Fatalf("the base id claim %s was free %d times in %d looks across the upgrades", claim, n, looks)
+	}
+	t.Logf("the base id claim was held at each of %d looks across the upgrades", looks)
 	t.Logf("%d requests ok, %d failed across three upgrades, a reload and a refused upgrade", l.OK(), l.Failed())
 	if l.Failed() != 0 {
 		t.Fatalf("%d of %d requests failed (last: %s)", l.Failed(), l.OK()+l.Failed(), l.LastErr())
@@ -184,7 +241,7 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 	// watchdog pings never further apart than the 2s timeout.
 	select {
 	case <-p.done:
-		t.Fatalf("the agent process exited (%d)", p.exitCode)
+		t.Fatalf("the agent process exited (%d)", p.proc.ExitCode())
 	default:
 	}
 	var adopted, refused int

@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -26,33 +28,69 @@ func BareArgs(bootstrap string, baseID uint32) []string {
 		"--base-id", strconv.FormatUint(uint64(baseID), 10)}
 }
 
-// Process is an Envoy (or agent) the kit started, in its own process group.
+// Process is an Envoy (or agent) the kit started, in its own process group,
+// with a parent-death signal of SIGKILL: the one process harness of the
+// tests and the benchmark.
 type Process struct {
-	Args []string
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error // set before done closes
+	Args    []string
+	cmd     *exec.Cmd
+	started time.Time // just before the fork
+	done    chan struct{}
+	exited  time.Time // set before done closes
+	err     error     // set before done closes
 }
+
+// forkRequest asks the forking thread to start cmd.
+type forkRequest struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// forker starts every child from one goroutine locked to an OS thread that
+// never exits. Linux sends a child's parent-death signal when the thread
+// that forked it exits, not the process (golang/go#27505), so a child forked
+// from any other thread could be SIGKILLed while the tests or the benchmark
+// still run; this way children die only with their parent process.
+var forker = sync.OnceValue(func() chan<- forkRequest {
+	reqs := make(chan forkRequest)
+	go func() {
+		runtime.LockOSThread() // never unlocked: this thread must outlive every child
+		for r := range reqs {
+			r.done <- r.cmd.Start()
+		}
+	}()
+	return reqs
+})
 
 // Start runs bin with args, the environment cleaned of systemd's
 // service-only variables plus env, and output to out (nil: discarded).
 func Start(bin string, args []string, out io.Writer, env ...string) (*Process, error) {
-	return start(bin, args, out, nil, env...)
+	return start(bin, args, out, nil, nil, env...)
+}
+
+// StartAs is Start with the process run as cred's user and group (nil: as
+// the caller), for the tests that run the agent as an unprivileged user.
+func StartAs(cred *syscall.Credential, bin string, args []string, out io.Writer, env ...string) (*Process, error) {
+	return start(bin, args, out, nil, cred, env...)
 }
 
 // start is Start with a function run once the process has been reaped,
 // before Done closes (so that whoever waits for Done sees it done).
-func start(bin string, args []string, out io.Writer, onExit func(), env ...string) (*Process, error) {
+func start(bin string, args []string, out io.Writer, onExit func(), cred *syscall.Credential, env ...string) (*Process, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = childenv.Clean(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: cred}
+	p := &Process{Args: args, cmd: cmd, done: make(chan struct{})}
+	r := forkRequest{cmd: cmd, done: make(chan error, 1)}
+	p.started = time.Now()
+	forker() <- r
+	if err := <-r.done; err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	p := &Process{Args: args, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
+		p.exited = time.Now()
 		if onExit != nil {
 			onExit()
 		}
@@ -66,7 +104,7 @@ func start(bin string, args []string, out io.Writer, onExit func(), env ...strin
 // leaves /dev/shm/envoy_shared_memory_<base id × 10> behind, and runs of
 // the tests and the benchmark would pile them up.
 func StartEnvoy(bin, bootstrap string, baseID uint32, out io.Writer) (*Process, error) {
-	return start(bin, BareArgs(bootstrap, baseID), out, func() { RemoveSharedMemory(baseID) })
+	return start(bin, BareArgs(bootstrap, baseID), out, func() { RemoveSharedMemory(baseID) }, nil)
 }
 
 // RemoveSharedMemory removes the hot-restart shared memory an Envoy with
@@ -81,8 +119,46 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 // Done is closed once the process has exited and been reaped.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
-// Err is how the process ended; valid once Done is closed.
+// Err is how the process ended; it waits for the exit.
 func (p *Process) Err() error { <-p.done; return p.err }
+
+// ExitCode is the process's exit status, -1 when a signal ended it; it
+// waits for the exit.
+func (p *Process) ExitCode() int { <-p.done; return p.cmd.ProcessState.ExitCode() }
+
+// State describes how the process ended; it waits for the exit.
+func (p *Process) State() *os.ProcessState { <-p.done; return p.cmd.ProcessState }
+
+// Started is when the process was forked (just before).
+func (p *Process) Started() time.Time { return p.started }
+
+// Exited is when the process was reaped; it waits for the exit.
+func (p *Process) Exited() time.Time { <-p.done; return p.exited }
+
+// Running reports whether the process has not exited yet.
+func (p *Process) Running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Wait waits up to timeout for the process to exit; it fails when ctx
+// ends first or the timeout passes.
+func (p *Process) Wait(ctx context.Context, timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("pid %d still running after %s", p.Pid(), timeout)
+	case <-ctx.Done():
+		return fmt.Errorf("pid %d: %w", p.Pid(), ctx.Err())
+	}
+}
 
 // Signal sends sig to the process group.
 func (p *Process) Signal(sig syscall.Signal) {

@@ -10,16 +10,23 @@ package envoykit
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 )
 
-// FindEnvoy returns the real Envoy to run: explicit when it is set, else
-// $ENVOY_BIN, else an envoy on PATH, else the newest one `make envoy` cached
-// under the repository's .cache folder.
+// PinnedEnvoyVersion is the Envoy release `make envoy` downloads into
+// .cache/envoy/<version>/envoy: the Makefile's ENVOY_VERSION (a test keeps
+// the two equal).
+const PinnedEnvoyVersion = "1.40.0"
+
+// FindEnvoy returns the real Envoy to run, with the Makefile's precedence:
+// explicit when it is set (a flag), else $ENVOY_BIN, else an envoy on PATH,
+// else the pinned download (PinnedEnvoyPath). The
+// cache also holds other releases and other architectures, so it is never
+// searched: a test runs the one release `make test` would.
 func FindEnvoy(explicit string) (string, error) {
 	for _, p := range []string{explicit, os.Getenv("ENVOY_BIN")} {
 		if p == "" {
@@ -37,18 +44,27 @@ func FindEnvoy(explicit string) (string, error) {
 	if p, err := exec.LookPath("envoy"); err == nil {
 		return p, nil
 	}
-	if root, err := RepoRoot(); err == nil {
-		// .cache/envoy/<version>/envoy is x86_64, <version>-aarch64 is aarch64
-		// (make envoy-arm64): only this architecture's can run natively.
-		m, _ := filepath.Glob(filepath.Join(root, ".cache", "envoy", "*", "envoy"))
-		for i := len(m) - 1; i >= 0; i-- {
-			aarch64 := strings.HasSuffix(filepath.Base(filepath.Dir(m[i])), "-aarch64")
-			if aarch64 == (runtime.GOARCH == "arm64") {
-				return m[i], nil
-			}
-		}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
 	}
-	return "", errors.New("no Envoy binary: set ENVOY_BIN, put envoy on PATH, or run `make envoy`")
+	pinned := PinnedEnvoyPath(root)
+	if _, err := os.Stat(pinned); err != nil {
+		return "", fmt.Errorf("no Envoy binary: set ENVOY_BIN, put envoy on PATH, or run `make envoy` (%w)", err)
+	}
+	return pinned, nil
+}
+
+// PinnedEnvoyPath is where `make envoy` puts the pinned release under the
+// repository root: .cache/envoy/<version>/envoy is x86_64,
+// .cache/envoy/<version>-aarch64/envoy aarch64 (make envoy-arm64); this
+// architecture's is the one that runs natively.
+func PinnedEnvoyPath(root string) string {
+	dir := PinnedEnvoyVersion
+	if runtime.GOARCH == "arm64" {
+		dir += "-aarch64"
+	}
+	return filepath.Join(root, ".cache", "envoy", dir, "envoy")
 }
 
 // RepoRoot is the module's root folder, found from this source file.

@@ -2,12 +2,14 @@ package envoykit
 
 import (
 	"errors"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,19 +41,27 @@ type Sample struct {
 }
 
 // Load is a running load: vegeta's attacker at a fixed rate, with a client
-// whose silent retries count as failures (ErrRetried).
+// whose silent retries count as failures (ErrRetried). It is the one load
+// of the tests and the benchmark: the samples once it ends, and counts
+// while it runs (OK, Failed, Latest) for a test that waits on the answers.
 type Load struct {
 	start    time.Time
 	attacker *vegeta.Attacker
 	results  <-chan *vegeta.Result
 	done     chan []Sample
 	retried  atomic.Int64
+
+	ok, failed atomic.Int64
+	mu         sync.Mutex
+	versions   map[string]int // answers per x-config-version
+	latest     string         // the x-config-version of the latest answer
+	lastErr    string         // the latest failure, as the client saw it
 }
 
 // StartLoad starts the load; it ends at Stop or after o.Duration.
 func StartLoad(o LoadOptions) *Load {
 	conns := max(o.Connections, 1)
-	l := &Load{done: make(chan []Sample, 1)}
+	l := &Load{done: make(chan []Sample, 1), versions: map[string]int{}}
 	tr := &http.Transport{
 		Proxy:               nil,
 		MaxIdleConnsPerHost: conns,
@@ -80,15 +90,55 @@ func StartLoad(o LoadOptions) *Load {
 
 func (l *Load) sample(r *vegeta.Result) Sample {
 	s := Sample{At: r.Timestamp.Sub(l.start), Latency: r.Latency, Version: r.Headers.Get("x-config-version")}
+	why := r.Error
 	switch {
 	case r.Error != "":
 		s.Err = ErrClass(r.Error)
 	case r.Code != http.StatusOK:
 		s.Err = "http_" + strconv.Itoa(int(r.Code))
+		why = s.Err
 	default:
 		s.OK = true
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s.OK {
+		l.ok.Add(1)
+		l.versions[s.Version]++
+		l.latest = s.Version
+	} else {
+		l.failed.Add(1)
+		l.lastErr = why
+	}
 	return s
+}
+
+// OK is how many requests so far got a 200 and a whole body on the first
+// try.
+func (l *Load) OK() int64 { return l.ok.Load() }
+
+// Failed is how many requests so far failed, retried ones included.
+func (l *Load) Failed() int64 { return l.failed.Load() }
+
+// LastErr is the latest failure as the client saw it ("" when none).
+func (l *Load) LastErr() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastErr
+}
+
+// Latest is the x-config-version of the latest answer.
+func (l *Load) Latest() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.latest
+}
+
+// Versions counts the answers so far per x-config-version.
+func (l *Load) Versions() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.versions)
 }
 
 // Stop ends the load, lets the requests in flight finish (each bounded by

@@ -32,7 +32,7 @@ var Commands = []Command{
 	{
 		Name: "reload", Args: "[--config FILE]", ConfigFlag: true,
 		Summary:     "make the running agent apply its edited files",
-		Description: "ask the agent running with this file to reload (on its control socket, checking that the agent answering runs this file), wait, print `reloaded: epoch N is serving (T ms)` or the reason it failed (the unit's `ExecReload=`)",
+		Description: "ask the agent running with this file to reload (on its control socket, checking that the agent answering runs this file), wait, print `reloaded: epoch N is serving (T ms)` or the reason it failed (the unit's `ExecReload=`); a reload that must first wait for a draining epoch says so at once",
 	},
 	{
 		Name: "upgrade", Args: "[--config FILE]", ConfigFlag: true,
@@ -50,9 +50,9 @@ var Commands = []Command{
 		Description: "ask the agent running with this file to have every live Envoy epoch reopen its access logs (after logrotate renamed them); prints `reopened: N epochs` (the logrotate rule's `postrotate`)",
 	},
 	{
-		Name: "version", Args: "[--handover]",
+		Name: "version", Args: "[--handover] [--handover-check FILE]",
 		Summary:     "print the version",
-		Description: "print the version; with `--handover`, also the handover state versions this binary reads (what a live upgrade checks)",
+		Description: "print the version; with `--handover`, also the handover state versions this binary reads (what a live upgrade checks); with `--handover-check FILE`, read a running agent's handover state and say whether this binary can adopt it (what a live upgrade runs before its exec)",
 	},
 	{
 		Name: "help", Args: "",
@@ -82,6 +82,7 @@ var Signals = []Signal{
 	{"SIGTERM, SIGINT", "drain Envoy (health checks fail, listeners drain, requests in flight finish, up to `agent.termination_drain_duration`), stop it and exit 0; a second one ends the drain at once"},
 	{"SIGHUP", "reload, as `envoy-agent reload` does; the outcome is only logged"},
 	{"SIGUSR1", "have every live Envoy epoch reopen its log files, as `envoy-agent reopen-logs` does; the outcome is only logged"},
+	{"SIGABRT", "systemd's watchdog fired (the unit's `WatchdogSignal=`): stop Envoy without a drain and exit 0, with no Go stack dump; the cause was logged at error priority when the pings stopped"},
 }
 
 // ExitCode is one exit status of envoy-agent.

@@ -9,42 +9,63 @@ import (
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite README.md's generated tables")
+var update = flag.Bool("update", false, "rewrite the generated tables in README.md and docs/")
 
-const readmePath = "../../README.md"
+// generatedIn is where each generated table lives: README.md has the commands and exit codes,
+// docs/configuration.md the keys.
+var generatedIn = map[string]string{
+	"| command | what it does |\n":           "../../README.md",
+	"| code | meaning |\n":                   "../../README.md",
+	"| key | default | meaning | reload |\n": "../../docs/configuration.md",
+}
 
-// TestReadmeTables checks that README.md's commands, exit codes and configuration keys tables
-// say what the code declares (go test ./internal/manual -update rewrites them).
-func TestReadmeTables(t *testing.T) {
-	data, err := os.ReadFile(readmePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme := string(data)
+// TestDocTables checks that the commands, exit codes and configuration keys tables in README.md
+// and docs/configuration.md say what the code declares (go test ./internal/manual -update
+// rewrites them).
+func TestDocTables(t *testing.T) {
+	files := map[string]string{}
 	for head, body := range ReadmeTables() {
-		start := strings.Index(readme, head)
+		path := ""
+		for prefix, p := range generatedIn {
+			if strings.HasPrefix(head, prefix) {
+				path = p
+			}
+		}
+		if path == "" {
+			t.Fatalf("no file is named for the table %q", head)
+		}
+		doc, ok := files[path]
+		if !ok {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			doc = string(data)
+		}
+		start := strings.Index(doc, head)
 		if start < 0 {
-			t.Errorf("README.md has no table starting %q", head)
+			t.Errorf("%s has no table starting %q", path, head)
 			continue
 		}
 		start += len(head)
-		end := strings.Index(readme[start:], "\n\n")
+		end := strings.Index(doc[start:], "\n\n")
 		if end < 0 {
-			end = len(readme) - start
+			end = len(doc) - start
 		}
-		got := readme[start : start+end+1]
-		if got == body {
-			continue
+		got := doc[start : start+end+1]
+		if got != body {
+			if !*update {
+				t.Errorf("%s's table %q differs from internal/manual (run go test ./internal/manual -update):\n--- doc\n%s--- code\n%s", path, strings.SplitN(head, "\n", 2)[0], got, body)
+			}
+			doc = doc[:start] + body + doc[start+end+1:]
 		}
-		if *update {
-			readme = readme[:start] + body + readme[start+end+1:]
-			continue
-		}
-		t.Errorf("README.md's table %q differs from internal/manual (run go test ./internal/manual -update):\n--- README\n%s--- code\n%s", strings.SplitN(head, "\n", 2)[0], got, body)
+		files[path] = doc
 	}
 	if *update {
-		if err := os.WriteFile(readmePath, []byte(readme), 0o644); err != nil {
-			t.Fatal(err)
+		for path, doc := range files {
+			if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }

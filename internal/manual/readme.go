@@ -7,7 +7,7 @@ import (
 	"github.com/envoy-agent/envoy-agent/service/config"
 )
 
-// ReadmeTables returns README.md's tables that come from this package, keyed by their header
+// ReadmeTables returns the tables of README.md and docs/configuration.md that come from this package, keyed by their header
 // line: the commands, the exit codes and the configuration keys.
 func ReadmeTables() map[string]string {
 	var cmds strings.Builder

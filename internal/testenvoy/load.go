@@ -1,109 +1,42 @@
 package testenvoy
 
 import (
-	"io"
-	"net/http"
-	"sync"
-	"sync/atomic"
+	"testing"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
-// Load sends keep-alive GETs from a few workers, a few milliseconds apart,
-// and counts the outcomes and the x-config-version answers seen.
-type Load struct {
-	ok, failed atomic.Int64
-	stop       chan struct{}
-	wg         sync.WaitGroup
+// Load is the kit's load (envoykit.Load): a request that Go's client would
+// have retried silently counts as failed, so "0 failed" means what a client
+// that does not retry would see.
+type Load = envoykit.Load
 
-	mu       sync.Mutex
-	versions map[string]int
-	lastErr  string
-	last     string // the x-config-version of the latest answer
-}
+// loadRatePerConn is each connection's share of a test load: a request every
+// 20 ms, enough to meet every epoch of a reload 200 ms apart and light on a
+// shared 2-core machine.
+const loadRatePerConn = 50
 
-// StartLoad starts workers against url; each stops after 100000 requests
-// or when Stop is called.
-func StartLoad(url string, workers int) *Load {
-	l := &Load{versions: map[string]int{}, stop: make(chan struct{})}
-	for range workers {
-		l.wg.Add(1)
-		go l.worker(url)
-	}
+// loadTimeout bounds one request of a test load: longer than the slowest
+// request the tests ask for (envoykit.MaxSlow).
+const loadTimeout = 40 * time.Second
+
+// StartLoad starts the kit's keep-alive load on url over conns connections;
+// it runs until Stop (or for at most 10 minutes), and is stopped when the
+// test ends.
+func StartLoad(t testing.TB, url string, conns int) *Load {
+	t.Helper()
+	l := envoykit.StartLoad(envoykit.LoadOptions{URL: url, Rate: float64(loadRatePerConn * conns), Connections: conns,
+		Duration: 10 * time.Minute, Timeout: loadTimeout})
+	t.Cleanup(func() { l.Stop() })
 	return l
 }
 
-func (l *Load) worker(url string) {
-	defer l.wg.Done()
-	client := &http.Client{Timeout: 10 * time.Second}
-	for range 100000 {
-		select {
-		case <-l.stop:
-			return
-		default:
-		}
-		resp, err := client.Get(url)
-		if err != nil {
-			l.fail(err.Error())
-			continue
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			l.fail(resp.Status)
-			continue
-		}
-		l.ok.Add(1)
-		v := resp.Header.Get("x-config-version")
-		l.mu.Lock()
-		l.versions[v]++
-		l.last = v
-		l.mu.Unlock()
-		time.Sleep(2 * time.Millisecond)
+// WaitAnswers waits until the load has had n more good answers than now.
+func WaitAnswers(t testing.TB, l *Load, n int64) {
+	t.Helper()
+	from := l.OK()
+	if !Eventually(10*time.Second, func() bool { return l.OK() >= from+n }) {
+		t.Fatalf("the load got fewer than %d answers in 10s (%d failed, last error: %s)", n, l.Failed(), l.LastErr())
 	}
-}
-
-func (l *Load) fail(why string) {
-	l.failed.Add(1)
-	l.mu.Lock()
-	l.lastErr = why
-	l.mu.Unlock()
-}
-
-// Stop ends the workers and waits for them.
-func (l *Load) Stop() {
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-	}
-	l.wg.Wait()
-}
-
-// OK and Failed count the requests so far.
-func (l *Load) OK() int64     { return l.ok.Load() }
-func (l *Load) Failed() int64 { return l.failed.Load() }
-
-// LastErr is the latest failure's reason.
-func (l *Load) LastErr() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lastErr
-}
-
-// Versions counts answers per x-config-version.
-func (l *Load) Versions() map[string]int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make(map[string]int, len(l.versions))
-	for k, v := range l.versions {
-		out[k] = v
-	}
-	return out
-}
-
-// Latest is the x-config-version of the latest answer.
-func (l *Load) Latest() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.last
 }

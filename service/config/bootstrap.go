@@ -8,12 +8,9 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/envoy-agent/envoy-agent/envoy"
 	"go.yaml.in/yaml/v3"
 )
-
-// maxBootstrapSize bounds the bootstrap the agent reads to check its admin
-// address; Envoy itself reads it whole.
-const maxBootstrapSize = 64 << 20
 
 // bootstrapAdmin is the admin address of an Envoy bootstrap: a TCP socket
 // address, or a unix socket (pipe).
@@ -29,7 +26,7 @@ type bootstrapAdmin struct {
 // read); a file that does not parse is left to Envoy's own validation,
 // which words it better.
 func readBootstrapAdmin(path string) (admin bootstrapAdmin, ok bool, err error) {
-	data, err := readRegularFile(path, maxBootstrapSize)
+	data, err := envoy.ReadRegularFile(path, envoy.MaxBootstrapSize)
 	if err != nil {
 		return bootstrapAdmin{}, false, err
 	}

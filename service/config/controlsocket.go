@@ -2,7 +2,11 @@
 
 package config
 
-import "path/filepath"
+import (
+	"path/filepath"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
+)
 
 // DefaultRunDir is agent.run_dir when the file does not set it: the
 // folder the packaged unit's RuntimeDirectory=envoy-agent creates. A fixed
@@ -31,8 +35,12 @@ func (c *Config) checkControlSocket(ps *problems) {
 	key := "agent.control_socket"
 	if c.Agent.ControlSocket == "" {
 		key = "agent.run_dir"
+		if envoy.CheckHotRestartSocketPath(c.RunDir(), c.Envoy.BaseID) != nil {
+			return // run_dir is too long already for Envoy's longer socket names: said once
+		}
 	}
 	if p := c.ControlSocketPath(); len(p) > maxUnixPath {
 		ps.add(key, "the control socket %s is %d bytes long; a unix socket path holds at most %d", p, len(p), maxUnixPath)
 	}
+	c.checkControlSocketDir(ps)
 }

@@ -18,8 +18,8 @@ var KeyDocs = []KeyDoc{
 	{Key: "envoy.config_path", Default: "\"/etc/envoy/envoy.yaml\"", Meaning: "Envoy's bootstrap (YAML, JSON or proto text by extension)", Reload: "yes"},
 	{Key: "envoy.admin_port", Default: "15000", Meaning: "Envoy's admin port on `agent.localhost`; must match the bootstrap's admin `socket_address` (checked from the file, and again from the address Envoy really bound). Not with `admin_socket`", Reload: "no"},
 	{Key: "envoy.admin_socket", Default: `""`, Meaning: "Envoy's admin on this unix socket instead of a port (the example and the packages use it): must be the bootstrap's `admin.address.pipe.path` (a relative path there is taken from the agent's working folder, as Envoy does), checked from the file and from the address Envoy bound; the pipe's `mode` must give others nothing (`mode: 0600`); at most 107 bytes. Packages: `/run/envoy-agent/admin.sock`", Reload: "no"},
-	{Key: "envoy.log_level", Default: "\"info\"", Meaning: "Envoy's `-l`; Istio-style `\"warning,upstream:debug\"` sets component levels too", Reload: "yes"},
-	{Key: "envoy.component_log_level", Default: "\"\"", Meaning: "`--component-log-level`, e.g. `\"upstream:debug,connection:trace\"`", Reload: "yes"},
+	{Key: "envoy.log_level", Default: "\"info\"", Meaning: "Envoy's `-l`; Istio-style `\"info,upstream:warning\"` sets component levels too; `trace` and `debug` are refused, for any component (Envoy then logs the bootstrap's secrets and request headers)", Reload: "yes"},
+	{Key: "envoy.component_log_level", Default: "\"\"", Meaning: "`--component-log-level`, e.g. `\"upstream:warning,connection:error\"` (not `debug` or `trace`)", Reload: "yes"},
 	{Key: "envoy.log_as_json", Default: "false", Meaning: "Envoy writes its log lines as JSON (`--log-format`)", Reload: "yes"},
 	{Key: "envoy.concurrency", Default: "0", Meaning: "`--concurrency` when above 0 (lowering it on a reload drops connections queued in the old workers)", Reload: "yes"},
 	{Key: "envoy.node_ips", Default: "[]", Meaning: "`--local-address-ip-version v6` only when every one is IPv6", Reload: "yes"},
@@ -39,6 +39,6 @@ var KeyDocs = []KeyDoc{
 	{Key: "agent.start_timeout", Default: "\"60s\"", Meaning: "Envoy (and a reload's new epoch) must be LIVE by then", Reload: "yes"},
 	{Key: "agent.log_level", Default: "\"info\"", Meaning: "the agent's own log level", Reload: "yes"},
 	{Key: "agent.log_format", Default: "\"text\"", Meaning: "`\"text\"` or `\"json\"`", Reload: "yes"},
-	{Key: "agent.run_dir", Default: `""`, Meaning: "where the agent keeps runtime files (the control socket, bootstrap copies, admin address files); `\"\"` is `/run/envoy-agent`, the unit's `RuntimeDirectory=`, or `/run/envoy-agent-NAME` for `/etc/envoy-agent/NAME.toml` (the template unit's instance NAME), fixed so that `envoy-agent reload` and `status` find the socket from the file alone (change both together)", Reload: "no"},
+	{Key: "agent.run_dir", Default: `""`, Meaning: "where the agent keeps runtime files (the control socket, bootstrap copies, admin address files); `\"\"` is `/run/envoy-agent`, the unit's `RuntimeDirectory=`, or `/run/envoy-agent-NAME` for `/etc/envoy-agent/NAME.toml` (the template unit's instance NAME), fixed so that `envoy-agent reload` and `status` find the socket from the file alone (change both together); Envoy's hot-restart sockets are files there too, so it must leave room for their names (`validate` says how long it may be; about 80 bytes)", Reload: "no"},
 	{Key: "agent.control_socket", Default: `""`, Meaning: "the control socket (reload, drain, quit, status, reopen-logs); `\"\"` is `<run_dir>/control.sock`; at most 107 bytes", Reload: "no"},
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/agnivade/levenshtein"
+	"github.com/envoy-agent/envoy-agent/envoy"
 )
 
 // maxConfigSize bounds the TOML file the agent reads.
@@ -26,7 +27,7 @@ func LoadConfig(path string) (*Config, error) {
 	}
 	cfg := DefaultConfig()
 	cfg.File = path
-	cfg.src = strings.Split(string(data), "\n")
+	cfg.src = newKeyLines(strings.Split(string(data), "\n"))
 	ps := &problems{file: path, lines: cfg.src}
 	if err := checkNesting(data); err != nil {
 		return nil, &ConfigError{Problems: []Problem{{File: path, Line: err.line, Msg: err.Error()}}}
@@ -42,7 +43,7 @@ func LoadConfig(path string) (*Config, error) {
 		if len(k) > 1 && unknown[k[:len(k)-1].String()] {
 			continue // inside an unknown table: the table is the problem
 		}
-		ps.add(k.String(), "unknown key%s", suggest(k))
+		ps.add(k.String(), unknownKeyMsg+"%s", suggest(k))
 	}
 	cfg.resolvePaths()
 	cfg.check(ps)
@@ -78,7 +79,7 @@ func article(typ string) string {
 }
 
 func readConfigFile(path string) ([]byte, error) {
-	data, err := readRegularFile(path, maxConfigSize)
+	data, err := envoy.ReadRegularFile(path, maxConfigSize)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the configuration: %w", err)
 	}

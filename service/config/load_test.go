@@ -111,7 +111,8 @@ func TestLoadConfigBadInput(t *testing.T) {
 		{name: "bad component level", text: head + "component_log_level = \"upstream\"\n", line: 4, key: "envoy.component_log_level", msg: "want component:level"},
 		{name: "bad log format", text: head + "[agent]\nlog_format = \"xml\"\n", line: 5, key: "agent.log_format", msg: `unknown format "xml"`},
 		{name: "negative base id", text: head + "base_id = -1\n", line: 4, key: "envoy.base_id", msg: "out of range"},
-		{name: "control socket path too long", text: head + "[agent]\nrun_dir = \"/run/" + strings.Repeat("x", 100) + "\"\n", line: 5, key: "agent.run_dir", msg: "a unix socket path holds at most 107"},
+		{name: "run_dir too long for its sockets", text: head + "[agent]\nrun_dir = \"/run/" + strings.Repeat("x", 100) + "\"\n", line: 5, key: "agent.run_dir", msg: "is too long for Envoy's hot-restart sockets"},
+		{name: "run_dir too long for Envoy's hot-restart sockets only", text: head + "[agent]\nrun_dir = \"/run/" + strings.Repeat("x", 80) + "\"\n", line: 5, key: "agent.run_dir", msg: "use a run folder at most 82 bytes long"},
 		{name: "control socket set, too long", text: head + "[agent]\ncontrol_socket = \"/run/" + strings.Repeat("x", 110) + "\"\n", line: 5, key: "agent.control_socket", msg: "a unix socket path holds at most 107"},
 		{name: "bad node ip", text: head + "node_ips = [\"10.0.0.300\"]\n", line: 4, key: "envoy.node_ips", msg: "not an IP address"},
 	}

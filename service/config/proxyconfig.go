@@ -1,6 +1,7 @@
 //go:build linux
 
 // The mapping of the configuration onto the envoy package's ProxyConfig.
+
 package config
 
 import (

@@ -2,6 +2,7 @@
 
 // Resolution of the paths a configuration names: relative paths, the Envoy
 // binary in PATH, the run folder.
+
 package config
 
 import (
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/envoy-agent/envoy-agent/envoy"
 	"golang.org/x/sys/unix"
 )
 
@@ -62,7 +64,7 @@ func resolveBinary(p string) (string, error) {
 }
 
 func checkReadable(p string) error {
-	f, err := openRegular(p)
+	f, err := envoy.OpenRegular(p)
 	if err != nil {
 		return err
 	}

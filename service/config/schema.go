@@ -1,6 +1,7 @@
 //go:build linux
 
 // The TOML schema: the tables, their keys and types, and the defaults.
+
 package config
 
 import (
@@ -19,7 +20,7 @@ type Config struct {
 	// File is the path the configuration was read from.
 	File string `toml:"-"`
 	// src is its text, to find the line of a key checked later.
-	src keyLines
+	src *keyLines
 	// adminPortSet: the file sets envoy.admin_port (its default is not
 	// wanted with admin_socket).
 	adminPortSet bool

@@ -25,7 +25,7 @@ func Validate(ctx context.Context, path string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := ValidateBootstrap(ctx, cfg); err != nil {
+	if err := ValidateBootstrap(ctx, cfg, new(envoy.VersionCache)); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "OK: %s is valid; %s accepts the bootstrap %s\n", cfg.File, cfg.Envoy.BinaryPath, cfg.Envoy.ConfigPath)
@@ -33,11 +33,21 @@ func Validate(ctx context.Context, path string, out io.Writer) error {
 }
 
 // ValidateBootstrap runs `envoy --mode validate` on the bootstrap, with the
-// operator's extra arguments (they may change what Envoy loads).
-func ValidateBootstrap(ctx context.Context, cfg *Config) error {
-	if err := cfg.checkIsEnvoy(ctx); err != nil {
-		return err
+// operator's extra arguments (they may change what Envoy loads), and beside
+// it `envoy --version` (answered from versions when the binary has not
+// changed), which must say it is an Envoy: that problem is reported first.
+func ValidateBootstrap(ctx context.Context, cfg *Config, versions *envoy.VersionCache) error {
+	isEnvoy := make(chan error, 1)
+	go func() { isEnvoy <- cfg.checkIsEnvoy(ctx, versions) }()
+	err := runValidate(ctx, cfg)
+	if notEnvoy := <-isEnvoy; notEnvoy != nil {
+		return notEnvoy
 	}
+	return err
+}
+
+// runValidate runs `envoy --mode validate` on cfg's bootstrap.
+func runValidate(ctx context.Context, cfg *Config) error {
 	ctx, cancel := context.WithTimeout(ctx, ValidateTimeout)
 	defer cancel()
 	args := []string{"--mode", "validate", "-c", cfg.Envoy.ConfigPath, "-l", "warning", "--disable-hot-restart"}

@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 
 	"github.com/envoy-agent/envoy-agent/service/config"
 )
@@ -36,7 +35,8 @@ func (e *ReloadError) Error() string {
 // It proves it reached that agent, not a process that took its place: the
 // answer must name the same configuration file (controlConfigHeader) and a
 // pid (controlPidHeader) that is the pid the kernel gives for the socket's
-// server (SO_PEERCRED), whose uid owns the socket file.
+// server (SO_PEERCRED), which runs as root, the caller's user or the
+// service user (controlRequest).
 func RequestReload(ctx context.Context, path string, out io.Writer) error {
 	cfg, err := config.LoadUnchecked(path)
 	if err != nil {
@@ -45,21 +45,38 @@ func RequestReload(ctx context.Context, path string, out io.Writer) error {
 	sock := cfg.ControlSocketPath()
 	ctx, cancel := context.WithTimeout(ctx, 2*cfg.Agent.StartTimeout.D()+2*config.ValidateTimeout)
 	defer cancel()
-	resp, server, err := controlPost(ctx, sock, "/reload")
+	resp, server, err := controlRequest(ctx, sock, http.MethodPost, "/reload", reloadProgressType)
+	if ue := (*config.UntrustedControlError)(nil); errors.As(err, &ue) {
+		return fmt.Errorf("reload: %s: %w", sock, err)
+	}
 	if err != nil {
 		return fmt.Errorf("reload: cannot reach the agent on its control socket %s (is envoy-agent running with %s? if agent.run_dir or agent.control_socket was edited, the agent still listens on the old one: restart the service): %w", sock, path, err)
 	}
 	defer resp.Body.Close()
-	if err := checkControlIdentity(resp, server, sock, path); err != nil {
+	if err := checkControlIdentity(resp, server, path); err != nil {
 		return fmt.Errorf("reload: %s: %w", sock, err)
 	}
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusConflict {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return fmt.Errorf("reload: the agent at %s answered %s: %s", sock, resp.Status, firstLine(string(body)))
 	}
+	// Progress lines first (an agent that predates them sends none), then
+	// the result.
+	dec := json.NewDecoder(io.LimitReader(resp.Body, 1<<20))
 	var res ReloadResult
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&res); err != nil {
-		return fmt.Errorf("reload: the agent at %s answered %s, not a reload result: %w", sock, resp.Status, err)
+	for {
+		var line struct {
+			ReloadResult
+			Progress string `json:"progress"`
+		}
+		if err := dec.Decode(&line); err != nil {
+			return fmt.Errorf("reload: the agent at %s answered %s, not a reload result: %w", sock, resp.Status, err)
+		}
+		if line.Progress == "" {
+			res = line.ReloadResult
+			break
+		}
+		fmt.Fprintf(out, "reload: %s\n", line.Progress)
 	}
 	if !res.OK {
 		if res.Error == "" {
@@ -77,11 +94,20 @@ func RequestReload(ctx context.Context, path string, out io.Writer) error {
 // controlPost POSTs to route on the control socket at sock, and returns the
 // answer with the credentials of the process serving the socket.
 func controlPost(ctx context.Context, sock, route string) (*http.Response, peerCred, error) {
-	return controlRequest(ctx, sock, http.MethodPost, route)
+	return controlRequest(ctx, sock, http.MethodPost, route, "")
 }
 
-// controlRequest is controlPost with any method.
-func controlRequest(ctx context.Context, sock, method, route string) (*http.Response, peerCred, error) {
+// controlRequest is controlPost with any method, and an Accept header
+// unless accept is "". The socket's folder must
+// be one another user cannot have made or written (checkControlDir), and
+// the process serving the socket must be root, the caller's own user or the
+// folder's owner (SO_PEERCRED of the connection); anyone else's answer is
+// an error, not believed.
+func controlRequest(ctx context.Context, sock, method, route, accept string) (*http.Response, peerCred, error) {
+	dir, err := config.CheckControlDir(sock)
+	if err != nil {
+		return nil, peerCred{}, err
+	}
 	var server peerCred
 	var credErr error
 	tr := &http.Transport{
@@ -93,6 +119,13 @@ func controlRequest(ctx context.Context, sock, method, route string) (*http.Resp
 				return nil, err
 			}
 			server, credErr = readPeerCred(c.(*net.UnixConn))
+			if credErr == nil {
+				credErr = believes(dir, server)
+			}
+			if credErr != nil {
+				c.Close()
+				return nil, errNotBelieved
+			}
 			return c, nil
 		},
 	}
@@ -100,33 +133,32 @@ func controlRequest(ctx context.Context, sock, method, route string) (*http.Resp
 	if err != nil {
 		return nil, server, err
 	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
 	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if credErr != nil {
+		return nil, server, credErr
+	}
 	if err != nil {
 		return nil, server, err
-	}
-	if credErr != nil {
-		resp.Body.Close()
-		return nil, server, credErr
 	}
 	return resp, server, nil
 }
 
+// errNotBelieved ends a connection to a process the client does not
+// believe; controlRequest returns the reason instead.
+var errNotBelieved = errors.New("the process serving the control socket is not believed")
+
 // checkControlIdentity checks that the answer came from the agent running
 // the configuration at path: see RequestReload.
-func checkControlIdentity(resp *http.Response, server peerCred, sock, path string) error {
+func checkControlIdentity(resp *http.Response, server peerCred, path string) error {
 	pid, err := strconv.Atoi(resp.Header.Get(controlPidHeader))
 	if err != nil {
 		return fmt.Errorf("the process serving it (pid %d, uid %d) is not an envoy-agent (no %s in its answer %s)", server.Pid, server.UID, controlPidHeader, resp.Status)
 	}
 	if int32(pid) != server.Pid {
 		return fmt.Errorf("the answer claims pid %d but the process serving the socket is pid %d: not the agent", pid, server.Pid)
-	}
-	fi, err := os.Stat(sock)
-	if err != nil {
-		return err
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid != server.UID {
-		return fmt.Errorf("the process serving it (pid %d) runs as uid %d, not as the socket's owner: not the agent", server.Pid, server.UID)
 	}
 	runs := resp.Header.Get(controlConfigHeader)
 	if !sameFile(runs, path) {

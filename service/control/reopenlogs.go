@@ -49,7 +49,7 @@ func RequestReopenLogs(ctx context.Context, path string, out io.Writer) error {
 		return fmt.Errorf("reopen-logs: cannot reach the agent on its control socket %s (is envoy-agent running with %s?): %w", url, path, err)
 	}
 	defer resp.Body.Close()
-	if err := checkControlIdentity(resp, server, url, path); err != nil {
+	if err := checkControlIdentity(resp, server, path); err != nil {
 		return fmt.Errorf("reopen-logs: %s: %w", url, err)
 	}
 	var res ReopenResult

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -48,7 +49,7 @@ type Server struct {
 	ConfigPath string // the absolute path of the configuration file
 	Quit       func()
 	Drain      func()
-	Reload     func(context.Context) ReloadResult
+	Reload     func(context.Context, func(string)) ReloadResult
 	Report     http.HandlerFunc                   // GET /status (statusreport.go)
 	Reopen     func(context.Context) ReopenResult // POST /reopen_logs (reopenlogs.go)
 	Upgrade    http.Handler                       // GET and POST /upgrade (upgrade.go)
@@ -128,12 +129,45 @@ func (c *Server) handleDrain(w http.ResponseWriter, _ *http.Request, peer peerCr
 
 func (c *Server) handleReload(w http.ResponseWriter, r *http.Request, peer peerCred) {
 	c.peerLog(peer).Infof("/reload from %s", peer)
-	res := c.Reload(r.Context())
-	w.Header().Set("Content-Type", "application/json")
-	if !res.OK {
-		w.WriteHeader(http.StatusConflict)
+	if r.Header.Get("Accept") != reloadProgressType {
+		res := c.Reload(r.Context(), nil)
+		w.Header().Set("Content-Type", "application/json")
+		if !res.OK {
+			w.WriteHeader(http.StatusConflict)
+		}
+		_ = json.NewEncoder(w).Encode(res)
+		return
 	}
-	_ = json.NewEncoder(w).Encode(res)
+	// A client that asks for progress (envoy-agent reload) hears at once
+	// what the reload waits for, one JSON line each, then the result.
+	w.Header().Set("Content-Type", reloadProgressType)
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	var mu sync.Mutex // progress comes from the reloader's goroutine
+	enc := json.NewEncoder(w)
+	done := false
+	res := c.Reload(r.Context(), func(msg string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			_ = enc.Encode(reloadProgress{Progress: msg})
+			_ = rc.Flush()
+		}
+	})
+	mu.Lock()
+	done = true
+	_ = enc.Encode(res)
+	mu.Unlock()
+}
+
+// reloadProgressType is the Accept header with which a reload request asks
+// for progress lines before the result (JSON objects, one a line).
+const reloadProgressType = "application/x-ndjson"
+
+// reloadProgress is one progress line of a reload's answer.
+type reloadProgress struct {
+	Progress string `json:"progress"`
 }
 
 func (c *Server) handleStatus(w http.ResponseWriter, r *http.Request, _ peerCred) {

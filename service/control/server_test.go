@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sirupsen/logrus"
@@ -68,11 +69,16 @@ func unixClient(path string) *http.Client {
 
 // TestControlServer runs the control routes on a real unix socket, with the
 // test's own credentials as the peer (the policy lets in its own user).
+// Each subtest counts only the calls its own request made, so it passes
+// alone (`-run 'TestControlServer/^quit$'`) as well as after the others.
 func TestControlServer(t *testing.T) {
-	var quits, drains, reloads int
+	var quits, drains, reloads atomic.Int64
 	c := &Server{Log: testLogger(), Policy: OwnPolicy(), ConfigPath: "/etc/envoy-agent/config.toml",
-		Quit: func() { quits++ }, Drain: func() { drains++ },
-		Reload: func(context.Context) ReloadResult { reloads++; return ReloadResult{OK: true, Epoch: 1} }}
+		Quit: func() { quits.Add(1) }, Drain: func() { drains.Add(1) },
+		Reload: func(context.Context, func(string)) ReloadResult {
+			reloads.Add(1)
+			return ReloadResult{OK: true, Epoch: 1}
+		}}
 	path := serveControl(t, c)
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -86,20 +92,23 @@ func TestControlServer(t *testing.T) {
 		name, method, path string
 		header             map[string]string
 		code               int
-		quits, drains      int
-		reloads            int
+		quits, drains      int64 // calls this request made
+		reloads            int64
 	}{
 		{"reload needs POST", "GET", "/reload", nil, 405, 0, 0, 0},
 		{"quit needs POST", "GET", "/quitquitquit", nil, 405, 0, 0, 0},
 		{"cross-origin reload refused", "POST", "/reload", map[string]string{"Origin": "http://evil.example"}, 403, 0, 0, 0},
 		{"cross-site fetch refused", "POST", "/drain", map[string]string{"Sec-Fetch-Site": "cross-site"}, 403, 0, 0, 0},
 		{"reload", "POST", "/reload", nil, 200, 0, 0, 1},
-		{"drain", "POST", "/drain", nil, 200, 0, 1, 1},
-		{"quit", "POST", "/quitquitquit", nil, 200, 1, 1, 1},
-		{"unknown route", "POST", "/nope", nil, 404, 1, 1, 1},
+		{"drain", "POST", "/drain", nil, 200, 0, 1, 0},
+		{"quit", "POST", "/quitquitquit", nil, 200, 1, 0, 0},
+		{"unknown route", "POST", "/nope", nil, 404, 0, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			quits.Store(0)
+			drains.Store(0)
+			reloads.Store(0)
 			req, _ := http.NewRequest(tt.method, "http://envoy-agent"+tt.path, nil)
 			for k, v := range tt.header {
 				req.Header.Set(k, v)
@@ -115,8 +124,8 @@ func TestControlServer(t *testing.T) {
 			if resp.Header.Get(controlPidHeader) != strconv.Itoa(os.Getpid()) || resp.Header.Get(controlConfigHeader) != c.ConfigPath {
 				t.Errorf("identity headers %q %q, want pid %d and %s", resp.Header.Get(controlPidHeader), resp.Header.Get(controlConfigHeader), os.Getpid(), c.ConfigPath)
 			}
-			if quits != tt.quits || drains != tt.drains || reloads != tt.reloads {
-				t.Fatalf("quits %d drains %d reloads %d, want %d %d %d", quits, drains, reloads, tt.quits, tt.drains, tt.reloads)
+			if q, d, r := quits.Load(), drains.Load(), reloads.Load(); q != tt.quits || d != tt.drains || r != tt.reloads {
+				t.Fatalf("quits %d drains %d reloads %d, want %d %d %d", q, d, r, tt.quits, tt.drains, tt.reloads)
 			}
 		})
 	}

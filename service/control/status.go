@@ -5,6 +5,7 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -69,12 +70,15 @@ func RequestStatus(ctx context.Context, path string, asJSON bool, out io.Writer)
 // that runs this file. reached is false when nothing answered at all.
 func getStatus(ctx context.Context, cfg *config.Config) (rep StatusReport, reached bool, err error) {
 	url := cfg.ControlSocketPath()
-	resp, server, err := controlRequest(ctx, url, http.MethodGet, "/status")
+	resp, server, err := controlRequest(ctx, url, http.MethodGet, "/status", "")
+	if ue := (*config.UntrustedControlError)(nil); errors.As(err, &ue) {
+		return rep, true, fmt.Errorf("%s: %w", url, err)
+	}
 	if err != nil {
 		return rep, false, fmt.Errorf("no envoy-agent answers on %s (is envoy-agent running with %s?): %w", url, cfg.File, err)
 	}
 	defer resp.Body.Close()
-	if err := checkControlIdentity(resp, server, url, cfg.File); err != nil {
+	if err := checkControlIdentity(resp, server, cfg.File); err != nil {
 		return rep, true, err
 	}
 	if resp.StatusCode != http.StatusOK {

@@ -51,7 +51,7 @@ func RequestUpgrade(ctx context.Context, path string, out io.Writer) error {
 		}
 		return fmt.Errorf("upgrade: cannot reach the agent on %s (is envoy-agent running with %s?): %w", url, path, err)
 	}
-	if err := checkControlIdentity(resp, server, url, path); err != nil {
+	if err := checkControlIdentity(resp, server, path); err != nil {
 		resp.Body.Close()
 		return fmt.Errorf("upgrade: %s: %w", url, err)
 	}
@@ -100,7 +100,7 @@ func RequestUpgrade(ctx context.Context, path string, out io.Writer) error {
 
 func getUpgradeInfo(ctx context.Context, url string) (UpgradeAnswer, error) {
 	var ans UpgradeAnswer
-	resp, _, err := controlRequest(ctx, url, http.MethodGet, "/upgrade")
+	resp, _, err := controlRequest(ctx, url, http.MethodGet, "/upgrade", "")
 	if err != nil {
 		return ans, err
 	}

@@ -4,7 +4,6 @@ package systemd
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"path/filepath"
 	"strconv"
@@ -120,34 +119,5 @@ func TestNotifierWithoutSocketIsQuiet(t *testing.T) {
 				t.Errorf("NOTIFY_SOCKET=%q: warned %v, want %v; log: %q", tt.socket, warned, want, logged.String())
 			}
 		})
-	}
-}
-
-func TestRunWatchdogPingsOnlyWhileAlive(t *testing.T) {
-	var alive = make(chan bool, 1)
-	alive <- true
-	state := true
-	pings := make(chan time.Time, 100)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go RunWatchdog(ctx, 100*time.Millisecond, func(context.Context) bool {
-		select {
-		case state = <-alive:
-		default:
-		}
-		return state
-	}, func() { pings <- time.Now() })
-	time.Sleep(500 * time.Millisecond)
-	if n := len(pings); n < 5 || n > 12 {
-		t.Fatalf("%d pings in 500ms at a 50ms period", n)
-	}
-	alive <- false
-	time.Sleep(120 * time.Millisecond)
-	for len(pings) > 0 {
-		<-pings
-	}
-	time.Sleep(300 * time.Millisecond)
-	if n := len(pings); n != 0 {
-		t.Fatalf("%d pings while not alive", n)
 	}
 }

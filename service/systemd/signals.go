@@ -21,6 +21,11 @@ type Signals struct {
 	Reload <-chan os.Signal
 	// Reopen gets SIGUSR1: have Envoy reopen its log files.
 	Reopen <-chan os.Signal
+	// Watchdog gets SIGABRT, systemd's WatchdogSignal= (the unit's
+	// default): stop Envoy without a drain. Taken, so that the Go runtime
+	// does not answer it with a dump of every goroutine's stack: the
+	// agent's watchdog has already said why at error priority.
+	Watchdog <-chan os.Signal
 }
 
 // StopSignal is the cause of the context NotifySignals returns once a
@@ -36,9 +41,9 @@ func (s *StopSignal) Error() string { return s.Signal.String() }
 func NotifySignals(parent context.Context) (ctx context.Context, sigs *Signals, stop func()) {
 	ignoreSIGPIPE()
 	ch := make(chan os.Signal, 8)
-	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGABRT)
 	ctx, cancel := context.WithCancelCause(parent)
-	again, reload, reopen := make(chan os.Signal, 1), make(chan os.Signal, 1), make(chan os.Signal, 1)
+	again, reload, reopen, watchdog := make(chan os.Signal, 1), make(chan os.Signal, 1), make(chan os.Signal, 1), make(chan os.Signal, 1)
 	done := make(chan struct{})
 	go func() {
 		for {
@@ -51,6 +56,8 @@ func NotifySignals(parent context.Context) (ctx context.Context, sigs *Signals, 
 					offer(reload, sig)
 				case syscall.SIGUSR1:
 					offer(reopen, sig)
+				case syscall.SIGABRT:
+					offer(watchdog, sig)
 				default:
 					if ctx.Err() == nil {
 						cancel(&StopSignal{sig})
@@ -66,7 +73,7 @@ func NotifySignals(parent context.Context) (ctx context.Context, sigs *Signals, 
 		close(done)
 		cancel(context.Canceled)
 	}
-	return ctx, &Signals{Again: again, Reload: reload, Reopen: reopen}, stop
+	return ctx, &Signals{Again: again, Reload: reload, Reopen: reopen, Watchdog: watchdog}, stop
 }
 
 func offer(ch chan os.Signal, sig os.Signal) {

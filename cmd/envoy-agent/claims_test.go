@@ -1,0 +1,106 @@
+//go:build linux
+
+package main
+
+// The claims (base id, ports) as a local attacker meets them: uid 65534
+// squats the abstract names the agent used to claim them through, answering
+// with a made-up agent, and tries to put a claim file of its own in the
+// claims directory.
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/service"
+)
+
+// claimSquat is the helper "squat": it binds each abstract name of NAMES
+// (comma-separated) and answers every connection with a made-up agent,
+// creates CLAIM (a claim file) if it can, prints one line for each, then
+// "squatting" and holds everything until its stdin closes.
+func claimSquat() {
+	for _, name := range strings.Split(os.Getenv("NAMES"), ",") {
+		ln, err := net.Listen("unix", name)
+		fmt.Printf("bind %s: %s\n", name, errText(err))
+		if err != nil {
+			continue
+		}
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				fmt.Fprintln(c, `{"pid":1,"config":"/etc/envoy-agent/edge.toml","instance":"edge"}`)
+				c.Close()
+			}
+		}()
+	}
+	f, err := os.OpenFile(os.Getenv("CLAIM"), os.O_RDWR|os.O_CREATE, 0o666)
+	fmt.Printf("create claim file: %s\n", errText(err))
+	if err == nil {
+		fmt.Fprintln(f, `{"pid":1,"config":"/etc/envoy-agent/edge.toml","instance":"edge"}`)
+	}
+	fmt.Println("squatting")
+	_, _ = bufio.NewReader(os.Stdin).ReadString(0)
+}
+
+// TestClaimsCannotBeSquatted: with uid 65534 holding the old abstract claim
+// names of a base id and its ports (answering as a made-up agent) and
+// trying to write a claim file, an agent with that base id starts and
+// serves; a second agent with the same base id is refused, naming the real
+// first agent, not the made-up one.
+func TestClaimsCannotBeSquatted(t *testing.T) {
+	baseID := testenvoy.BaseID()
+	claimsDir := os.Getenv(service.EnvClaimsDir)
+	squat := exec.Command(testBinCopy)
+	names := fmt.Sprintf("@envoy-agent/base-id/%d", baseID)
+	squat.Env = append(os.Environ(), helperEnv+"=squat", "NAMES="+names,
+		"CLAIM="+filepath.Join(claimsDir, fmt.Sprintf("base-id-%d", baseID)))
+	squat.SysProcAttr = &syscall.SysProcAttr{Credential: nobody}
+	stdin, err := squat.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := squat.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := squat.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); _ = squat.Wait() })
+	var said strings.Builder
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() && sc.Text() != "squatting" {
+		said.WriteString(sc.Text() + "\n")
+	}
+	t.Logf("the squatter (uid 65534):\n%s", said.String())
+	if !strings.Contains(said.String(), "bind "+names+": ok") {
+		t.Fatalf("the squatter could not bind the abstract name; the test proves nothing:\n%s", said.String())
+	}
+	if !strings.Contains(said.String(), "create claim file: errno 13") {
+		t.Fatalf("uid 65534 could write in the claims directory %s:\n%s", claimsDir, said.String())
+	}
+
+	first := startAgent(t, procOptions{envoy: map[string]string{"base_id": fmt.Sprint(baseID)}})
+	if first.healthz() != 200 {
+		t.Fatalf("the agent under the squat is not ready")
+	}
+	second := startAgent(t, procOptions{noWaitReady: true, envoy: map[string]string{"base_id": fmt.Sprint(baseID)}})
+	code, _ := second.wait(second.started, 30*time.Second)
+	out := second.stderr.String()
+	want := fmt.Sprintf("base_id %d is already used by the envoy-agent running with %s (pid %d)", baseID, first.config, first.proc.Pid())
+	if code != 3 || !strings.Contains(out, want) || strings.Contains(out, "edge") {
+		t.Fatalf("second agent exited %d, want 3 naming the first agent (%q), not the squatter's:\n%s", code, want, out)
+	}
+}

@@ -1,0 +1,122 @@
+package shape
+
+import (
+	"encoding/json"
+	"go/parser"
+	"go/token"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// maxFiles is the most .go files (tests included) one package may hold: past it, a newcomer
+// cannot name the package's one job.
+const maxFiles = 30
+
+// oversized are the packages allowed past maxFiles for now, each with its count: the number may
+// only go down. Splitting envoy/ (the admin client, Envoy's output relay) is the open work.
+var oversized = map[string]int{
+	"github.com/envoy-agent/envoy-agent/envoy": 40,
+}
+
+// cmdImports are the module's packages cmd/envoy-agent may import: the daemon and its
+// packages, and the command table.
+var cmdImports = []string{
+	"github.com/envoy-agent/envoy-agent/internal/manual",
+	"github.com/envoy-agent/envoy-agent/service",
+	"github.com/envoy-agent/envoy-agent/service/config",
+	"github.com/envoy-agent/envoy-agent/service/control",
+	"github.com/envoy-agent/envoy-agent/service/systemd",
+}
+
+type pkg struct {
+	ImportPath     string
+	Dir            string
+	Name           string
+	GoFiles        []string
+	TestGoFiles    []string
+	XTestGoFiles   []string
+	IgnoredGoFiles []string
+	Imports        []string
+}
+
+// list is `go list -json` of the workspace's packages.
+func list(t *testing.T) []pkg {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-json", "../../...", "../../bench/...", "../../packaging/...")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var ps []pkg
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	if len(ps) < 10 {
+		t.Fatalf("go list found %d packages; expected the whole workspace", len(ps))
+	}
+	return ps
+}
+
+// TestPackageDocs: exactly one file of each package carries the package doc, so `go doc` opens
+// with it; a file-header comment directly above `package` would merge into it (leave a blank
+// line between them).
+func TestPackageDocs(t *testing.T) {
+	for _, p := range list(t) {
+		fset := token.NewFileSet()
+		var withDoc []string
+		for _, f := range p.GoFiles {
+			af, err := parser.ParseFile(fset, filepath.Join(p.Dir, f), nil, parser.PackageClauseOnly|parser.ParseComments)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if af.Doc != nil {
+				withDoc = append(withDoc, f)
+			}
+		}
+		switch {
+		case len(withDoc) == 0:
+			t.Errorf("%s has no package doc", p.ImportPath)
+		case len(withDoc) > 1:
+			t.Errorf("%s: the package doc is merged from %d files (%s): keep it in one (doc.go), and put a blank line between the others' header comments and `package`", p.ImportPath, len(withDoc), strings.Join(withDoc, ", "))
+		}
+	}
+}
+
+// TestPackageSize: no package holds more than maxFiles .go files.
+func TestPackageSize(t *testing.T) {
+	for _, p := range list(t) {
+		n := len(p.GoFiles) + len(p.TestGoFiles) + len(p.XTestGoFiles) + len(p.IgnoredGoFiles)
+		limit := maxFiles
+		if o, ok := oversized[p.ImportPath]; ok {
+			limit = o
+		}
+		if n > limit {
+			t.Errorf("%s holds %d .go files, more than %d: split it by job", p.ImportPath, n, limit)
+		}
+	}
+}
+
+// TestCommandImports: cmd/envoy-agent reaches Envoy only through service (docs/design.md,
+// Layers).
+func TestCommandImports(t *testing.T) {
+	for _, p := range list(t) {
+		if p.ImportPath != "github.com/envoy-agent/envoy-agent/cmd/envoy-agent" {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if strings.HasPrefix(imp, "github.com/envoy-agent/envoy-agent") && !slices.Contains(cmdImports, imp) {
+				t.Errorf("cmd/envoy-agent imports %s: it calls service/... only (move what it needs behind service)", imp)
+			}
+		}
+		return
+	}
+	t.Fatal("go list did not list cmd/envoy-agent")
+}
