@@ -1,6 +1,7 @@
 //go:build linux
 
 // Envoy's hot-restart sockets: files in the run folder, not abstract names.
+
 package envoy
 
 import (

@@ -2,6 +2,7 @@
 
 // What an agent killed with SIGKILL leaves in its run folder and in
 // /dev/shm, cleared before the next one starts Envoy.
+
 package envoy
 
 import (

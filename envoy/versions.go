@@ -2,6 +2,7 @@
 
 // What an Envoy binary says of itself (--version, --hot-restart-version),
 // asked once per file.
+
 package envoy
 
 import (
