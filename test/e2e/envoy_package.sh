@@ -229,6 +229,8 @@ rpm_envoy_inspect() {
 		grep -qx /usr/share/licenses/envoy/LICENSE "$work/envoy-rpm.files" || fail "the license is missing"
 		rpm -qp --provides "$f" | tee "$work/envoy-rpm.provides"
 		grep -qx 'envoy-hot-restart-11\.104' "$work/envoy-rpm.provides" || fail "no envoy-hot-restart-11.104 provide"
+		# The glibc Envoy's binary needs, read from its symbol versions by mkpkg.
+		rpm -qp --requires "$f" | grep -E '^glibc >= 2\.[0-9]+$' || fail "no glibc >= 2.x requirement"
 	done
 	rpm -qp --scripts --filetriggers "$envoy_rpm_to" | tee "$work/envoy-rpm.scripts"
 	grep -q '^posttrans scriptlet' "$work/envoy-rpm.scripts" || fail "no %posttrans"
@@ -245,16 +247,20 @@ rpm_envoy_scratch_root() {
 	local r=$work/rpmroot-envoy
 	mkdir -p "$r/upper" "$r/work" "$r/root"
 	mount -t overlay overlay -o "lowerdir=$ROOTFS,upperdir=$r/upper,workdir=$r/work" "$r/root" || return 1
-	trap 'umount "$r/root"' EXIT
+	# (The path expanded now: the trap runs after this function's locals are gone.)
+	trap "umount '$r/root'" EXIT
 	local R=$r/root
 	timeout 60 rpm --root "$R" --initdb || return 1
+	# --nodeps: the scratch root's rpm database is empty, so the packages' Requires (glibc >= 2.30
+	# for Envoy, read from its binary; glibc for envoy-agent) name nothing it knows of. The
+	# Requires themselves are checked by rpm_envoy_inspect.
 	timeout 120 rpm --root "$R" -i --nodeps "$rpm" || return 1
-	timeout 120 rpm --root "$R" -i "$envoy_rpm_from" 2>&1 | tee "$work/envoy-rpm.out" || return 1
+	timeout 120 rpm --root "$R" -i --nodeps "$envoy_rpm_from" 2>&1 | tee "$work/envoy-rpm.out" || return 1
 	local v1 v2 v3
 	v1=$("$R/usr/bin/envoy" --version | grep -o 'version: [^ ]*')
-	timeout 120 rpm --root "$R" -U "$envoy_rpm_to" 2>&1 | tee -a "$work/envoy-rpm.out" || return 1
+	timeout 120 rpm --root "$R" -U --nodeps "$envoy_rpm_to" 2>&1 | tee -a "$work/envoy-rpm.out" || return 1
 	v2=$("$R/usr/bin/envoy" --version | grep -o 'version: [^ ]*')
-	timeout 120 rpm --root "$R" -U --oldpackage "$envoy_rpm_from" 2>&1 | tee -a "$work/envoy-rpm.out" || return 1
+	timeout 120 rpm --root "$R" -U --nodeps --oldpackage "$envoy_rpm_from" 2>&1 | tee -a "$work/envoy-rpm.out" || return 1
 	v3=$(rpm --root "$R" -q envoy)
 	# Debian's rpm warns on every install (use Alien instead); anything else is the scriptlets'.
 	local said
