@@ -17,22 +17,18 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// detectHotRestart asks the configured binary, before the first start, for
-// its hot-restart version; an Envoy built without hot restart then runs
-// with --disable-hot-restart (proxyConfig) and without the hot-restart
-// arguments, which such a build has no use for. When the binary does not
-// answer, Envoy is started as before and its own start says what is wrong.
-func (s *supervisor) detectHotRestart(ctx context.Context, cfg *config.Config) {
-	v, err := s.versions.HotRestartVersion(ctx, cfg.Envoy.BinaryPath) // kept for the first reload
-	if err != nil {
-		s.log.Warnf("cannot ask Envoy for its hot-restart version before starting it: %v", err)
-		return
-	}
-	s.setHotRestartVersion(v)
-	if v == envoy.HotRestartDisabled {
-		s.log.WithFields(logrus.Fields{"event": "hot_restart_disabled", "binary": cfg.Envoy.BinaryPath}).
-			Warnf("%s says its hot-restart version is %q: %s; it runs with --disable-hot-restart", cfg.Envoy.BinaryPath, v, control.HotRestartOffNote)
-	}
+// noteHotRestartOff says, once Envoy's /server_info has told the agent that
+// hot restart is compiled out of it, how such an Envoy is run from now on:
+// every later epoch with --disable-hot-restart (proxyConfig) and without
+// the hot-restart arguments, and a reload as a drain and a restart. The
+// first start is not delayed to ask the binary beforehand (a full Envoy
+// process start, tens of milliseconds on every start of every Envoy): a
+// build without hot restart ignores the hot-restart arguments of that first
+// start, sets up no shared memory and binds no hot-restart socket.
+func (s *supervisor) noteHotRestartOff(binary string) {
+	s.log.WithFields(logrus.Fields{"event": "hot_restart_disabled", "binary": binary}).
+		Warnf("%s says its hot-restart version is %q: %s; it runs with --disable-hot-restart from its next start on", binary, envoy.HotRestartDisabled, control.HotRestartOffNote)
+	s.notify.Status(s.liveStatus())
 }
 
 // hotRestartOff reports whether the serving Envoy runs without hot restart.

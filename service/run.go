@@ -176,9 +176,6 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	cfg, log := s.config(), s.log
 	s.stderr = stderr
 	s.report.agentStarted(version)
-	if s.handover == nil {
-		s.detectHotRestart(ctx, cfg)
-	}
 	if s.proxy, err = s.newProxy(cfg); err != nil {
 		log.Errorf("upgrade: cannot adopt the running Envoy: %v", err)
 		return err

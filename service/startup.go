@@ -131,10 +131,17 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 }
 
 // learnVersion records the serving Envoy's hot-restart version, which a
-// reload's binary must match.
+// reload's binary must match, and says so when it finds hot restart
+// compiled out of an Envoy that was not known to be so built.
 func (s *supervisor) learnVersion() {
 	ctx, cancel := context.WithTimeout(context.Background(), serverInfoTimeout)
 	defer cancel()
+	wasOff := s.hotRestartOff()
+	defer func() {
+		if !wasOff && s.hotRestartOff() {
+			s.noteHotRestartOff(s.config().Envoy.BinaryPath)
+		}
+	}()
 	si, err := s.proxy.Admin().ServerInfo(ctx)
 	if err == nil && si.HotRestartVersion != "" {
 		s.setHotRestartVersion(si.HotRestartVersion)

@@ -3,9 +3,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -131,6 +133,21 @@ func TestAdminOnAUnixSocketEndToEnd(t *testing.T) {
 	l.Stop()
 	if l.Failed() != 0 || l.Versions()["bad"] != 0 {
 		t.Fatalf("%d requests failed (last: %s), versions %v", l.Failed(), l.LastErr(), l.Versions())
+	}
+
+	// A client that keeps its connection open through the stop (the load's
+	// own connections closed when it stopped, and the drain counts from the
+	// kernel, which sees exactly what is open).
+	held, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(p.ports.Listener))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if _, err := held.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := http.ReadResponse(bufio.NewReader(held), nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the held connection's request: %v %v", resp, err)
 	}
 
 	// The stop: the drain counts the active connections (STATUS= says how
