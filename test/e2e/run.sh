@@ -393,6 +393,42 @@ reload_bad() {
 	expect_body
 }
 
+# reload_bad_after_good: a bad bootstrap right after a good reload, while the replaced epoch still
+# serves a slow request (so a reload that waited for it first would block for seconds): systemctl
+# reload fails in under 2 s (the reload validates before it waits), the slow request completes and
+# the good configuration keeps serving.
+reload_bad_after_good() {
+	local from to t0 t1 rc ms
+	from=$(current)
+	to=v1
+	[ "$from" != v1 ] || to=v2
+	ct_run curl -sS --max-time 30 -o /dev/null -w '%{http_code}' \
+		-H 'x-envoy-fault-delay-request: 5500' "$HTTP/slow" >"$work/badafter.out" 2>&1 &
+	local held=$!
+	echo "$held" >>"$work/bg.pids"
+	wait_for 5 rq_active || fail "the held request never became active"
+	put_bootstrap "$to" || return 1
+	T=120 ct_run systemctl reload "$UNIT" || { put_bootstrap "$from"; fail "the good reload failed"; }
+	current "$to"
+	put_bootstrap bad || return 1
+	t0=$(date +%s%N)
+	T=120 ct_run systemctl reload "$UNIT"
+	rc=$?
+	t1=$(date +%s%N)
+	ms=$(((t1 - t0) / 1000000))
+	put_bootstrap "$to"
+	local still=no
+	kill -0 "$held" 2>/dev/null && still=yes
+	wait "$held"
+	echo "detail: bad reload right after a good one: exit $rc in $ms ms; the replaced epoch's slow request still in flight then: $still, answered $(cat "$work/badafter.out")"
+	[ $rc -ne 0 ] || fail "systemctl reload succeeded with a bad bootstrap"
+	[ "$still" = yes ] || fail "the slow request had ended before the bad reload did: nothing measured"
+	[ "$ms" -lt 2000 ] || fail "the bad reload took $ms ms: it must be refused before any wait for the draining epoch"
+	[ "$(cat "$work/badafter.out")" = 200 ] || fail "the slow request on the replaced epoch did not complete"
+	unit_is active || fail "unit $(prop ActiveState)"
+	expect_body
+}
+
 # local_doors: Envoy's hot-restart sockets are files in /run/envoy-agent, mode 0600, no abstract
 # Envoy socket is bound, and Envoy's shared memory is in the unit's own /dev/shm, not the host's.
 local_doors() {
@@ -1249,6 +1285,7 @@ release_full() {
 			step "traffic passes (edited config, bootstrap v1 on port 80)" edit_config
 			step "reload: edited bootstrap switches v1 -> v2, zero failed requests" reload_good
 			step "reload: a bad bootstrap fails systemctl reload, traffic continues" reload_bad
+			step "reload: a bad bootstrap right after a good reload fails in under 2 s while the old epoch drains" reload_bad_after_good
 			step "envoy package: dpkg -i $ENVOY_FROM -> $ENVOY_TO under load, trigger reloads, 0 failed, /server_info $ENVOY_TO" envoy_upgrade
 			step "envoy package: dpkg -i $ENVOY_TO -> $ENVOY_FROM (downgrade) under load, 0 failed, /server_info $ENVOY_FROM" envoy_downgrade
 			step "envoy replaced by hand: STATUS= and the log say so, systemctl reload switches" envoy_by_hand
