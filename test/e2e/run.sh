@@ -253,8 +253,13 @@ gone() { # gone PID: the process has exited
 	! kill -0 "$1" 2>/dev/null
 }
 
+# A serving Envoy is the agent's child with --restart-epoch on its command line: the agent also
+# runs the binary briefly as `envoy --version`, `--hot-restart-version` (when a package replaced
+# it) and `--mode validate`, which a plain `pgrep -x envoy` would count too.
+SERVING_ENVOY=' --restart-epoch [0-9]'
+
 envoy_pid() { # the plain unit's running Envoy's PID (the newest, should there be two epochs)
-	ct_run pgrep -n -P "$(prop MainPID)" -x envoy
+	ct_run pgrep -n -P "$(prop MainPID)" -f -- "$SERVING_ENVOY"
 }
 
 # --- steps ---------------------------------------------------------------------------------------
@@ -628,7 +633,7 @@ envoy_started() { # envoy_started PID: the process's start time, in clock ticks 
 }
 
 envoy_count() { # the plain unit's Envoy processes
-	ct_run pgrep -c -P "$(prop MainPID)" -x envoy
+	ct_run pgrep -c -P "$(prop MainPID)" -f -- "$SERVING_ENVOY"
 }
 
 # upgrade_live PACKAGE: install PACKAGE (dpkg -i, or rpm -U for a .rpm) under load; the agent
@@ -1019,7 +1024,7 @@ iclient_stop() {
 }
 
 ienvoy_pid() { # ienvoy_pid NAME: the newest Envoy that instance NAME's agent runs
-	ct_run pgrep -n -P "$(iprop "$1" MainPID)" -x envoy
+	ct_run pgrep -n -P "$(iprop "$1" MainPID)" -f -- "$SERVING_ENVOY"
 }
 
 instances_start() {

@@ -464,7 +464,7 @@ agent_upgrade() {
 	local h pids=() envoys=()
 	for h in "${HOSTS[@]}"; do
 		pids+=("$(on "$h" systemctl show -p MainPID --value envoy-agent)")
-		envoys+=("$(on "$h" pgrep -n -x envoy)")
+		envoys+=("$(on "$h" pgrep -n -f -- ' --restart-epoch [0-9]')")
 	done
 	load_start agent
 	playbook agent -e envoy_agent_config_version=2 -e envoy_agent_upgrade=true \
