@@ -265,9 +265,10 @@ envoy_pid() { # the plain unit's running Envoy's PID (the newest, should there b
 # --- steps ---------------------------------------------------------------------------------------
 
 prepare_share() {
-	deb=$(ls -t "$DIST"/envoy-agent_*_amd64.deb 2>/dev/null | head -n1)
-	rpm=$(ls -t "$DIST"/envoy-agent-*.x86_64.rpm 2>/dev/null | head -n1)
-	[ -n "$deb" ] || { echo "no .deb in $DIST (run make package)"; return 1; }
+	# `make package` builds every architecture; the containers run this machine's.
+	deb=$(ls -t "$DIST"/envoy-agent_*_"$(dpkg --print-architecture)".deb 2>/dev/null | head -n1)
+	rpm=$(ls -t "$DIST"/envoy-agent-*."$(uname -m)".rpm 2>/dev/null | head -n1)
+	[ -n "$deb" ] || { echo "no $(dpkg --print-architecture) .deb in $DIST (run make package)"; return 1; }
 	prepare_envoy_packages || return 1
 	cp "$deb" "$share/envoy-agent.deb" || return 1
 	bootstrap v1 >"$share/v1.yaml" && bootstrap v2 >"$share/v2.yaml" && bootstrap v2 bad >"$share/bad.yaml" || return 1

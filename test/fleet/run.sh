@@ -311,9 +311,11 @@ rolled_in_order() {
 # --- steps -----------------------------------------------------------------------------------
 
 prepare_share() {
-	local deb
-	deb=$(ls -t "$DIST"/envoy-agent_*.deb 2>/dev/null | head -n1)
-	[ -n "$deb" ] || { echo "no .deb in $DIST (run make package)"; return 1; }
+	local deb arch
+	# `make package` builds every architecture; the hosts run this machine's.
+	arch=$(dpkg --print-architecture)
+	deb=$(ls -t "$DIST"/envoy-agent_*_"$arch".deb 2>/dev/null | head -n1)
+	[ -n "$deb" ] || { echo "no $arch .deb in $DIST (run make package)"; return 1; }
 	[ -x "$ENVOY_BIN" ] || { echo "no Envoy binary at $ENVOY_BIN (run make envoy)"; return 1; }
 	cp "$deb" "$share/envoy-agent.deb" && cp test/fleet/load.py "$share/load.py" || return 1
 	cp "${ENVOY_BIN_FROM:-$ENVOY_BIN}" "$share/envoy-first" && cp "$ENVOY_BIN" "$share/envoy-last" || return 1
