@@ -1,11 +1,13 @@
 // Package envoykit runs a real Envoy for the tests and the benchmark: it
 // finds the binary, picks ports below the kernel's ephemeral range, writes
 // bootstraps, serves an upstream, listens as systemd's NOTIFY_SOCKET, and
-// puts a fixed-rate load through Envoy that counts failures as a client that
-// does not retry sees them.
+// puts the one load of the tests and the benchmark through Envoy (Load):
+// Go's client at a fixed rate, raw HTTP/1.1 workers or h2c workers, each
+// counting failures as a client that does not retry sees them.
 //
 // It takes no testing.TB, so the benchmark (a plain program) uses it as is;
-// internal/testenvoy wraps it for tests, failing the test on an error.
+// internal/testenvoy wraps it for tests, failing the test on an error
+// (StartLoadUntilCleanup is the one helper here that ends with a test).
 package envoykit
 
 import (

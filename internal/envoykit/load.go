@@ -2,18 +2,13 @@ package envoykit
 
 import (
 	"errors"
+	"fmt"
 	"maps"
-	"net"
-	"net/http"
-	"net/http/httptrace"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
 // ErrRetried marks a request that Go's HTTP client sent twice: its first
@@ -22,14 +17,67 @@ import (
 // Python's http.client do not retry, so such a request counts as failed.
 var ErrRetried = errors.New("retried: the first try failed on a reused connection")
 
-// LoadOptions shape a fixed-rate, keep-alive HTTP GET load.
+// ClientKind is the HTTP client a load runs. Every kind records the same
+// Samples and counts; none hides a failure behind a silent retry.
+type ClientKind int
+
+const (
+	// GoClient is Go's HTTP/1.1 client driven by vegeta at a fixed rate
+	// (Rate, Connections): a request it would have retried silently on a
+	// new connection fails with ErrRetried. It cannot show what a client
+	// sees on an idle kept-alive connection, since Go's transport checks
+	// an idle connection for a pending close before reusing it.
+	GoClient ClientKind = iota
+	// RawHTTP1 are closed-loop workers (Workers), each on one net.Conn, as
+	// Python's http.client runs: the request written by hand, the answer
+	// read with http.ReadResponse, no retry, the next request written on
+	// the kept-alive connection whatever happened to it while idle, a new
+	// connection only after an error or a "Connection: close".
+	RawHTTP1
+	// H2C are closed-loop workers (Workers) sharing one HTTP/2 client over
+	// clear text (h2c, prior knowledge), so they share its connection as
+	// an HTTP/2 client does. Go's HTTP/2 transport sends a request again
+	// when the server's GOAWAY (or REFUSED_STREAM) says it never processed
+	// it, which the protocol makes safe: those retries are counted
+	// (Retried), not failed.
+	H2C
+)
+
+// LoadOptions shape a keep-alive HTTP GET load.
 type LoadOptions struct {
-	URL         string
-	Rate        float64       // requests per second, all connections together
-	Connections int           // kept-alive connections (and concurrent requests)
-	Duration    time.Duration // the load never runs longer than this
-	Timeout     time.Duration // per request
+	URL    string
+	Client ClientKind
+	// GoClient: requests per second, all connections together (0: 50 a
+	// connection, a request every 20 ms, enough to meet every epoch of
+	// reloads 200 ms apart and light on a shared 2-core machine), and
+	// kept-alive connections (and concurrent requests).
+	Rate        float64
+	Connections int
+	// RawHTTP1 and H2C: the workers, each with its path and idle pause.
+	Workers  []Workers
+	Duration time.Duration // the load never runs longer than this (0: until Stop)
+	Timeout  time.Duration // per request (0: DefaultLoadTimeout)
 }
+
+// Workers are n closed-loop workers of the RawHTTP1 or H2C kind: each asks
+// for Path, then pauses Idle (at least minPause) with its connection
+// kept alive, and asks again.
+type Workers struct {
+	N    int
+	Path string        // "/" or "/slow?d=8s"; "" for the URL's own
+	Idle time.Duration // pause between requests on the kept-alive connection
+}
+
+// DefaultLoadTimeout bounds one request when LoadOptions.Timeout is 0:
+// longer than the slowest request the tests ask for (MaxSlow).
+const DefaultLoadTimeout = MaxSlow + 10*time.Second
+
+// defaultRatePerConn is GoClient's requests per second and connection when
+// LoadOptions.Rate is 0.
+const defaultRatePerConn = 50
+
+// maxErrs is how many failures a load keeps the text of (Errors).
+const maxErrs = 20
 
 // Sample is one request of a load.
 type Sample struct {
@@ -38,93 +86,127 @@ type Sample struct {
 	OK      bool          // 200 and a complete body, on the first try
 	Version string        // x-config-version of the answer
 	Err     string        // why it failed: refused, reset, eof, timeout, retried, http_503, ...
+	// Idle: the request was the first on a kept-alive connection after a
+	// worker's Idle pause (RawHTTP1, H2C), when the server may have closed
+	// the connection meanwhile.
+	Idle bool
 }
 
-// Load is a running load: vegeta's attacker at a fixed rate, with a client
-// whose silent retries count as failures (ErrRetried). It is the one load
-// of the tests and the benchmark: the samples once it ends, and counts
-// while it runs (OK, Failed, Latest) for a test that waits on the answers.
+// Load is a running load: the one load of the tests and the benchmark. It
+// gives the samples once it ends, and counts while it runs (OK, Failed,
+// Latest) for a test that waits on the answers.
 type Load struct {
-	start    time.Time
-	attacker *vegeta.Attacker
-	results  <-chan *vegeta.Result
-	done     chan []Sample
-	retried  atomic.Int64
+	client ClientKind
+	start  time.Time
+	stop   func()
+	done   chan []Sample
 
-	ok, failed atomic.Int64
-	mu         sync.Mutex
-	versions   map[string]int // answers per x-config-version
-	latest     string         // the x-config-version of the latest answer
-	lastErr    string         // the latest failure, as the client saw it
+	ok, failed, failedIdle, retried atomic.Int64
+
+	mu       sync.Mutex
+	versions map[string]int // answers per x-config-version
+	latest   string         // the x-config-version of the latest answer
+	lastErr  string         // the latest failure, as the client saw it
+	errs     []string       // the first maxErrs failures, as the client saw them
 }
 
 // StartLoad starts the load; it ends at Stop or after o.Duration.
 func StartLoad(o LoadOptions) *Load {
-	conns := max(o.Connections, 1)
-	l := &Load{done: make(chan []Sample, 1), versions: map[string]int{}}
-	tr := &http.Transport{
-		Proxy:               nil,
-		MaxIdleConnsPerHost: conns,
-		MaxConnsPerHost:     conns,
-		DisableCompression:  true,
-		DialContext:         (&net.Dialer{Timeout: o.Timeout}).DialContext,
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultLoadTimeout
 	}
-	client := &http.Client{Transport: &noRetry{base: tr, retried: &l.retried}, Timeout: o.Timeout}
-	l.attacker = vegeta.NewAttacker(vegeta.Workers(uint64(conns)), vegeta.MaxWorkers(uint64(conns)),
-		vegeta.MaxBody(1<<20), vegeta.Client(client))
-	target := vegeta.NewStaticTargeter(vegeta.Target{Method: http.MethodGet, URL: o.URL})
-	rate := vegeta.ConstantPacer{Freq: int(o.Rate), Per: time.Second}
+	l := &Load{client: o.Client, done: make(chan []Sample, 1), versions: map[string]int{}}
 	l.start = time.Now()
-	l.results = l.attacker.Attack(target, rate, o.Duration, "load")
-	go func() {
-		var out []Sample
-		for r := range l.results {
-			out = append(out, l.sample(r))
+	switch o.Client {
+	case RawHTTP1, H2C:
+		l.startWorkers(o)
+	default:
+		if o.Rate <= 0 {
+			o.Rate = float64(defaultRatePerConn * max(o.Connections, 1))
 		}
-		tr.CloseIdleConnections()
-		sort.Slice(out, func(i, j int) bool { return out[i].At < out[j].At })
-		l.done <- out
-	}()
+		l.startGoClient(o)
+	}
 	return l
 }
 
-func (l *Load) sample(r *vegeta.Result) Sample {
-	s := Sample{At: r.Timestamp.Sub(l.start), Latency: r.Latency, Version: r.Headers.Get("x-config-version")}
-	why := r.Error
-	switch {
-	case r.Error != "":
-		s.Err = ErrClass(r.Error)
-	case r.Code != http.StatusOK:
-		s.Err = "http_" + strconv.Itoa(int(r.Code))
-		why = s.Err
-	default:
-		s.OK = true
-	}
+// TestingT is the part of testing.TB that StartLoadUntilCleanup needs
+// (the kit does not import testing).
+type TestingT interface {
+	Cleanup(func())
+	Logf(format string, args ...any)
+}
+
+// StartLoadUntilCleanup is StartLoad for a test: the load is stopped when
+// the test ends, and its counts logged.
+func StartLoadUntilCleanup(t TestingT, o LoadOptions) *Load {
+	l := StartLoad(o)
+	t.Cleanup(func() {
+		l.Stop()
+		t.Logf("load %s", l)
+	})
+	return l
+}
+
+// record counts one request.
+func (l *Load) record(s Sample, why string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if s.OK {
 		l.ok.Add(1)
 		l.versions[s.Version]++
 		l.latest = s.Version
-	} else {
-		l.failed.Add(1)
-		l.lastErr = why
+		return
 	}
-	return s
+	l.failed.Add(1)
+	if s.Idle {
+		l.failedIdle.Add(1)
+	}
+	l.lastErr = why
+	if len(l.errs) < maxErrs {
+		l.errs = append(l.errs, why)
+	}
+}
+
+// finish hands out the samples once the load has ended.
+func (l *Load) finish(out []Sample) {
+	sort.Slice(out, func(i, j int) bool { return out[i].At < out[j].At })
+	l.done <- out
 }
 
 // OK is how many requests so far got a 200 and a whole body on the first
 // try.
 func (l *Load) OK() int64 { return l.ok.Load() }
 
-// Failed is how many requests so far failed, retried ones included.
+// Failed is how many requests so far failed, GoClient's retried ones
+// included.
 func (l *Load) Failed() int64 { return l.failed.Load() }
+
+// FailedIdle is how many of the failures were of the first request on a
+// kept-alive connection left idle (Sample.Idle); the others failed in
+// flight, on a busy connection or a new one.
+func (l *Load) FailedIdle() int64 { return l.failedIdle.Load() }
+
+// FailedInFlight is how many requests failed on a busy or a new
+// connection: Failed less FailedIdle.
+func (l *Load) FailedInFlight() int64 { return l.Failed() - l.FailedIdle() }
+
+// Retried is how many requests the client sent again: with GoClient each
+// is also a failure (ErrRetried); with H2C each is a retry HTTP/2 makes
+// safe, not a failure; RawHTTP1 never retries.
+func (l *Load) Retried() int64 { return l.retried.Load() }
 
 // LastErr is the latest failure as the client saw it ("" when none).
 func (l *Load) LastErr() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lastErr
+}
+
+// Errors are the first failures (at most 20) as the client saw them.
+func (l *Load) Errors() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.errs...)
 }
 
 // Latest is the x-config-version of the latest answer.
@@ -141,10 +223,27 @@ func (l *Load) Versions() map[string]int {
 	return maps.Clone(l.versions)
 }
 
+// String sums the load up for a test's log.
+func (l *Load) String() string {
+	return fmt.Sprintf("%s: %d ok, %d failed (%d on idle kept-alive connections, %d in flight), %d retried",
+		l.client, l.OK(), l.Failed(), l.FailedIdle(), l.FailedInFlight(), l.Retried())
+}
+
+func (k ClientKind) String() string {
+	switch k {
+	case RawHTTP1:
+		return "raw HTTP/1.1"
+	case H2C:
+		return "HTTP/2 (h2c)"
+	default:
+		return "Go HTTP/1.1"
+	}
+}
+
 // Stop ends the load, lets the requests in flight finish (each bounded by
 // the timeout), and returns every sample in the order they were sent.
 func (l *Load) Stop() []Sample {
-	l.attacker.Stop()
+	l.stop()
 	return l.Wait()
 }
 
@@ -158,9 +257,6 @@ func (l *Load) Wait() []Sample {
 
 // Start is when the load began; Sample.At counts from it.
 func (l *Load) Start() time.Time { return l.start }
-
-// Retried is how many requests Go's client would have retried silently.
-func (l *Load) Retried() int64 { return l.retried.Load() }
 
 // ErrClass names a request failure briefly, from its text (vegeta keeps
 // errors as text).
@@ -181,27 +277,4 @@ func ErrClass(msg string) string {
 	default:
 		return "other"
 	}
-}
-
-// noRetry is a RoundTripper that fails a request which net/http's
-// Transport sent more than once. The Transport retries an idempotent
-// request, once, when a kept-alive connection turns out closed before any
-// answer came; it asks for a connection (httptrace's GetConn) per try.
-type noRetry struct {
-	base    http.RoundTripper
-	retried *atomic.Int64
-}
-
-func (n *noRetry) RoundTrip(req *http.Request) (*http.Response, error) {
-	var tries atomic.Int32
-	trace := &httptrace.ClientTrace{GetConn: func(string) { tries.Add(1) }}
-	resp, err := n.base.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
-	if tries.Load() > 1 {
-		n.retried.Add(1)
-		if resp != nil {
-			resp.Body.Close()
-		}
-		return nil, ErrRetried
-	}
-	return resp, err
 }
