@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
@@ -22,7 +23,7 @@ func (le *liveEnvoy) bootstrap(t *testing.T, name, version string) string {
 func TestHotRestartSwitchesConfigWithoutFailures(t *testing.T) {
 	t.Parallel()
 	le := startAgent(t, agentOptions{termination: 5 * time.Second, minDrain: time.Second, drainDuration: time.Second})
-	l := testenvoy.StartLoad(t, testenvoy.URL(le.ports.Listener, "/"), 4)
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(le.ports.Listener, "/"), Connections: 4})
 	oldPid := le.proxy.Pid()
 	for i := 1; i <= 3; i++ {
 		cfg := le.proxy.config()
@@ -70,7 +71,7 @@ func TestHotRestartSwitchesConfigWithoutFailures(t *testing.T) {
 func TestFailedHotRestartKeepsServingAndRecoversAdmin(t *testing.T) {
 	t.Parallel()
 	le := startAgent(t, agentOptions{termination: 5 * time.Second, minDrain: time.Second, drainDuration: time.Second})
-	l := testenvoy.StartLoad(t, testenvoy.URL(le.ports.Listener, "/"), 4)
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(le.ports.Listener, "/"), Connections: 4})
 
 	// A bootstrap Envoy accepts (it passes --mode validate) but cannot
 	// start: its listener's port is taken.

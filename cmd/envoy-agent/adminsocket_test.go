@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
@@ -94,7 +95,7 @@ func TestAdminOnAUnixSocketEndToEnd(t *testing.T) {
 		t.Errorf("merged metrics: envoy_server_live = %q, want 1 (Envoy's, read through the socket)", got)
 	}
 
-	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/"), 2)
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 2})
 	defer l.Stop()
 	for i := 1; i <= 2; i++ {
 		p.rewriteBootstrap(testenvoy.BootstrapOptions{AdminSocket: sock, ResponseHeader: "s" + strconv.Itoa(i)})

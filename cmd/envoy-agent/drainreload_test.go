@@ -43,7 +43,7 @@ func (p *agentProc) slowRequest(h2 bool, d time.Duration) <-chan slowResult {
 		start := time.Now()
 		client := &http.Client{Timeout: 40 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 		if h2 {
-			client = testenvoy.NewH2Client()
+			client = envoykit.NewH2CClient(40 * time.Second)
 		}
 		resp, err := client.Get(url)
 		if err != nil {
@@ -149,19 +149,20 @@ func statusSaid(p *agentProc, s string) bool {
 func TestReloadsSeenByClientsThatDoNotRetry(t *testing.T) {
 	t.Parallel()
 	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
-	addr := "127.0.0.1:" + strconv.Itoa(p.ports.Listener)
-	busy := testenvoy.LoadSpec{Path: "/", Workers: 2}
-	long := testenvoy.LoadSpec{Path: "/slow?d=1500ms", Workers: 2}
+	url := testenvoy.URL(p.ports.Listener, "/")
+	busy := envoykit.Workers{N: 2, Path: "/"}
+	long := envoykit.Workers{N: 2, Path: "/slow?d=1500ms"}
 	// Idle for less than parent_shutdown_duration (2s): the next request
 	// reaches the replaced epoch, which answers it with Connection: close.
-	shortIdle := testenvoy.LoadSpec{Path: "/", Idle: 700 * time.Millisecond, Workers: 4}
+	shortIdle := envoykit.Workers{N: 4, Path: "/", Idle: 700 * time.Millisecond}
 	// Idle for longer: the replaced epoch may exit (closing the connection)
 	// before the next request, which then fails.
-	longIdle := testenvoy.LoadSpec{Path: "/", Idle: 2500 * time.Millisecond, Workers: 6}
-	h1 := testenvoy.StartRawLoad(addr, busy, long, shortIdle)
-	h1idle := testenvoy.StartRawLoad(addr, longIdle)
-	h2 := testenvoy.StartH2Load(testenvoy.URL(p.ports.Listener, "/"), busy, long)
-	h2idle := testenvoy.StartH2Load(testenvoy.URL(p.ports.Listener, "/"), longIdle)
+	longIdle := envoykit.Workers{N: 6, Path: "/", Idle: 2500 * time.Millisecond}
+	load := func(c envoykit.ClientKind, w ...envoykit.Workers) *envoykit.Load {
+		return envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: url, Client: c, Workers: w})
+	}
+	h1, h1idle := load(envoykit.RawHTTP1, busy, long, shortIdle), load(envoykit.RawHTTP1, longIdle)
+	h2, h2idle := load(envoykit.H2C, busy, long), load(envoykit.H2C, longIdle)
 	const reloads = 5
 	for i := 1; i <= reloads; i++ {
 		p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: fmt.Sprintf("v%d", i)})
@@ -174,32 +175,34 @@ func TestReloadsSeenByClientsThatDoNotRetry(t *testing.T) {
 	if !testenvoy.Eventually(20*time.Second, func() bool { return len(processesMentioning(p.dir+"/run/epoch-")) == 1 }) {
 		t.Errorf("replaced epochs still running: %v", processesMentioning(p.dir))
 	}
-	o1, o1idle, o2, o2idle := h1.Stop(), h1idle.Stop(), h2.Stop(), h2idle.Stop()
-	t.Logf("%d reloads; HTTP/1.1 busy, long, and idle 0.7s: %s", reloads, o1)
-	t.Logf("HTTP/1.1 idle 2.5s (parent_shutdown_duration 2s): %s; errors %q", o1idle, o1idle.Errors)
-	t.Logf("HTTP/2 busy and long: %s; idle 2.5s: %s; errors %q %q", o2, o2idle, o2.Errors, o2idle.Errors)
-	if o1.OK == 0 || o1idle.OK == 0 || o2.OK == 0 || o2idle.OK == 0 {
-		t.Fatalf("a load made no request: %s / %s / %s / %s", o1, o1idle, o2, o2idle)
+	for _, l := range []*envoykit.Load{h1, h1idle, h2, h2idle} {
+		l.Stop()
 	}
-	if o1.Failed != 0 {
-		t.Errorf("busy, long or briefly idle HTTP/1.1 requests failed: %s %q", o1, o1.Errors)
+	t.Logf("%d reloads; HTTP/1.1 busy, long, and idle 0.7s: %s", reloads, h1)
+	t.Logf("HTTP/1.1 idle 2.5s (parent_shutdown_duration 2s): %s; errors %q", h1idle, h1idle.Errors())
+	t.Logf("HTTP/2 busy and long: %s; idle 2.5s: %s; errors %q %q", h2, h2idle, h2.Errors(), h2idle.Errors())
+	if h1.OK() == 0 || h1idle.OK() == 0 || h2.OK() == 0 || h2idle.OK() == 0 {
+		t.Fatalf("a load made no request: %s / %s / %s / %s", h1, h1idle, h2, h2idle)
 	}
-	if o2.Failed != 0 {
-		t.Errorf("busy or long HTTP/2 requests failed: %s %q", o2, o2.Errors)
+	if h1.Failed() != 0 {
+		t.Errorf("busy, long or briefly idle HTTP/1.1 requests failed: %s %q", h1, h1.Errors())
+	}
+	if h2.Failed() != 0 {
+		t.Errorf("busy or long HTTP/2 requests failed: %s %q", h2, h2.Errors())
 	}
 	// HTTP/2 connections idle across the replaced epoch's exit: Go's client
 	// notices the close before reusing one, but on a busy machine a request
 	// can race the GOAWAY and the close (seen in CI under stress-ng: 2 of 36,
 	// "server sent GOAWAY and closed the connection"). Allowed, on idle
 	// connections only (README, Reload).
-	if o2idle.FailedInFlight != 0 {
-		t.Errorf("HTTP/2 idle-connection workers failed on fresh or busy connections: %s %q", o2idle, o2idle.Errors)
+	if h2idle.FailedInFlight() != 0 {
+		t.Errorf("HTTP/2 idle-connection workers failed on fresh or busy connections: %s %q", h2idle, h2idle.Errors())
 	}
 	// HTTP/1.1 connections idle across the replaced epoch's exit: Envoy
 	// closes them then, and a client that writes on one without checking
 	// fails once (README, Reload). Such failures are allowed, only those.
-	if o1idle.FailedInFlight != 0 {
-		t.Errorf("HTTP/1.1 idle-connection workers failed on fresh or busy connections: %s %q", o1idle, o1idle.Errors)
+	if h1idle.FailedInFlight() != 0 {
+		t.Errorf("HTTP/1.1 idle-connection workers failed on fresh or busy connections: %s %q", h1idle, h1idle.Errors())
 	}
 }
 
@@ -211,11 +214,10 @@ func TestReloadsSeenByClientsThatDoNotRetry(t *testing.T) {
 func TestReloadsUnderBusyLoadFailNothing(t *testing.T) {
 	t.Parallel()
 	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
-	addr := "127.0.0.1:" + strconv.Itoa(p.ports.Listener)
-	busy := testenvoy.LoadSpec{Path: "/", Workers: 2}
-	long := testenvoy.LoadSpec{Path: "/slow?d=1500ms", Workers: 1}
-	h1 := testenvoy.StartRawLoad(addr, busy, long)
-	h2 := testenvoy.StartH2Load(testenvoy.URL(p.ports.Listener, "/"), busy, long)
+	workers := []envoykit.Workers{{N: 2, Path: "/"}, {N: 1, Path: "/slow?d=1500ms"}}
+	url := testenvoy.URL(p.ports.Listener, "/")
+	h1 := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: url, Client: envoykit.RawHTTP1, Workers: workers})
+	h2 := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: url, Client: envoykit.H2C, Workers: workers})
 	const reloads = 3
 	for i := 1; i <= reloads; i++ {
 		p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: fmt.Sprintf("v%d", i)})
@@ -226,16 +228,17 @@ func TestReloadsUnderBusyLoadFailNothing(t *testing.T) {
 	if !testenvoy.Eventually(20*time.Second, func() bool { return len(processesMentioning(p.dir+"/run/epoch-")) == 1 }) {
 		t.Errorf("replaced epochs still running: %v", processesMentioning(p.dir))
 	}
-	o1, o2 := h1.Stop(), h2.Stop()
-	t.Logf("%d hot-restart reloads; HTTP/1.1 busy and long: %s; HTTP/2 busy and long: %s", reloads, o1, o2)
-	if o1.OK == 0 || o2.OK == 0 {
-		t.Fatalf("a load made no request: %s / %s", o1, o2)
+	h1.Stop()
+	h2.Stop()
+	t.Logf("%d hot-restart reloads; HTTP/1.1 busy and long: %s; HTTP/2 busy and long: %s", reloads, h1, h2)
+	if h1.OK() == 0 || h2.OK() == 0 {
+		t.Fatalf("a load made no request: %s / %s", h1, h2)
 	}
-	if o1.Failed != 0 {
-		t.Errorf("HTTP/1.1 requests failed: %s %q", o1, o1.Errors)
+	if h1.Failed() != 0 {
+		t.Errorf("HTTP/1.1 requests failed: %s %q", h1, h1.Errors())
 	}
-	if o2.Failed != 0 {
-		t.Errorf("HTTP/2 requests failed: %s %q", o2, o2.Errors)
+	if h2.Failed() != 0 {
+		t.Errorf("HTTP/2 requests failed: %s %q", h2, h2.Errors())
 	}
 	r, err := testenvoy.Get(testenvoy.URL(p.ports.Listener, "/"), 10*time.Second)
 	if want := fmt.Sprintf("v%d", reloads); err != nil || r.Header.Get("x-config-version") != want {

@@ -33,7 +33,7 @@ func TestFaultSigkillOfAgentUnderLoadNeverOrphansEnvoy(t *testing.T) {
 	for i := 0; i < n; i++ {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			p := startAgent(t, procOptions{})
-			l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/"), 2)
+			l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 2})
 			defer l.Stop()
 			if !testenvoy.Eventually(10*time.Second, func() bool { return l.OK() > 10 }) {
 				t.Fatalf("no load went through Envoy: %s", l.LastErr())
@@ -111,7 +111,7 @@ func startAgentTaking(t *testing.T, take func(testenvoy.Ports) int) *agentProc {
 func TestFaultIncompatibleBinaryBeforeReload(t *testing.T) {
 	t.Parallel()
 	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
-	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/"), 2)
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 2})
 	defer l.Stop()
 	// A stand-in for an Envoy of another hot-restart version: a real Envoy
 	// of another version is not at hand, so this script answers
@@ -142,7 +142,7 @@ func TestFaultIncompatibleBinaryBeforeReload(t *testing.T) {
 func TestFaultBootstrapRewrittenDuringReloads(t *testing.T) {
 	t.Parallel()
 	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "w0"}})
-	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/"), 2)
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 2})
 	defer l.Stop()
 	// A careless writer: the file is truncated and rewritten in place
 	// (no rename), over and over, while reloads read it. A reload may read
@@ -221,7 +221,7 @@ func TestFaultBootstrapRewrittenDuringReloads(t *testing.T) {
 func TestFaultReloadStorm(t *testing.T) {
 	t.Parallel()
 	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "s0"}})
-	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/"), 4)
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 4})
 	defer l.Stop()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -276,7 +276,7 @@ func TestFaultReloadStorm(t *testing.T) {
 func TestReloadTakesANewBinaryOfTheSameHotRestartVersion(t *testing.T) {
 	t.Parallel()
 	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "old-binary"}})
-	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/"), 2)
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 2})
 	defer l.Stop()
 	// "Upgrade" Envoy: the same release copied to a new path stands for a
 	// newer build whose hot-restart version matches.

@@ -202,7 +202,8 @@ func TestHotRestartSocketsAreTheAgentUsersOnly(t *testing.T) {
 		t.Fatalf("run folder: %v, mode %v; want none for others", err, fi.Mode())
 	}
 	listener := "127.0.0.1:" + strconv.Itoa(p.ports.Listener)
-	load := testenvoy.StartRawLoad(listener, testenvoy.LoadSpec{Path: "/", Workers: 2, Idle: 10 * time.Millisecond})
+	load := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: "http://" + listener + "/", Client: envoykit.RawHTTP1,
+		Workers: []envoykit.Workers{{N: 2, Idle: 10 * time.Millisecond}}})
 	pid := p.envoyPid
 	for epoch := range 2 {
 		if epoch == 1 {
@@ -256,8 +257,10 @@ func TestHotRestartSocketsAreTheAgentUsersOnly(t *testing.T) {
 	if err := os.Chmod(runDir, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	if o := load.Stop(); o.Failed != 0 || o.OK == 0 {
-		t.Fatalf("load through the probes: %s; want no failure", o)
+	load.Stop()
+	t.Logf("load through the probes: %s", load)
+	if load.Failed() != 0 || load.OK() == 0 {
+		t.Fatalf("load through the probes: %s %q; want no failure", load, load.Errors())
 	}
 	if !testenvoy.Alive(pid) {
 		t.Fatalf("envoy epoch 0 (pid %d) is gone: the reload should have left it draining", pid)

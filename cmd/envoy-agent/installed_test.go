@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
@@ -76,7 +77,7 @@ func TestNoticesTheInstalledEnvoyIsNotTheRunningOne(t *testing.T) {
 	if s := p.lastStatus(); strings.Contains(s, "installed Envoy") {
 		t.Fatalf("STATUS= at start says %q", s)
 	}
-	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/"), 2)
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 2})
 	defer l.Stop()
 
 	// The same release as a new file: a reload can switch to it.

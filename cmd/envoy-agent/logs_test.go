@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
@@ -175,7 +176,7 @@ func TestReopenLogsAfterRotation(t *testing.T) {
 	accessLog := filepath.Join(dir, "access.log")
 	envoyKeys := map[string]string{"drain_duration": `"20s"`, "parent_shutdown_duration": `"30s"`}
 	p := startAgent(t, procOptions{envoy: envoyKeys, bootstrap: testenvoy.BootstrapOptions{AccessLog: accessLog}})
-	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/load"), 2)
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/load"), Connections: 2})
 	defer l.Stop()
 	if !testenvoy.Eventually(10*time.Second, func() bool { return len(accessLogPaths(t, accessLog)) >= 20 }) {
 		t.Fatalf("the access log has %d lines", len(accessLogPaths(t, accessLog)))

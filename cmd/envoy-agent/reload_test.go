@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
@@ -53,7 +54,7 @@ func (p *agentProc) metric(name string) string {
 func TestTenReloadsUnderLoadDropNothing(t *testing.T) {
 	t.Parallel()
 	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
-	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/"), 4)
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 4})
 	defer l.Stop()
 	testenvoy.WaitAnswers(t, l, 20)
 	var took []time.Duration
@@ -109,7 +110,7 @@ func TestTenReloadsUnderLoadDropNothing(t *testing.T) {
 func TestFailedReloadsKeepTheServingEnvoy(t *testing.T) {
 	t.Parallel()
 	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "good-0"}})
-	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/"), 4)
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 4})
 	defer l.Stop()
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -199,7 +200,7 @@ func writeFile(t *testing.T, path, text string) {
 func TestSighupAndConcurrentReloads(t *testing.T) {
 	t.Parallel()
 	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
-	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/"), 2)
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 2})
 	defer l.Stop()
 
 	p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "hup"})

@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 	"github.com/envoy-agent/envoy-agent/service"
 )
@@ -152,7 +153,7 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 	// A 2s watchdog: the pings (every 1s) must go on across each exec.
 	p := startAgent(t, procOptions{binary: installed, envoy: quickDrain, watchdogUsec: 2_000_000})
 	agentPid, envoyPid := p.proc.Pid(), p.envoyPid
-	l := testenvoy.StartLoad(t, testenvoy.URL(p.ports.Listener, "/"), 4)
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 4})
 	defer l.Stop()
 	if !testenvoy.Eventually(10*time.Second, func() bool { return l.OK() > 100 }) {
 		t.Fatalf("no load through Envoy: %d ok, %d failed (%s)", l.OK(), l.Failed(), l.LastErr())
@@ -307,10 +308,10 @@ func TestUpgradeFaultsOfTheNewBinary(t *testing.T) {
 	install(t, binA, installed)
 	p := startAgent(t, procOptions{binary: installed, envoy: quickDrain})
 	agentPid, envoyPid := p.proc.Pid(), p.envoyPid
-	load := testenvoy.StartRawLoad(fmt.Sprintf("127.0.0.1:%d", p.ports.Listener), testenvoy.LoadSpec{Path: "/", Workers: 2})
-	defer load.Stop()
-	if !testenvoy.Eventually(10*time.Second, func() bool { return load.Now().OK > 50 }) {
-		t.Fatalf("no load through Envoy: %s", load.Now())
+	load := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Client: envoykit.RawHTTP1,
+		Workers: []envoykit.Workers{{N: 2}}})
+	if !testenvoy.Eventually(10*time.Second, func() bool { return load.OK() > 50 }) {
+		t.Fatalf("no load through Envoy: %s", load)
 	}
 
 	standIn := func(script string) string {
@@ -385,9 +386,9 @@ func TestUpgradeFaultsOfTheNewBinary(t *testing.T) {
 			}
 		})
 	}
-	o := load.Stop()
-	t.Logf("load across the faults: %s", o)
-	if o.Failed != 0 || o.OK == 0 {
-		t.Fatalf("load: %s: %v", o, o.Errors)
+	load.Stop()
+	t.Logf("load across the faults: %s", load)
+	if load.Failed() != 0 || load.OK() == 0 {
+		t.Fatalf("load: %s: %q", load, load.Errors())
 	}
 }

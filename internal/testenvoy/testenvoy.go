@@ -1,7 +1,8 @@
 // Package testenvoy is internal/envoykit for tests: the same kit (the real
 // Envoy binary, ports below the ephemeral range, bootstraps, an upstream, a
 // NOTIFY_SOCKET), failing the test on an error and closing what it started
-// when the test ends. It is for tests only.
+// when the test ends, with the tests' one Eventually. The load is the kit's
+// (envoykit.Load). It is for tests only.
 package testenvoy
 
 import (
@@ -177,5 +178,14 @@ func Eventually(timeout time.Duration, cond func() bool) bool {
 			return false
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// WaitAnswers waits until the load has had n more good answers than now.
+func WaitAnswers(t testing.TB, l *envoykit.Load, n int64) {
+	t.Helper()
+	from := l.OK()
+	if !Eventually(10*time.Second, func() bool { return l.OK() >= from+n }) {
+		t.Fatalf("the load got fewer than %d answers in 10s (%s, last error: %s)", n, l, l.LastErr())
 	}
 }
