@@ -199,21 +199,21 @@ func renderGrowth(w writer, r *Results) {
 		return
 	}
 	base := s.Rows[0]
-	w("A bare Envoy with N HTTP listeners, each of which has had a connection, %d held open. %d rounds of: one drain poll as the agent makes it, the kernel's count (`envoy.CountDownstream`: the Envoy's `/proc/PID/fd` links and `/proc/PID/net/tcp{,6}`); one count from Envoy's stats, the poll's fallback when `/proc` cannot be read (`GET %s` on a fresh connection, then `envoy.ParseActiveConnections`; until issue 20 every poll read both and took the larger); and one `GET /ready`. Baseline: the %d-listener row.\n\n",
+	w("A bare Envoy with N HTTP listeners, each of which has had a connection, %d held open. %d rounds of: one drain poll as the agent makes it, the kernel's count (`envoy.DownstreamCounter`, kept across the rounds: quick counts from a sock_diag dump of the established sockets, a full one (the Envoy's `/proc/PID/fd` links and every TCP socket, listeners included) when a connection is new, the count is zero or the last full one is 2 s old); one full count with nothing remembered; one count from Envoy's stats, the poll's fallback when `/proc` cannot be read (`GET %s` on a fresh connection, then `envoy.ParseActiveConnections`; until issue 20 every poll read both and took the larger); and one `GET /ready`. Baseline: the %d-listener row.\n\n",
 		base.Held, s.Iterations, drainPollPath, base.Listeners)
-	w("| Listeners | LIVE after | drain poll (kernel) median / p99 | poll vs %d listeners | target | stats count median / p99 | stats vs %d | stats answer | /ready median / p99 | poll share of a 250 ms interval |\n", base.Listeners, base.Listeners)
-	w("|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
+	w("| Listeners | LIVE after | drain poll (kernel) median / p99 | poll vs %d listeners | target | full polls | full count median / p99 | full vs %d | stats count median / p99 | stats vs %d | stats answer | /ready median / p99 | poll share of a 250 ms interval |\n", base.Listeners, base.Listeners, base.Listeners)
+	w("|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, g := range s.Rows {
 		target := ""
 		if g.Listeners >= 10000 {
 			target = "≤ ×2.00: " + yesNo(g.Kernel.Median <= 2*base.Kernel.Median)
 		}
-		w("| %d | %s | %s / %s | %s | %s | %s / %s | %s | %d lines, %s | %s / %s | %.2f%% |\n", g.Listeners, msf(g.StartMs), msf(g.Kernel.Median), msf(g.Kernel.P99),
-			ratio(g.Kernel.Median, base.Kernel.Median), target, msf(g.Poll.Median), msf(g.Poll.P99), ratio(g.Poll.Median, base.Poll.Median),
+		w("| %d | %s | %s / %s | %s | %s | %d of %d | %s / %s | %s | %s / %s | %s | %d lines, %s | %s / %s | %.2f%% |\n", g.Listeners, msf(g.StartMs), msf(g.Kernel.Median), msf(g.Kernel.P99),
+			ratio(g.Kernel.Median, base.Kernel.Median), target, g.PollFull, s.Iterations, msf(g.FullCount.Median), msf(g.FullCount.P99), ratio(g.FullCount.Median, base.FullCount.Median), msf(g.Poll.Median), msf(g.Poll.P99), ratio(g.Poll.Median, base.Poll.Median),
 			g.StatsLines, kib(g.StatsBytes), msf(g.Ready.Median), msf(g.Ready.P99), 100*g.Kernel.Median/250)
 	}
 	w("\n")
-	meaning(w, "the drain poll reads the kernel's socket tables, whose size follows the sockets (listeners × workers, plus connections), and the stats count follows the listeners (Envoy renders, and the agent parses, one gauge per listener); `/ready` does not depend on them. The last column says how much of the agent's 250 ms drain poll interval one poll takes.")
+	meaning(w, "a quick drain poll dumps the established sockets only, so its cost follows the connections; a full count reads every socket of every Envoy process and of the namespace, listeners × workers included, and the stats count follows the listeners (Envoy renders, and the agent parses, one gauge per listener); `/ready` does not depend on them. The last column says how much of the agent's 250 ms drain poll interval one poll takes.")
 }
 
 // metricTable starts a table of metrics: a Metric column, cols (numbers,

@@ -22,7 +22,7 @@ var (
 const drainPollPath = `/stats?filter=^listener\..*downstream_cx_active$`
 
 // scenarioGrowth is scenario 5: what one drain poll (the kernel's count,
-// envoy.CountDownstream), the stats query with envoy.ParseActiveConnections
+// envoy.DownstreamCounter, and a full count with nothing remembered), the stats query with envoy.ParseActiveConnections
 // (the poll's fallback, and half the poll before issue 20) and one GET
 // /ready cost with 10, 1,000 and 10,000 listeners. Every listener has had a connection, so that every gauge
 // is "used" and shows up in the answer; growthHeld stay open.
@@ -74,7 +74,7 @@ func (b *bench) growthOne(ctx context.Context, n int) (*GrowthRow, error) {
 	// Envoy counts a connection once its worker accepted it: wait for all.
 	for i := 0; i < 200; i++ {
 		got, err := admc.ActiveConnections(ctx)
-		k, kerr := envoy.CountDownstream([]int{p.Pid()}, admin)
+		k, kerr := envoy.NewDownstreamCounter().Count([]int{p.Pid()}, admin)
 		if err == nil && got == row.Held && kerr == nil && k == row.Held {
 			break
 		}
@@ -82,8 +82,9 @@ func (b *bench) growthOne(ctx context.Context, n int) (*GrowthRow, error) {
 	}
 
 	c := oneShot(5 * time.Second)
-	var gets, parses, polls, readies, kernels []time.Duration
+	var gets, parses, polls, readies, kernels, fulls []time.Duration
 	pid := p.Pid()
+	counter := envoy.NewDownstreamCounter() // the drain poll's, kept across the rounds
 	for i := 0; i < growthIters && ctx.Err() == nil; i++ {
 		t0 := time.Now()
 		code, body, err := get(ctx, c, localURL(admin, drainPollPath))
@@ -103,13 +104,18 @@ func (b *bench) growthOne(ctx context.Context, n int) (*GrowthRow, error) {
 		if err != nil || !rd.Live {
 			return nil, fmt.Errorf("GET /ready: %+v, %v", rd, err)
 		}
-		n, err := envoy.CountDownstream([]int{pid}, admin)
+		n, err := counter.Count([]int{pid}, admin)
 		t4 := time.Now()
 		if err != nil || n != row.Held {
 			return nil, fmt.Errorf("the kernel's count: %d, %v; want %d", n, err, row.Held)
 		}
+		n, err = envoy.NewDownstreamCounter().Count([]int{pid}, admin)
+		t5 := time.Now()
+		if err != nil || n != row.Held {
+			return nil, fmt.Errorf("a full count: %d, %v; want %d", n, err, row.Held)
+		}
 		gets, parses, polls, readies = append(gets, t1.Sub(t0)), append(parses, t2.Sub(t1)), append(polls, t2.Sub(t0)), append(readies, t3.Sub(t2))
-		kernels = append(kernels, t4.Sub(t3))
+		kernels, fulls = append(kernels, t4.Sub(t3)), append(fulls, t5.Sub(t4))
 		if i == 0 {
 			row.StatsBytes, row.Parsed = len(body), got
 			row.StatsLines = strings.Count(string(body), "\n")
@@ -119,7 +125,8 @@ func (b *bench) growthOne(ctx context.Context, n int) (*GrowthRow, error) {
 		return nil, fmt.Errorf("cut short: %w", ctx.Err())
 	}
 	row.Get, row.Parse, row.Poll, row.Ready, row.Kernel = dist(gets), dist(parses), dist(polls), dist(readies), dist(kernels)
-	b.logf("growth: %d listeners: LIVE after %.0fms, drain poll (kernel) median %.2fms, stats query median %.2fms (%d bytes, %d connections), /ready median %.2fms",
-		n, row.StartMs, row.Kernel.Median, row.Poll.Median, row.StatsBytes, row.Parsed, row.Ready.Median)
+	row.FullCount, row.PollFull = dist(fulls), counter.FullCounts()
+	b.logf("growth: %d listeners: LIVE after %.0fms, drain poll (kernel) median %.2fms (%d of %d full), full count median %.2fms, stats query median %.2fms (%d bytes, %d connections), /ready median %.2fms",
+		n, row.StartMs, row.Kernel.Median, row.PollFull, len(kernels), row.FullCount.Median, row.Poll.Median, row.StatsBytes, row.Parsed, row.Ready.Median)
 	return row, nil
 }

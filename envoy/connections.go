@@ -14,7 +14,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/sockdiag"
 )
 
 // Downstream connections, counted from the kernel's socket tables rather
@@ -30,8 +34,25 @@ import (
 // to 5 s more. The kernel knows every epoch's sockets now: a downstream
 // connection is a TCP socket, held by an epoch (or waiting in a
 // listener's accept queue), whose local address is one of Envoy's
-// listening addresses other than the admin port. The cost is one read of
-// each epoch's /proc/PID/fd links and of /proc/PID/net/tcp{,6}.
+// listening addresses other than the admin port.
+//
+// The cost follows the connections, not the listeners, where it can: a full
+// count reads every epoch's /proc/PID/fd links and every TCP socket of the
+// network namespace, listeners included (10,000 listeners are 10,000
+// links per epoch and 10,000 lines of /proc/net/tcp per worker); a quick
+// count dumps only the established and close-wait sockets (sock_diag,
+// internal/sockdiag) and finds their owners among the links the last full
+// count read. A quick count answers only when every connection on a
+// listening address has a known owner and at least one is left; a zero,
+// an unknown connection (accepted since), a changed set of epochs or a full
+// count older than fullCountEvery makes the count a full one. A drain acts
+// only on a zero, and a zero always comes from a full count.
+//
+// Why a quick count may trust the links of an earlier full count: an
+// established socket named in an epoch's fd links then, and still
+// established now, is still that epoch's, since Envoy passes only listening
+// sockets between processes (hot restart) and a socket lives only while
+// some process holds it.
 //
 // Envoy's listening addresses are remembered past the listeners' close:
 // a graceful drain (drain_listeners?graceful, and an old epoch after a
@@ -200,9 +221,9 @@ func (l listenAddrs) update(entries []socketEntry, owners map[uint64]bool, skipP
 
 // countDownstream counts, in entries, the connections accepted on one of
 // Envoy's listening addresses: those held by a process in counted, and,
-// when counted is nil, those held by one of owners or still waiting in an
-// accept queue (inode 0).
-func countDownstream(entries []socketEntry, listening listenAddrs, owners, counted map[uint64]bool) int {
+// when counted is nil, those owned by an Envoy process or still waiting in
+// an accept queue (inode 0).
+func countDownstream(entries []socketEntry, listening listenAddrs, owned func(uint64) bool, counted map[uint64]bool) int {
 	n := 0
 	for _, s := range entries {
 		if s.state != tcpEstablished && s.state != tcpCloseWait {
@@ -212,13 +233,169 @@ func countDownstream(entries []socketEntry, listening listenAddrs, owners, count
 			continue
 		}
 		switch {
-		case counted == nil && (owners[s.inode] || (s.inode == 0 && s.state == tcpEstablished)):
+		case counted == nil && (owned(s.inode) || (s.inode == 0 && s.state == tcpEstablished)):
 			n++
 		case counted != nil && counted[s.inode]:
 			n++
 		}
 	}
 	return n
+}
+
+// fullCountEvery bounds how long quick counts rest on the fd links and
+// listening addresses of the last full count: a listener added since (LDS)
+// is seen within it.
+const fullCountEvery = 2 * time.Second
+
+// DownstreamCounter counts the downstream connections of Envoy's processes
+// from the kernel, remembering between counts Envoy's listening addresses
+// and the sockets each process held (see the comment at the top of
+// connections.go). Safe for concurrent use.
+type DownstreamCounter struct {
+	mu        sync.Mutex
+	listening listenAddrs
+	held      map[int]map[uint64]bool          // socket inodes per process, at the last full count
+	fullAt    time.Time                        // when the last full count was made
+	noDiag    bool                             // sock_diag failed: every count reads /proc/PID/net/tcp{,6}
+	full      int                              // full counts made (for the tests and the benchmark)
+	logf      func(format string, args ...any) // says once that sock_diag was refused (nil: silent)
+}
+
+// NewDownstreamCounter returns a counter that knows no listening address yet.
+func NewDownstreamCounter() *DownstreamCounter {
+	return &DownstreamCounter{listening: listenAddrs{}}
+}
+
+// Count counts the downstream connections of the Envoy processes pids
+// (connections on adminPort left out), as one drain poll does.
+func (c *DownstreamCounter) Count(pids []int, adminPort int) (int, error) {
+	return c.count(pids, 0, uint16(adminPort))
+}
+
+// FullCounts is how many of the counts were full ones.
+func (c *DownstreamCounter) FullCounts() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.full
+}
+
+// count counts the downstream connections of pids (of onlyPid alone when
+// it is not 0).
+func (c *DownstreamCounter) count(pids []int, onlyPid int, adminPort uint16) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n, ok := c.quick(pids, onlyPid); ok {
+		return n, nil
+	}
+	return c.fullCount(pids, onlyPid, adminPort)
+}
+
+// quick counts from one dump of the established and close-wait sockets,
+// with the owners and listening addresses of the last full count; ok is
+// false when only a full count can answer.
+func (c *DownstreamCounter) quick(pids []int, onlyPid int) (n int, ok bool) {
+	if c.noDiag || c.held == nil || len(pids) != len(c.held) || time.Since(c.fullAt) > fullCountEvery {
+		return 0, false
+	}
+	for _, pid := range pids {
+		if _, ok := c.held[pid]; !ok {
+			return 0, false
+		}
+	}
+	conns, err := sockdiag.Dump(sockdiag.Established | sockdiag.CloseWait)
+	if err != nil {
+		return 0, false
+	}
+	entries := fromDiag(conns)
+	owned := func(inode uint64) bool {
+		for _, h := range c.held {
+			if h[inode] {
+				return true
+			}
+		}
+		return false
+	}
+	for _, s := range entries {
+		if s.inode != 0 && c.listening.has(s.local) && !owned(s.inode) {
+			return 0, false // accepted since the last full count
+		}
+	}
+	var counted map[uint64]bool
+	if onlyPid != 0 {
+		counted = c.held[onlyPid]
+	}
+	n = countDownstream(entries, c.listening, owned, counted)
+	return n, n > 0
+}
+
+// fullCount reads every process's fd links and every TCP socket, and
+// remembers them for the quick counts that follow.
+func (c *DownstreamCounter) fullCount(pids []int, onlyPid int, adminPort uint16) (int, error) {
+	c.full++
+	held := make(map[int]map[uint64]bool, len(pids))
+	for _, pid := range pids {
+		inodes, err := socketInodes(pid)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			continue // exited meanwhile
+		}
+		if err != nil {
+			return 0, err
+		}
+		held[pid] = inodes
+	}
+	if onlyPid != 0 && held[onlyPid] == nil {
+		return 0, nil // it has exited
+	}
+	entries, err := c.sockets(pids)
+	if err != nil {
+		return 0, err
+	}
+	owners := map[uint64]bool{}
+	for _, h := range held {
+		for i := range h {
+			owners[i] = true
+		}
+	}
+	c.listening.update(entries, owners, adminPort)
+	c.held, c.fullAt = held, time.Now()
+	var counted map[uint64]bool
+	if onlyPid != 0 {
+		counted = held[onlyPid]
+	}
+	return countDownstream(entries, c.listening, func(i uint64) bool { return owners[i] }, counted), nil
+}
+
+// sockets lists every TCP socket of Envoy's network namespace in the
+// states a count reads: from sock_diag, or, where a sandbox refuses it,
+// from /proc/PID/net/tcp{,6} of any of pids (they share the namespace).
+func (c *DownstreamCounter) sockets(pids []int) ([]socketEntry, error) {
+	if !c.noDiag {
+		all, err := sockdiag.Dump(sockdiag.Established | sockdiag.CloseWait | sockdiag.Listen)
+		if err == nil {
+			return fromDiag(all), nil
+		}
+		c.noDiag = true
+		if c.logf != nil {
+			c.logf("connection count: %v; every count reads /proc/PID/net/tcp and tcp6 (the unit's RestrictAddressFamilies= needs AF_NETLINK)", err)
+		}
+	}
+	var entries []socketEntry
+	var err error
+	for _, pid := range pids {
+		if entries, err = readSocketTable(pid); err == nil {
+			return entries, nil
+		}
+	}
+	return nil, err
+}
+
+// fromDiag turns a sock_diag dump into socket table entries.
+func fromDiag(all []sockdiag.Socket) []socketEntry {
+	out := make([]socketEntry, len(all))
+	for i, s := range all {
+		out[i] = socketEntry{local: s.Local, state: s.State, inode: s.Inode}
+	}
+	return out
 }
 
 // ActiveConnections counts the downstream connections of every epoch not
@@ -255,56 +432,9 @@ func (e *Envoy) countConnections(only *process) (int, error) {
 	if len(pids) == 0 {
 		return 0, nil
 	}
-	e.countMu.Lock()
-	defer e.countMu.Unlock()
 	onlyPid := 0
 	if only != nil {
 		onlyPid = only.pid
 	}
-	return countPids(pids, onlyPid, adminPort, e.listening)
-}
-
-// CountDownstream counts the downstream connections of the Envoy processes
-// pids from the kernel, as one drain poll does (adminPort left out), with
-// no listening address remembered from an earlier count. For the
-// benchmark: the agent counts with Envoy.ActiveConnections.
-func CountDownstream(pids []int, adminPort int) (int, error) {
-	return countPids(pids, 0, uint16(adminPort), listenAddrs{})
-}
-
-// countPids counts the downstream connections of pids (of onlyPid alone
-// when it is not 0), updating listening.
-func countPids(pids []int, onlyPid int, adminPort uint16, listening listenAddrs) (int, error) {
-	owners := map[uint64]bool{}
-	var counted map[uint64]bool
-	for _, pid := range pids {
-		inodes, err := socketInodes(pid)
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-			continue // exited meanwhile
-		}
-		if err != nil {
-			return 0, err
-		}
-		for i := range inodes {
-			owners[i] = true
-		}
-		if pid == onlyPid {
-			counted = inodes
-		}
-	}
-	if onlyPid != 0 && counted == nil {
-		return 0, nil // it has exited
-	}
-	var entries []socketEntry
-	var err error
-	for _, pid := range pids { // any epoch's: they share the network namespace
-		if entries, err = readSocketTable(pid); err == nil {
-			break
-		}
-	}
-	if err != nil {
-		return 0, err
-	}
-	listening.update(entries, owners, adminPort)
-	return countDownstream(entries, listening, owners, counted), nil
+	return e.conns.count(pids, onlyPid, adminPort)
 }

@@ -82,9 +82,9 @@ func BenchmarkCountConnections(b *testing.B) {
 // BenchmarkCountDownstreamSockets is the kernel count alone, on this test
 // process's own sockets: N listeners on the loopback and 10 connections
 // accepted on them. No Envoy: it starts in milliseconds where an Envoy with
-// 10,000 listeners takes minutes on a loaded machine, and it reads the
-// same /proc files the drain poll reads (Envoy's workers each hold a copy
-// of a listener with reuse_port, so Envoy's own tables are larger):
+// 10,000 listeners takes minutes on a loaded machine, and it reads what
+// the drain poll reads (Envoy's workers each hold a copy of a listener with
+// reuse_port, so Envoy's own tables are larger):
 //
 //	go test -run '^$' -bench CountDownstreamSockets -benchtime 200x ./envoy
 func BenchmarkCountDownstreamSockets(b *testing.B) {
@@ -112,13 +112,26 @@ func BenchmarkCountDownstreamSockets(b *testing.B) {
 				b.Cleanup(func() { s.Close() })
 			}
 			pid := os.Getpid()
-			for b.Loop() {
-				// The 10 accepted ends count; the 10 client ends are
-				// this process's too but not on a listening address.
-				if n, err := CountDownstream([]int{pid}, 0); err != nil || n != 10 {
-					b.Fatalf("%d, %v; want 10", n, err)
+			// The 10 accepted ends count; the 10 client ends are this
+			// process's too but not on a listening address. "poll" is the
+			// drain poll (quick counts, a full one every fullCountEvery);
+			// "full" a count with nothing remembered.
+			b.Run("poll", func(b *testing.B) {
+				c := NewDownstreamCounter()
+				for b.Loop() {
+					if n, err := c.Count([]int{pid}, 0); err != nil || n != 10 {
+						b.Fatalf("%d, %v; want 10", n, err)
+					}
 				}
-			}
+				b.ReportMetric(float64(c.FullCounts()), "full-counts")
+			})
+			b.Run("full", func(b *testing.B) {
+				for b.Loop() {
+					if n, err := NewDownstreamCounter().Count([]int{pid}, 0); err != nil || n != 10 {
+						b.Fatalf("%d, %v; want 10", n, err)
+					}
+				}
+			})
 		})
 	}
 }

@@ -61,7 +61,7 @@ func TestCountDownstream(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			listening := listenAddrs{}
 			listening.update(entries, tt.owners, 15000)
-			if got := countDownstream(entries, listening, tt.owners, tt.counted); got != tt.want {
+			if got := countDownstream(entries, listening, inSet(tt.owners), tt.counted); got != tt.want {
 				t.Errorf("got %d, want %d", got, tt.want)
 			}
 		})
@@ -87,10 +87,10 @@ func TestCountDownstreamAfterTheListenerClosed(t *testing.T) {
 		}
 	}
 	listening.update(closed, owners, 15000)
-	if got := countDownstream(closed, listening, owners, nil); got != 2 {
+	if got := countDownstream(closed, listening, inSet(owners), nil); got != 2 {
 		t.Errorf("listener closed: got %d, want the 2 connections accepted on it", got)
 	}
-	if fresh := (listenAddrs{}); countDownstream(closed, fresh, owners, nil) != 0 {
+	if fresh := (listenAddrs{}); countDownstream(closed, fresh, inSet(owners), nil) != 0 {
 		t.Errorf("an address never seen listening counted")
 	}
 	var drained []socketEntry
@@ -147,8 +147,68 @@ func TestCountDownstreamOnTheKernelsTable(t *testing.T) {
 	}
 	listening := listenAddrs{}
 	listening.update(entries, mine, 0)
-	if got := countDownstream(entries, listening, mine, nil); got != 1 {
+	if got := countDownstream(entries, listening, inSet(mine), nil); got != 1 {
 		t.Errorf("%d connections accepted on this process's listener, want 1", got)
+	}
+}
+
+// The counter on this process's own sockets: a full count first, then
+// quick ones while the connections stay as they were; a new connection
+// (unknown to the last full count) and a zero each take a full count, so
+// that no drain ever ends on a quick count. Without sock_diag (a sandbox
+// that refuses AF_NETLINK) every count is a full one from /proc.
+func TestDownstreamCounterQuickAndFull(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		noDiag bool
+		// full counts after each step: first, again, a new connection, all closed
+		wantFull [4]int
+	}{
+		{"sock_diag", false, [4]int{1, 1, 2, 3}},
+		{"/proc/net/tcp", true, [4]int{1, 2, 3, 4}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			var servers []net.Conn
+			accept := func() {
+				c, err := net.Dial("tcp", ln.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+				s, err := ln.Accept()
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { s.Close() })
+				servers = append(servers, s)
+			}
+			c := NewDownstreamCounter()
+			c.noDiag = tt.noDiag
+			pids := []int{os.Getpid()}
+			step := func(i, want int) {
+				t.Helper()
+				if n, err := c.Count(pids, 0); err != nil || n != want {
+					t.Fatalf("step %d: %d, %v; want %d", i, n, err, want)
+				}
+				if got := c.FullCounts(); got != tt.wantFull[i] {
+					t.Errorf("step %d: %d full counts so far, want %d", i, got, tt.wantFull[i])
+				}
+			}
+			accept()
+			step(0, 1)
+			step(1, 1)
+			accept()
+			step(2, 2)
+			for _, s := range servers {
+				s.Close()
+			}
+			step(3, 0)
+		})
 	}
 }
 
@@ -212,3 +272,6 @@ func TestCountFollowsTheOldEpochsLastConnection(t *testing.T) {
 		t.Logf("Envoy's stats said %d at that moment", n)
 	}
 }
+
+// inSet is membership in m, as countDownstream asks it.
+func inSet(m map[uint64]bool) func(uint64) bool { return func(i uint64) bool { return m[i] } }

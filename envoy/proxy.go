@@ -57,8 +57,7 @@ type Envoy struct {
 
 	snapshots atomic.Uint64 // numbers each bootstrap copy, so no two epochs share a file
 
-	countMu   sync.Mutex  // serializes connection counts (they update listening)
-	listening listenAddrs // Envoy's listening addresses, remembered past their close (connections.go)
+	conns *DownstreamCounter // counts the downstream connections (connections.go)
 }
 
 // NewProxy returns the Proxy for cfg. Its dynamic type is *Envoy.
@@ -66,14 +65,16 @@ func NewProxy(cfg ProxyConfig) Proxy { return NewEnvoy(cfg) }
 
 // NewEnvoy returns an Envoy for cfg.
 func NewEnvoy(cfg ProxyConfig) *Envoy {
-	return &Envoy{
-		cfg:       cfg,
-		log:       loggerOrNop(cfg.Logger),
-		admin:     cfg.newAdmin(),
-		procs:     map[*process]struct{}{},
-		switched:  make(chan struct{}, 1),
-		listening: listenAddrs{},
+	e := &Envoy{
+		cfg:      cfg,
+		log:      loggerOrNop(cfg.Logger),
+		admin:    cfg.newAdmin(),
+		procs:    map[*process]struct{}{},
+		switched: make(chan struct{}, 1),
+		conns:    NewDownstreamCounter(),
 	}
+	e.conns.logf = e.log.Warnf
+	return e
 }
 
 // Admin returns the client for this Envoy's admin API.
