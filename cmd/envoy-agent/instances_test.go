@@ -3,8 +3,8 @@
 package main
 
 // Several agents on one host, and `envoy-agent status`: each test runs real
-// agents with the real Envoy (run them inside /work/bin/nsrun or another
-// private network namespace: Envoy's hot-restart sockets are per namespace).
+// agents with the real Envoy, each with its own base id (random), ports and
+// hot-restart socket directory (its run_dir), so they run beside any other.
 
 import (
 	"encoding/json"
