@@ -230,7 +230,7 @@ func (e *Envoy) startLive(ctx context.Context, cfg ProxyConfig, copied string, t
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := e.waitEpochLive(ctx, p, cfg); err != nil {
-		lines := Redact(p.tail.Lines())
+		lines := p.relay.LastLines()
 		e.abandon(p)
 		return nil, &startLiveError{err: err, lastLines: lines}
 	}

@@ -126,7 +126,7 @@ func (e *Envoy) hotRestart(ctx context.Context, cfg ProxyConfig, copied string) 
 		return 0, err
 	}
 	if err := e.waitEpochLive(ctx, p, cfg); err != nil {
-		lines := Redact(p.tail.Lines())
+		lines := p.relay.LastLines()
 		e.abandon(p)
 		return 0, &HotRestartError{Epoch: next, Err: err, LastLines: lines, Recovery: e.recover(ctx, old, next)}
 	}

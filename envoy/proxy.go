@@ -415,5 +415,5 @@ func (e *Envoy) LastLines() []string {
 	if e.cur == nil {
 		return nil
 	}
-	return Redact(e.cur.tail.Lines())
+	return e.cur.relay.LastLines()
 }

@@ -1,35 +1,14 @@
 //go:build linux
 
-package envoy
+package output
 
 import (
+	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"testing"
 )
-
-func TestLogLevel(t *testing.T) {
-	tests := []struct{ line, want string }{
-		{"[2026-12-03 09:09:55.560][27019][warning][main] [source/server/server.cc:1059] There is no configured limit", "warning"},
-		{"[2026-12-03 09:09:55.511][27019][info][main] [source/server/server.cc:463] initializing epoch 0", "info"},
-		{"[2026-12-03 09:09:55.511][1][critical][main] [source/server/server.cc:1] error initializing configuration", "critical"},
-		{"[2026-12-03 09:09:55.511][1][error][upstream] [x.cc:1] x", "error"},
-		{"[2026-12-03 09:09:55.511][1][debug][misc] [x.cc:1] x", "debug"},
-		{`{"level":"error","time":"2026-12-03T09:00:00.000000Z","scope":"main","msg":"x"}`, "error"},
-		{`{"level":"warning","time":"x"}`, "warning"},
-		{"  static_resources {", ""},
-		{"}", ""},
-		{"[2026-12-03 09:09:55.511][1][bogus][main] x", ""},
-		{"[unterminated", ""},
-		{`{"level":"info`, ""},
-		{"", ""},
-	}
-	for _, tt := range tests {
-		if got := LogLevel([]byte(tt.line)); got != tt.want {
-			t.Errorf("LogLevel(%q) = %q, want %q", tt.line, got, tt.want)
-		}
-	}
-}
 
 // lineRecorder records each Write it gets.
 type lineRecorder struct{ writes []string }
@@ -39,8 +18,10 @@ func (r *lineRecorder) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func TestLineWriterPassesWholeLines(t *testing.T) {
-	long := strings.Repeat("x", maxRelayLine+10)
+// TestRelayPassesWholeLines: stdout goes on a whole line per Write, whatever
+// pieces Envoy wrote it in.
+func TestRelayPassesWholeLines(t *testing.T) {
+	long := strings.Repeat("x", maxLine+10)
 	tests := []struct {
 		name   string
 		chunks []string
@@ -51,18 +32,19 @@ func TestLineWriterPassesWholeLines(t *testing.T) {
 		{"two lines in one write", []string{"a\nb\n"}, []string{"a\n", "b\n"}},
 		{"a line across writes with another", []string{"a\nb", "c\nd"}, []string{"a\n", "bc\n", "d\n"}},
 		{"an unfinished last line is flushed", []string{"tail"}, []string{"tail\n"}},
-		{"a runaway line is cut", []string{long}, []string{long[:maxRelayLine] + "\n", long[maxRelayLine:] + "\n"}},
+		{"a runaway line is cut", []string{long}, []string{long[:maxLine] + "\n", long[maxLine:] + "\n"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var r lineRecorder
-			w := newLineWriter(&r)
+			rel := NewRelay(&r, io.Discard)
+			w := rel.Stdout()
 			for _, c := range tt.chunks {
 				if n, err := w.Write([]byte(c)); n != len(c) || err != nil {
 					t.Fatalf("Write = %d, %v", n, err)
 				}
 			}
-			w.Flush()
+			rel.Flush()
 			if strings.Join(r.writes, "|") != strings.Join(tt.want, "|") {
 				t.Errorf("writes %q, want %q", short(r.writes), short(tt.want))
 			}
@@ -79,4 +61,28 @@ func short(s []string) []string {
 		out[i] = x
 	}
 	return out
+}
+
+// TestRelayKeepsLastLines: the last tailLines lines of stderr are kept, an
+// unfinished last one included once flushed, each cut to tailLineMax.
+func TestRelayKeepsLastLines(t *testing.T) {
+	rel := NewRelay(io.Discard, io.Discard)
+	for i := range tailLines + 5 {
+		if _, err := fmt.Fprintf(rel.Stderr(), "line %d\n", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _ = io.WriteString(rel.Stderr(), strings.Repeat("x", 2*tailLineMax)+"\nunfin")
+	_, _ = io.WriteString(rel.Stderr(), "ished")
+	rel.Flush()
+	got := rel.LastLines()
+	if len(got) != tailLines {
+		t.Fatalf("kept %d lines, want %d: %q", len(got), tailLines, got)
+	}
+	if got[0] != "line 7" || got[tailLines-1] != "unfinished" {
+		t.Errorf("kept %q ... %q, want line 7 ... unfinished", got[0], got[tailLines-1])
+	}
+	if l := len(got[tailLines-2]); l != tailLineMax {
+		t.Errorf("a long line kept %d bytes, want %d", l, tailLineMax)
+	}
 }
