@@ -47,21 +47,3 @@ func CheckRunDirMode(dir string) (os.FileInfo, error) {
 	}
 	return fi, nil
 }
-
-// createAdminAddressFile makes the empty file Envoy writes its admin
-// address to, exclusively and never through a symbolic link, private to
-// the agent's user; Envoy then writes into this file rather than create
-// one of its own.
-func createAdminAddressFile(path string) error {
-	if path == "" {
-		return nil
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("envoy admin address file: %w", err)
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return fmt.Errorf("envoy admin address file: %w", err)
-	}
-	return f.Close()
-}
