@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 )
 
 // HotRestartDisabled is what `envoy --hot-restart-version` prints for a
@@ -113,7 +115,7 @@ func (e *Envoy) DrainAndRestartFrom(ctx context.Context, cfg ProxyConfig, copied
 	e.log.Infof("restart: envoy pid %d drained for %s (%s); stopping it", old.pid, drained.Round(time.Millisecond), reason)
 	e.stopEpochs()
 	if !prev.DisableHotRestart {
-		if err := removeSharedMemory(prev.BaseID); err != nil {
+		if err := hostfiles.RemoveSharedMemory(prev.BaseID); err != nil {
 			e.log.Warnf("restart: remove envoy's shared memory: %v", err)
 		}
 	}

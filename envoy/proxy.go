@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 )
 
 // Proxy is one Envoy that an Agent supervises, as in Istio's pkg/envoy.
@@ -109,7 +111,7 @@ func (e *Envoy) ensureRunDir() (string, error) {
 		if dir := e.config().RunDir; dir != "" {
 			e.runDir = dir
 			if e.runDirErr = os.MkdirAll(e.runDir, 0o750); e.runDirErr == nil {
-				e.runDirErr = CheckRunDir(e.runDir)
+				e.runDirErr = hostfiles.CheckRunDir(e.runDir)
 			}
 		} else {
 			e.runDir, e.runDirErr = os.MkdirTemp("", "envoy-agent-")
@@ -118,8 +120,8 @@ func (e *Envoy) ensureRunDir() (string, error) {
 		// Set even while hot restart is off: a drain-and-restart may switch
 		// to an Envoy that has it (args passes it only then).
 		if e.runDirErr == nil {
-			e.runDirErr = CheckHotRestartSocketPath(e.runDir, e.config().BaseID)
-			e.hotRestartSocket = HotRestartSocketPrefix(e.runDir)
+			e.runDirErr = hostfiles.CheckHotRestartSocketPath(e.runDir, e.config().BaseID)
+			e.hotRestartSocket = hostfiles.HotRestartSocketPrefix(e.runDir)
 		}
 	})
 	if e.runDirErr != nil {
@@ -137,10 +139,11 @@ func (e *Envoy) Run(abort <-chan error) error {
 	}
 	var addrErr chan error
 	if e.serving() == nil { // else an epoch adopted from a previous agent (AdoptEnvoy)
-		if err := e.clearLeftovers(); err != nil {
+		cfg := e.config()
+		if err := hostfiles.ClearLeftovers(hostfiles.Leftovers{RunDir: e.runDir, Temporary: e.ownRunDir, HotRestartSocket: e.hotRestartSocket,
+			BaseID: cfg.BaseID, SharedMemory: !cfg.DisableHotRestart}, e.log); err != nil {
 			return err
 		}
-		cfg := e.config()
 		p, err := e.startEpoch(cfg, cfg.ConfigPath, 0)
 		if err != nil {
 			return err
@@ -347,7 +350,7 @@ func (e *Envoy) Cleanup() {
 	e.mu.Unlock()
 	cfg := e.config()
 	if !cfg.DisableHotRestart && alive == 0 && e.serving() != nil {
-		if err := removeSharedMemory(cfg.BaseID); err != nil {
+		if err := hostfiles.RemoveSharedMemory(cfg.BaseID); err != nil {
 			e.log.Warnf("remove envoy's shared memory: %v", err)
 		}
 	}
@@ -363,12 +366,7 @@ func (e *Envoy) Cleanup() {
 	if e.ownRunDir {
 		_ = os.RemoveAll(e.runDir)
 	} else if e.runDir != "" {
-		for _, pattern := range leftoverPatterns {
-			matches, _ := filepath.Glob(filepath.Join(e.runDir, pattern))
-			for _, m := range matches {
-				_ = os.Remove(m)
-			}
-		}
+		hostfiles.RemoveRunFiles(e.runDir)
 	}
 }
 
