@@ -39,7 +39,10 @@ func RedactLine(l string) string {
 		// in it with its line breaks escaped.
 		l = strings.Join(Redact(strings.Split(l, `\n`)), `\n`)
 	}
-	return truncate(l, maxLine)
+	if len(l) > maxLine {
+		l = l[:maxLine] + "..."
+	}
+	return l
 }
 
 // isDumpLine reports whether a line of Envoy's output belongs to a proto
@@ -103,12 +106,4 @@ func (r *redactor) endDump() {
 func (r *redactor) relay(l string) {
 	_, _ = io.WriteString(r.dst, l+"\n")
 	r.tail.add(l)
-}
-
-// truncate cuts s to n bytes, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }
