@@ -131,13 +131,7 @@ func AdoptEnvoy(cfg ProxyConfig, st HandoverState) (*Envoy, error) {
 		e.runDir, e.ownRunDir, e.hotRestartSocket = st.RunDir, st.OwnRunDir, st.HotRestartSocket
 	})
 	e.snapshots.Store(st.Snapshots)
-	stdout, stderr := cfg.Stdout, cfg.Stderr
-	if stdout == nil {
-		stdout = os.Stdout
-	}
-	if stderr == nil {
-		stderr = os.Stderr
-	}
+	stdout, stderr := cfg.outputs()
 	for _, es := range st.Epochs {
 		p := &process{
 			epoch: es.Epoch, pid: es.Pid, started: time.Unix(0, es.StartedUnixNano),
@@ -166,17 +160,10 @@ func AdoptEnvoy(cfg ProxyConfig, st HandoverState) (*Envoy, error) {
 		}
 		p.proc = proc
 		go p.reap()
-		e.procs[p] = struct{}{}
+		e.track(p)
 		if es.Serving {
 			e.cur = p
 		}
-		go func() {
-			<-p.done
-			_ = os.Remove(p.snapshot)
-			e.mu.Lock()
-			delete(e.procs, p)
-			e.mu.Unlock()
-		}()
 	}
 	if e.cur == nil {
 		return nil, errors.New("adopt envoy: the handed-over state names no serving epoch")

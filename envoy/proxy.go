@@ -236,13 +236,7 @@ func (e *Envoy) startEpochFrom(cfg ProxyConfig, snapshot string, epoch int) (*pr
 	runCfg := cfg
 	runCfg.ConfigPath = snapshot
 	args := runCfg.args(epoch, path, e.hotRestartSocket)
-	stdout, stderr := cfg.Stdout, cfg.Stderr
-	if stdout == nil {
-		stdout = os.Stdout
-	}
-	if stderr == nil {
-		stderr = os.Stderr
-	}
+	stdout, stderr := cfg.outputs()
 	p, err := startProcess(cfg.BinaryPath, args, cfg.Env, epoch, path, stdout, stderr)
 	if err != nil {
 		_ = os.Remove(snapshot)
@@ -250,6 +244,14 @@ func (e *Envoy) startEpochFrom(cfg ProxyConfig, snapshot string, epoch int) (*pr
 	}
 	p.snapshot = snapshot
 	e.log.Infof("started envoy epoch %d, pid %d: %s %s", epoch, p.pid, cfg.BinaryPath, strings.Join(args, " "))
+	e.track(p)
+	return p, nil
+}
+
+// track adds an epoch, started or adopted, to those the Envoy supervises
+// until it is reaped; then its bootstrap copy is removed and it is
+// forgotten.
+func (e *Envoy) track(p *process) {
 	e.mu.Lock()
 	e.procs[p] = struct{}{}
 	e.mu.Unlock()
@@ -260,7 +262,6 @@ func (e *Envoy) startEpochFrom(cfg ProxyConfig, snapshot string, epoch int) (*pr
 		delete(e.procs, p)
 		e.mu.Unlock()
 	}()
-	return p, nil
 }
 
 // stopAll stops every epoch: the serving one through its admin API (Envoy
