@@ -15,8 +15,9 @@ import (
 const maxLine = 16 << 10
 
 // lineSplitter is the io.Writer that cuts what Envoy writes into lines: it
-// hands emit each whole line without its newline, and a line longer than
-// maxLine in parts, the second and later with cont set. emit runs under the
+// hands emit each whole line, ended by a newline (an unfinished last line
+// gets one at Flush), and a line longer than maxLine in parts of maxLine
+// bytes, each ended by a newline, the second and later with cont set. emit runs under the
 // splitter's lock, one line at a time, and must not keep line; end, if set,
 // runs after Flush handed on the last line.
 type lineSplitter struct {
@@ -43,7 +44,7 @@ func (s *lineSplitter) Write(b []byte) (int, error) {
 			take := maxLine - len(s.buf)
 			s.buf = append(s.buf, chunk[:take]...)
 			chunk = chunk[take:]
-			s.emit(s.buf, s.cont)
+			s.line()
 			s.buf, s.cont = s.buf[:0], true
 		}
 		s.buf = append(s.buf, chunk...)
@@ -51,7 +52,7 @@ func (s *lineSplitter) Write(b []byte) (int, error) {
 			break
 		}
 		if len(s.buf) > 0 || !s.cont {
-			s.emit(s.buf, s.cont)
+			s.line()
 		}
 		s.buf, s.cont = s.buf[:0], false
 		b = b[i+1:]
@@ -64,10 +65,17 @@ func (s *lineSplitter) Flush() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.buf) > 0 {
-		s.emit(s.buf, s.cont)
+		s.line()
 	}
 	s.buf, s.cont = s.buf[:0], false
 	if s.end != nil {
 		s.end()
 	}
+}
+
+// line hands buf on, ended by a newline (kept in buf, so that its room is
+// reused).
+func (s *lineSplitter) line() {
+	s.buf = append(s.buf, '\n')
+	s.emit(s.buf, s.cont)
 }

@@ -85,7 +85,7 @@ func (r *redactor) line(b []byte, cont bool) {
 	if cont {
 		return
 	}
-	l := string(b)
+	l := string(b[:len(b)-1])
 	if isDumpLine(l) {
 		r.inDump++
 		return

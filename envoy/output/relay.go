@@ -23,7 +23,7 @@ func NewRelay(stdout, stderr io.Writer) *Relay {
 			// An error of stdout is dropped: Envoy must not be stopped
 			// (its pipe must keep draining) because the agent's own
 			// output failed.
-			_, _ = stdout.Write(append(line[:len(line):len(line)], '\n'))
+			_, _ = stdout.Write(line)
 		}},
 		err:  &lineSplitter{emit: red.line, end: red.endDump},
 		tail: t,

@@ -33,6 +33,7 @@ func TestRelayPassesWholeLines(t *testing.T) {
 		{"a line across writes with another", []string{"a\nb", "c\nd"}, []string{"a\n", "bc\n", "d\n"}},
 		{"an unfinished last line is flushed", []string{"tail"}, []string{"tail\n"}},
 		{"a runaway line is cut", []string{long}, []string{long[:maxLine] + "\n", long[maxLine:] + "\n"}},
+		{"a line of exactly maxLine is one line", []string{long[:maxLine] + "\n", "b\n"}, []string{long[:maxLine] + "\n", "b\n"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
