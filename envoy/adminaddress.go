@@ -7,6 +7,7 @@
 package envoy
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -15,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
 
 func (e *Envoy) adminAddressPath(epoch int) string {
@@ -22,6 +25,23 @@ func (e *Envoy) adminAddressPath(epoch int) string {
 		return ""
 	}
 	return filepath.Join(e.runDir, "admin-address-epoch-"+strconv.Itoa(epoch))
+}
+
+// createAdminAddressFile makes the empty file Envoy writes its admin
+// address to, exclusively and never through a symbolic link, private to
+// the agent's user; Envoy then writes into this file rather than create
+// one of its own.
+func createAdminAddressFile(path string) error {
+	if path == "" {
+		return nil
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("envoy admin address file: %w", err)
+	}
+	if err := safefile.CreatePrivate(path, nil); err != nil {
+		return fmt.Errorf("envoy admin address file: %w", err)
+	}
+	return nil
 }
 
 // AdminAddressError reports an admin listener that is not where the

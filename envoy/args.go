@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 )
 
 // jsonLogFormat is Envoy's --log-format for LogAsJSON: one JSON object a line,
@@ -34,7 +36,7 @@ func (c ProxyConfig) args(epoch int, adminAddressPath, hotRestartSocket string) 
 		if hotRestartSocket != "" {
 			// Files private to the agent's user, not abstract names any
 			// local user can reach (hotrestartsocket.go).
-			a = append(a, "--socket-path", hotRestartSocket, "--socket-mode", hotRestartSocketMode)
+			a = append(a, "--socket-path", hotRestartSocket, "--socket-mode", hostfiles.HotRestartSocketMode)
 		}
 	}
 	if adminAddressPath != "" {

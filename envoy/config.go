@@ -4,6 +4,7 @@ package envoy
 
 import (
 	"io"
+	"os"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -124,6 +125,19 @@ func durationOr(d *durationpb.Duration, def time.Duration) time.Duration {
 		return def
 	}
 	return d.AsDuration()
+}
+
+// outputs are where Envoy's stdout and stderr go: Stdout and Stderr, or
+// the agent's own.
+func (c ProxyConfig) outputs() (stdout, stderr io.Writer) {
+	stdout, stderr = c.Stdout, c.Stderr
+	if stdout == nil {
+		stdout = os.Stdout
+	}
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	return stdout, stderr
 }
 
 func (c ProxyConfig) localHost() string {

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 )
 
 // HotRestartDisabled is what `envoy --hot-restart-version` prints for a
@@ -113,7 +115,7 @@ func (e *Envoy) DrainAndRestartFrom(ctx context.Context, cfg ProxyConfig, copied
 	e.log.Infof("restart: envoy pid %d drained for %s (%s); stopping it", old.pid, drained.Round(time.Millisecond), reason)
 	e.stopEpochs()
 	if !prev.DisableHotRestart {
-		if err := removeSharedMemory(prev.BaseID); err != nil {
+		if err := hostfiles.RemoveSharedMemory(prev.BaseID); err != nil {
 			e.log.Warnf("restart: remove envoy's shared memory: %v", err)
 		}
 	}
@@ -230,7 +232,7 @@ func (e *Envoy) startLive(ctx context.Context, cfg ProxyConfig, copied string, t
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := e.waitEpochLive(ctx, p, cfg); err != nil {
-		lines := Redact(p.tail.Lines())
+		lines := p.relay.LastLines()
 		e.abandon(p)
 		return nil, &startLiveError{err: err, lastLines: lines}
 	}

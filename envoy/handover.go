@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/envoy-agent/envoy-agent/envoy/output"
 )
 
 // HandoverState is what a new agent needs to adopt the running Envoys when
@@ -130,20 +131,13 @@ func AdoptEnvoy(cfg ProxyConfig, st HandoverState) (*Envoy, error) {
 		e.runDir, e.ownRunDir, e.hotRestartSocket = st.RunDir, st.OwnRunDir, st.HotRestartSocket
 	})
 	e.snapshots.Store(st.Snapshots)
-	stdout, stderr := cfg.Stdout, cfg.Stderr
-	if stdout == nil {
-		stdout = os.Stdout
-	}
-	if stderr == nil {
-		stderr = os.Stderr
-	}
+	stdout, stderr := cfg.outputs()
 	for _, es := range st.Epochs {
 		p := &process{
 			epoch: es.Epoch, pid: es.Pid, started: time.Unix(0, es.StartedUnixNano),
 			adminAddressPath: es.AdminAddressPath, snapshot: es.Snapshot,
-			tail: newLogTail(tailLines), done: make(chan struct{}),
+			relay: output.NewRelay(stdout, stderr), done: make(chan struct{}),
 		}
-		relayOut, relayErr := p.relays(stdout, stderr)
 		for _, o := range es.Outputs {
 			f := os.NewFile(uintptr(o.FD), "envoy-"+o.Stream)
 			if f == nil {
@@ -154,9 +148,9 @@ func AdoptEnvoy(cfg ProxyConfig, st HandoverState) (*Envoy, error) {
 			}
 			op := &outputPipe{stream: o.Stream, r: f, copied: make(chan struct{})}
 			if o.Stream == "stdout" {
-				op.copyTo(relayOut)
+				op.copyTo(p.relay.Stdout())
 			} else {
-				op.copyTo(relayErr)
+				op.copyTo(p.relay.Stderr())
 			}
 			p.outputs = append(p.outputs, op)
 		}
@@ -165,24 +159,11 @@ func AdoptEnvoy(cfg ProxyConfig, st HandoverState) (*Envoy, error) {
 			return nil, fmt.Errorf("adopt envoy pid %d: %w", es.Pid, err)
 		}
 		p.proc = proc
-		go func() {
-			ps, err := proc.Wait()
-			if err == nil && !ps.Success() {
-				err = &exec.ExitError{ProcessState: ps}
-			}
-			p.finish(err)
-		}()
-		e.procs[p] = struct{}{}
+		go p.reap()
+		e.track(p)
 		if es.Serving {
 			e.cur = p
 		}
-		go func() {
-			<-p.done
-			_ = os.Remove(p.snapshot)
-			e.mu.Lock()
-			delete(e.procs, p)
-			e.mu.Unlock()
-		}()
 	}
 	if e.cur == nil {
 		return nil, errors.New("adopt envoy: the handed-over state names no serving epoch")

@@ -6,11 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/envoy-agent/envoy-agent/envoy/versions"
 	"os"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
+	"github.com/envoy-agent/envoy-agent/envoy/versions"
 )
 
 // HotRestartVersion asks an Envoy binary for its hot-restart compatibility
@@ -107,7 +109,7 @@ func (e *Envoy) hotRestart(ctx context.Context, cfg ProxyConfig, copied string) 
 	if old == nil || old.exited() {
 		return 0, errors.New("no serving envoy to hot restart")
 	}
-	if _, err := os.Stat(shmPath(cur.BaseID)); err != nil {
+	if _, err := os.Stat(hostfiles.SharedMemoryPath(cur.BaseID)); err != nil {
 		// Epochs above 0 attach to the region epoch 0 made; without it the
 		// new epoch would crash. RemoveIPC= or a /dev/shm cleanup does this.
 		return 0, fmt.Errorf("envoy's hot-restart shared memory is gone (%w): no new epoch can start; restart the service to apply the change", err)
@@ -126,7 +128,7 @@ func (e *Envoy) hotRestart(ctx context.Context, cfg ProxyConfig, copied string) 
 		return 0, err
 	}
 	if err := e.waitEpochLive(ctx, p, cfg); err != nil {
-		lines := Redact(p.tail.Lines())
+		lines := p.relay.LastLines()
 		e.abandon(p)
 		return 0, &HotRestartError{Epoch: next, Err: err, LastLines: lines, Recovery: e.recover(ctx, old, next)}
 	}
@@ -287,7 +289,7 @@ func (e *Envoy) recover(ctx context.Context, old *process, epoch int) string {
 		return "the serving epoch has exited too"
 	}
 	cfg := e.config()
-	cleared, err := clearInitializingFlag(cfg.BaseID)
+	cleared, err := hostfiles.ClearInitializingFlag(cfg.BaseID)
 	if err != nil {
 		e.log.Warnf("hot restart: %v", err)
 	}
@@ -312,7 +314,7 @@ func (e *Envoy) recover(ctx context.Context, old *process, epoch int) string {
 			return fmt.Sprintf("the serving configuration was restored as epoch %d (pid %d), with its admin API", epoch, p.pid)
 		}
 		e.abandon(p)
-		_, _ = clearInitializingFlag(cfg.BaseID)
+		_, _ = hostfiles.ClearInitializingFlag(cfg.BaseID)
 	}
 	return fmt.Sprintf("epoch %d keeps serving traffic but lost its admin API (restoring it failed: %v)", old.epoch, err)
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
@@ -63,7 +64,7 @@ func TestHotRestartSwitchesConfigWithoutFailures(t *testing.T) {
 	if err != nil || took > 10*time.Second {
 		t.Fatalf("stop after hot restarts: %v after %s", err, took)
 	}
-	if _, err := os.Stat(shmPath(le.proxy.cfg.BaseID)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(hostfiles.SharedMemoryPath(le.proxy.cfg.BaseID)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("envoy's shared memory is left behind: %v", err)
 	}
 }
@@ -152,7 +153,7 @@ func TestFilesTheProxyWritesArePrivate(t *testing.T) {
 func TestHotRestartWithoutSharedMemoryIsRefused(t *testing.T) {
 	t.Parallel()
 	le := startAgent(t, agentOptions{termination: 2 * time.Second, minDrain: time.Second, drainDuration: time.Second})
-	if err := os.Remove(shmPath(le.proxy.cfg.BaseID)); err != nil {
+	if err := os.Remove(hostfiles.SharedMemoryPath(le.proxy.cfg.BaseID)); err != nil {
 		t.Fatal(err)
 	}
 	cfg := le.proxy.config()

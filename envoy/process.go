@@ -11,21 +11,21 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy/output"
 )
 
 // process is one running Envoy: one hot-restart epoch.
 type process struct {
 	epoch            int
-	cmd              *exec.Cmd // nil for an epoch adopted from a previous agent
 	proc             *os.Process
 	pid              int
 	started          time.Time
 	replaced         time.Time // when a newer epoch took over serving; guarded by Envoy.mu
 	adminAddressPath string
-	snapshot         string // the copy of the bootstrap this epoch runs
-	tail             *logTail
+	snapshot         string        // the copy of the bootstrap this epoch runs
+	relay            *output.Relay // where outputs are copied; it keeps stderr's last lines
 	outputs          []*outputPipe // Envoy's output that the agent copies (kept across a re-exec)
-	flushes          []func()      // the relays' Flush, once the outputs are copied
 	done             chan struct{} // closed once Wait returned
 	waitErr          error         // set before done is closed
 }
@@ -55,7 +55,7 @@ func startProcess(binary string, args, env []string, epoch int, adminAddressPath
 	p := &process{
 		epoch:            epoch,
 		adminAddressPath: adminAddressPath,
-		tail:             newLogTail(tailLines),
+		relay:            output.NewRelay(stdout, stderr),
 		done:             make(chan struct{}),
 	}
 	cmd := exec.Command(binary, args...)
@@ -67,17 +67,16 @@ func startProcess(binary string, args, env []string, epoch int, adminAddressPath
 			_ = w.Close()
 		}
 	}
-	// Both of Envoy's outputs go through pipes the agent copies (relay.go):
-	// a whole line at a time, with the configuration dumps left out of
-	// stderr, and stderr's last lines kept in the tail.
-	relayOut, relayErr := p.relays(stdout, stderr)
+	// Both of Envoy's outputs go through pipes the agent copies into the
+	// relay (package output): a whole line at a time, with the
+	// configuration dumps left out of stderr, and stderr's last lines kept.
 	outs := []struct {
 		stream string
 		w      io.Writer
 		set    func(io.Writer)
 	}{
-		{"stdout", relayOut, func(w io.Writer) { cmd.Stdout = w }},
-		{"stderr", relayErr, func(w io.Writer) { cmd.Stderr = w }},
+		{"stdout", p.relay.Stdout(), func(w io.Writer) { cmd.Stdout = w }},
+		{"stderr", p.relay.Stderr(), func(w io.Writer) { cmd.Stderr = w }},
 	}
 	for _, o := range outs {
 		r, w, err := os.Pipe()
@@ -91,7 +90,6 @@ func startProcess(binary string, args, env []string, epoch int, adminAddressPath
 		op.copyTo(o.w)
 		p.outputs = append(p.outputs, op)
 	}
-	p.cmd = cmd
 
 	var err error
 	onForkerThread(func() { err = cmd.Start() })
@@ -105,20 +103,24 @@ func startProcess(binary string, args, env []string, epoch int, adminAddressPath
 	p.proc = cmd.Process
 	p.pid = cmd.Process.Pid
 	p.started = time.Now()
-	go func() {
-		err := cmd.Wait()
-		p.finish(err)
-	}()
+	go p.reap()
 	return p, nil
 }
 
-// finish records how the process ended, once its output is copied (the
-// tail must hold its last lines), and closes done.
-func (p *process) finish(err error) {
+// reap waits for the process, started here or adopted from the agent before
+// a re-exec (a child of this process either way), and records how it ended
+// once its output is copied (the relay must hold its last lines); then it
+// closes done. The pipes are the agent's own (outputPipe), so waiting on
+// the os.Process is all exec.Cmd.Wait would do.
+func (p *process) reap() {
+	ps, err := p.proc.Wait()
+	if err == nil && !ps.Success() {
+		err = &exec.ExitError{ProcessState: ps}
+	}
 	for _, o := range p.outputs {
 		<-o.copied
 	}
-	p.flushRelays()
+	p.relay.Flush()
 	p.waitErr = err
 	close(p.done)
 }
@@ -196,5 +198,5 @@ func (e *ExitError) Killed() bool {
 }
 
 func (p *process) exitError() *ExitError {
-	return &ExitError{Epoch: p.epoch, Pid: p.pid, Err: p.waitErr, LastLines: Redact(p.tail.Lines()), Ran: time.Since(p.started)}
+	return &ExitError{Epoch: p.epoch, Pid: p.pid, Err: p.waitErr, LastLines: p.relay.LastLines(), Ran: time.Since(p.started)}
 }

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 )
 
 // Proxy is one Envoy that an Agent supervises, as in Istio's pkg/envoy.
@@ -110,7 +112,7 @@ func (e *Envoy) ensureRunDir() (string, error) {
 		if dir := e.config().RunDir; dir != "" {
 			e.runDir = dir
 			if e.runDirErr = os.MkdirAll(e.runDir, 0o750); e.runDirErr == nil {
-				e.runDirErr = CheckRunDir(e.runDir)
+				e.runDirErr = hostfiles.CheckRunDir(e.runDir)
 			}
 		} else {
 			e.runDir, e.runDirErr = os.MkdirTemp("", "envoy-agent-")
@@ -119,8 +121,8 @@ func (e *Envoy) ensureRunDir() (string, error) {
 		// Set even while hot restart is off: a drain-and-restart may switch
 		// to an Envoy that has it (args passes it only then).
 		if e.runDirErr == nil {
-			e.runDirErr = CheckHotRestartSocketPath(e.runDir, e.config().BaseID)
-			e.hotRestartSocket = HotRestartSocketPrefix(e.runDir)
+			e.runDirErr = hostfiles.CheckHotRestartSocketPath(e.runDir, e.config().BaseID)
+			e.hotRestartSocket = hostfiles.HotRestartSocketPrefix(e.runDir)
 		}
 	})
 	if e.runDirErr != nil {
@@ -138,10 +140,11 @@ func (e *Envoy) Run(abort <-chan error) error {
 	}
 	var addrErr chan error
 	if e.serving() == nil { // else an epoch adopted from a previous agent (AdoptEnvoy)
-		if err := e.clearLeftovers(); err != nil {
+		cfg := e.config()
+		if err := hostfiles.ClearLeftovers(hostfiles.Leftovers{RunDir: e.runDir, Temporary: e.ownRunDir, HotRestartSocket: e.hotRestartSocket,
+			BaseID: cfg.BaseID, SharedMemory: !cfg.DisableHotRestart}, e.log); err != nil {
 			return err
 		}
-		cfg := e.config()
 		p, err := e.startEpoch(cfg, cfg.ConfigPath, 0)
 		if err != nil {
 			return err
@@ -234,13 +237,7 @@ func (e *Envoy) startEpochFrom(cfg ProxyConfig, snapshot string, epoch int) (*pr
 	runCfg := cfg
 	runCfg.ConfigPath = snapshot
 	args := runCfg.args(epoch, path, e.hotRestartSocket)
-	stdout, stderr := cfg.Stdout, cfg.Stderr
-	if stdout == nil {
-		stdout = os.Stdout
-	}
-	if stderr == nil {
-		stderr = os.Stderr
-	}
+	stdout, stderr := cfg.outputs()
 	p, err := startProcess(cfg.BinaryPath, args, cfg.Env, epoch, path, stdout, stderr)
 	if err != nil {
 		_ = os.Remove(snapshot)
@@ -248,6 +245,14 @@ func (e *Envoy) startEpochFrom(cfg ProxyConfig, snapshot string, epoch int) (*pr
 	}
 	p.snapshot = snapshot
 	e.log.Infof("started envoy epoch %d, pid %d: %s %s", epoch, p.pid, cfg.BinaryPath, strings.Join(args, " "))
+	e.track(p)
+	return p, nil
+}
+
+// track adds an epoch, started or adopted, to those the Envoy supervises
+// until it is reaped; then its bootstrap copy is removed and it is
+// forgotten.
+func (e *Envoy) track(p *process) {
 	e.mu.Lock()
 	e.procs[p] = struct{}{}
 	e.mu.Unlock()
@@ -258,7 +263,6 @@ func (e *Envoy) startEpochFrom(cfg ProxyConfig, snapshot string, epoch int) (*pr
 		delete(e.procs, p)
 		e.mu.Unlock()
 	}()
-	return p, nil
 }
 
 // stopAll stops every epoch: the serving one through its admin API (Envoy
@@ -348,7 +352,7 @@ func (e *Envoy) Cleanup() {
 	e.mu.Unlock()
 	cfg := e.config()
 	if !cfg.DisableHotRestart && alive == 0 && e.serving() != nil {
-		if err := removeSharedMemory(cfg.BaseID); err != nil {
+		if err := hostfiles.RemoveSharedMemory(cfg.BaseID); err != nil {
 			e.log.Warnf("remove envoy's shared memory: %v", err)
 		}
 	}
@@ -364,12 +368,7 @@ func (e *Envoy) Cleanup() {
 	if e.ownRunDir {
 		_ = os.RemoveAll(e.runDir)
 	} else if e.runDir != "" {
-		for _, pattern := range leftoverPatterns {
-			matches, _ := filepath.Glob(filepath.Join(e.runDir, pattern))
-			for _, m := range matches {
-				_ = os.Remove(m)
-			}
-		}
+		hostfiles.RemoveRunFiles(e.runDir)
 	}
 }
 
@@ -416,5 +415,5 @@ func (e *Envoy) LastLines() []string {
 	if e.cur == nil {
 		return nil
 	}
-	return Redact(e.cur.tail.Lines())
+	return e.cur.relay.LastLines()
 }

@@ -41,7 +41,7 @@ func (e *Envoy) ReopenLogs(ctx context.Context) (int, error) {
 		told++
 	}
 	for _, p := range replaced {
-		if err := p.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		if err := p.proc.Signal(syscall.SIGUSR1); err != nil {
 			if !p.exited() {
 				errs = append(errs, fmt.Errorf("epoch %d (pid %d): SIGUSR1: %w", p.epoch, p.pid, err))
 			}

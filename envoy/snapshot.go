@@ -6,10 +6,14 @@ package envoy
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
-	"syscall"
+
+	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
+
+// MaxBootstrapSize bounds the bootstrap the agent reads: to check it, and to
+// copy it for an epoch.
+const MaxBootstrapSize = 64 << 20
 
 // snapshotBootstrap copies the bootstrap at source into the run folder for
 // epoch, keeping the file name of original (Envoy picks the format by its
@@ -18,23 +22,13 @@ import (
 // never through a symbolic link: the clean-up of an epoch that failed must
 // not remove the copy that a later epoch with the same number runs from.
 func (e *Envoy) snapshotBootstrap(source, original string, epoch int) (string, error) {
-	data, err := ReadRegularFile(source, MaxBootstrapSize)
+	data, err := safefile.ReadRegular(source, MaxBootstrapSize)
 	if err != nil {
 		return "", fmt.Errorf("read envoy bootstrap: %w", err)
 	}
 	seq := e.snapshots.Add(1)
 	path := filepath.Join(e.runDir, fmt.Sprintf("epoch-%d-%d-%s", epoch, seq, filepath.Base(original)))
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return "", fmt.Errorf("copy envoy bootstrap: %w", err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		_ = os.Remove(path)
-		return "", fmt.Errorf("copy envoy bootstrap: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		_ = os.Remove(path)
+	if err := safefile.CreatePrivate(path, data); err != nil {
 		return "", fmt.Errorf("copy envoy bootstrap: %w", err)
 	}
 	return path, nil

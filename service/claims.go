@@ -12,14 +12,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/service/config"
-
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
+
+	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
+	"github.com/envoy-agent/envoy-agent/service/config"
 )
 
 // Several agents on one host (envoy-agent@.service) must not share a base_id
@@ -42,11 +42,6 @@ const EnvInstance = "ENVOY_AGENT_INSTANCE"
 
 // claimAnswerMax bounds what is read of a claim file.
 const claimAnswerMax = 4096
-
-// envoyBaseIDScale is Envoy's multiplier from --base-id to the numbers in its
-// hot-restart socket names (and shared memory name); each base id owns the
-// ten numbers from base_id*10.
-const envoyBaseIDScale = 10
 
 // agentIdentity is what a claim's holder writes into its claim file.
 type agentIdentity struct {
@@ -129,7 +124,7 @@ func claimResources(cfg *config.Config, log *logrus.Logger, adopting bool, hande
 	c.files = append(c.files, f)
 	// A bare Envoy with this base id (Envoy's abstract hot-restart sockets)
 	// shares the shared memory's name: refuse before Envoy panics on it.
-	if sock, busy := envoyHotRestartSocketBusy(cfg.Envoy.BaseID); busy && !adopting {
+	if sock, busy := hostfiles.AbstractHotRestartSocketBound(cfg.Envoy.BaseID); busy && !adopting {
 		c.Close()
 		return nil, config.Problemf(cfg, "envoy.base_id", "base_id %d is already used by an Envoy on this host that no envoy-agent runs (its hot-restart socket %s is bound): set envoy.base_id here to another value (%d is free)",
 			cfg.Envoy.BaseID, sock, freeBaseID(cfg.Envoy.BaseID))
@@ -226,35 +221,6 @@ func agentOnPort(port config.Port) (agentIdentity, bool) {
 	return id, ok && id.Pid != os.Getpid()
 }
 
-// envoyHotRestartSocketBusy probes the abstract datagram sockets Envoy binds
-// for a base id (`envoy_domain_socket_parent_<base_id*10+n>` and `_child_`;
-// Envoy pads the name to the full sun_path with NULs, and abstract names
-// match byte for byte). Connecting to a datagram socket sends nothing.
-func envoyHotRestartSocketBusy(baseID uint32) (string, bool) {
-	for n := range uint64(envoyBaseIDScale) {
-		for _, role := range []string{"parent", "child"} {
-			name := "envoy_domain_socket_" + role + "_" + strconv.FormatUint(uint64(baseID)*envoyBaseIDScale+n, 10)
-			if unixgramBound("@" + name + strings.Repeat("\x00", envoySunPathLen-1-len(name))) {
-				return "@" + name, true
-			}
-		}
-	}
-	return "", false
-}
-
-// envoySunPathLen is sizeof(sockaddr_un.sun_path) on Linux, which Envoy
-// uses as the length of every hot-restart socket address.
-const envoySunPathLen = 108
-
-func unixgramBound(name string) bool { // abstract names: bound or not, no permissions
-	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return false
-	}
-	defer syscall.Close(fd)
-	return syscall.Connect(fd, &syscall.SockaddrUnix{Name: name}) == nil
-}
-
 // freeBaseID suggests the lowest base id above 0 that no agent and no Envoy
 // holds now.
 func freeBaseID(taken uint32) uint32 {
@@ -265,7 +231,7 @@ func freeBaseID(taken uint32) uint32 {
 		if _, held := askClaim(baseIDClaim(id)); held {
 			continue
 		}
-		if _, busy := envoyHotRestartSocketBusy(id); busy {
+		if _, busy := hostfiles.AbstractHotRestartSocketBound(id); busy {
 			continue
 		}
 		return id

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 )
 
 // EnvClaimsDir overrides where the agents of a host keep their claims
@@ -51,7 +52,7 @@ func claimsDir() (string, error) {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", err
 	}
-	if err := envoy.CheckRunDir(dir); err != nil {
+	if err := hostfiles.CheckRunDir(dir); err != nil {
 		return "", fmt.Errorf("claims directory (set %s to another): %w", EnvClaimsDir, err)
 	}
 	return dir, nil

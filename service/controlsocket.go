@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/service/control"
 )
 
@@ -29,7 +29,7 @@ func (s *supervisor) newControl() (*control.Server, *net.UnixListener, error) {
 		return nil, nil, fmt.Errorf("%s: the control socket's folder: %w", key, err)
 	}
 	// As run_dir: only the agent's user or root may own the folder.
-	if err := envoy.CheckRunDir(filepath.Dir(path)); err != nil {
+	if err := hostfiles.CheckRunDir(filepath.Dir(path)); err != nil {
 		return nil, nil, fmt.Errorf("%s: the control socket's folder: %w", key, err)
 	}
 	ln, err := control.Listen(path)

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/internal/safefile"
 	"github.com/envoy-agent/envoy-agent/service/config"
 	"github.com/envoy-agent/envoy-agent/service/control"
 )
@@ -70,24 +71,16 @@ type handoverState struct {
 }
 
 // writeHandoverState writes st into dir, private (0600) and created
-// exclusively, and returns its path.
+// exclusively, and returns its path. (No O_SYNC: the file is read in this
+// same process after its exec, and by the new binary before it, from the
+// page cache; after a crash of the machine nothing reads it.)
 func writeHandoverState(dir string, st *handoverState) (string, error) {
 	data, err := json.Marshal(st)
 	if err != nil {
 		return "", fmt.Errorf("handover state: %w", err)
 	}
 	path := filepath.Join(dir, fmt.Sprintf("handover-%d.json", time.Now().UnixNano()))
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_SYNC, 0o600)
-	if err != nil {
-		return "", fmt.Errorf("handover state: %w", err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		_ = os.Remove(path)
-		return "", fmt.Errorf("handover state: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		_ = os.Remove(path)
+	if err := safefile.CreatePrivate(path, data); err != nil {
 		return "", fmt.Errorf("handover state: %w", err)
 	}
 	return path, nil

@@ -5,21 +5,21 @@ package service
 import (
 	"context"
 	"fmt"
-	"github.com/envoy-agent/envoy-agent/envoy/versions"
 	"io"
 	"net"
 	"os"
 	"sync"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/service/config"
-	"github.com/envoy-agent/envoy-agent/service/control"
-	"github.com/envoy-agent/envoy-agent/service/systemd"
-
 	"github.com/sirupsen/logrus"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
+	"github.com/envoy-agent/envoy-agent/envoy/versions"
 	"github.com/envoy-agent/envoy-agent/internal/childenv"
+	"github.com/envoy-agent/envoy-agent/service/config"
+	"github.com/envoy-agent/envoy-agent/service/control"
+	"github.com/envoy-agent/envoy-agent/service/systemd"
 )
 
 // Options are what `envoy-agent run` takes from its command line.
@@ -69,7 +69,7 @@ func Run(ctx context.Context, opts Options) error {
 		// owns it could swap the files Envoy runs.
 		if dir := cfg.RunDir(); dir != "" {
 			if _, serr := os.Lstat(dir); serr == nil {
-				if err := envoy.CheckRunDir(dir); err != nil {
+				if err := hostfiles.CheckRunDir(dir); err != nil {
 					return config.Problemf(cfg, "agent.run_dir", "%v", err)
 				}
 			}

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/service/config"
 )
 
@@ -62,11 +62,12 @@ func startHint(cfg *config.Config, line, listener string) string {
 	}
 	if m := shmExistsRE.FindStringSubmatch(line); m != nil {
 		n, _ := strconv.ParseUint(m[1], 10, 32)
-		owner := envoy.SharedMemoryOwner(uint32(n / envoyBaseIDScale))
+		id := uint32(n / hostfiles.BaseIDScale)
+		owner := hostfiles.SharedMemoryOwner(id)
 		if owner == "" {
-			owner = "/dev/shm/envoy_shared_memory_" + m[1] + " existed"
+			owner = hostfiles.SharedMemoryPath(id) + " existed"
 		}
-		return fmt.Sprintf("%s: Envoy's hot-restart shared memory for base_id %d was made by another process before this Envoy started; remove it (as root) or set envoy.base_id in %s to another value (%d is free)", owner, n/envoyBaseIDScale, cfg.File, freeBaseID(uint32(n/envoyBaseIDScale)))
+		return fmt.Sprintf("%s: Envoy's hot-restart shared memory for base_id %d was made by another process before this Envoy started; remove it (as root) or set envoy.base_id in %s to another value (%d is free)", owner, id, cfg.File, freeBaseID(id))
 	}
 	if m := portInUseRE.FindStringSubmatch(line); m != nil {
 		who := "another process"

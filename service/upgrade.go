@@ -168,7 +168,7 @@ func probeBinary(ctx context.Context, binary, exe string) (version string, check
 	}
 	if err != nil {
 		var ee *exec.ExitError
-		if errors.As(err, &ee) && ee.ExitCode() == exitUsageCode && strings.Contains(text, "-handover") {
+		if errors.As(err, &ee) && ee.ExitCode() == ExitUsage && strings.Contains(text, "-handover") {
 			return "", false, fmt.Errorf("%w: the new %s predates live upgrades (no version --handover)", errCannotHandOver, binary)
 		}
 		return "", false, fmt.Errorf("the new %s does not run: `version --handover`: %w: %s", binary, err, truncateText(text, 200))
@@ -215,9 +215,10 @@ func runProbe(ctx context.Context, exe string, args ...string) (string, error) {
 // probe was killed or exited (a child outside its group holding it).
 const probeWaitDelay = time.Second
 
-// exitUsageCode is the exit status of a command-line error (an unknown
-// flag), the way an agent older than the handover answers --handover.
-const exitUsageCode = 2
+// ExitUsage is envoy-agent's exit status for a command-line error (an
+// unknown flag): cmd/envoy-agent exits with it, and so an agent older than
+// the handover answers --handover.
+const ExitUsage = 2
 
 // HandoverVersionText is what `envoy-agent version --handover` prints.
 func HandoverVersionText(version string) string {

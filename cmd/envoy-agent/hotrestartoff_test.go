@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
@@ -83,7 +84,7 @@ func (p *agentProc) checkRunsWithoutHotRestart(pid int, firstStart bool) {
 		p.t.Fatalf("no base_id in %s", config)
 	}
 	id, _ := strconv.ParseUint(string(m[1]), 10, 32)
-	if shm := fmt.Sprintf("/dev/shm/envoy_shared_memory_%d", id*10); fileExists(shm) {
+	if shm := hostfiles.SharedMemoryPath(uint32(id)); fileExists(shm) {
 		p.t.Errorf("%s exists: envoy pid %d set up hot restart", shm, pid)
 	}
 	if v := p.serverInfo()["hot_restart_version"]; v != "disabled" {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 	"github.com/envoy-agent/envoy-agent/service"
 )
@@ -42,7 +43,7 @@ func TestStartAfterSigkillMidReload(t *testing.T) {
 		t.Fatalf("Envoys left: %v", processesMentioning(rd))
 	}
 	left, _ := filepath.Glob(filepath.Join(rd, "*"))
-	shm := fmt.Sprintf("/dev/shm/envoy_shared_memory_%d", uint64(baseID)*10)
+	shm := hostfiles.SharedMemoryPath(baseID)
 	if _, err := os.Stat(shm); err != nil || len(left) < 3 {
 		t.Fatalf("nothing left to clean (shared memory: %v; run folder: %v); the test proves nothing", err, left)
 	}
@@ -98,7 +99,7 @@ func pidsMentioning(s string) []int {
 func TestSharedMemoryOfAnotherUserIsNamed(t *testing.T) {
 	const agentUid = 65533 // the service's user: neither root nor the squatter
 	baseID := testenvoy.BaseID()
-	shm := fmt.Sprintf("/dev/shm/envoy_shared_memory_%d", uint64(baseID)*10)
+	shm := hostfiles.SharedMemoryPath(baseID)
 	squat := fmt.Sprintf("umask 0; echo x > %s", shm)
 	mk := exec.Command("sh", "-c", squat)
 	mk.SysProcAttr = &syscall.SysProcAttr{Credential: nobody}

@@ -29,10 +29,10 @@ var version = "dev"
 // Exit codes, documented in README.md.
 const (
 	exitOK        = 0
-	exitFailure   = 1 // Envoy exited by itself, was never LIVE, or the agent failed
-	exitUsage     = 2 // the command line is wrong
-	exitBadConfig = 3 // the configuration is invalid; nothing was started
-	exitFallback  = 4 // upgrade: the running agent cannot hand over; restart the unit to switch
+	exitFailure   = 1                 // Envoy exited by itself, was never LIVE, or the agent failed
+	exitUsage     = service.ExitUsage // the command line is wrong (2)
+	exitBadConfig = 3                 // the configuration is invalid; nothing was started
+	exitFallback  = 4                 // upgrade: the running agent cannot hand over; restart the unit to switch
 )
 
 // Exit codes of `envoy-agent status`, as LSB init scripts' status action

@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 	"github.com/envoy-agent/envoy-agent/service"
@@ -239,7 +240,7 @@ func shortTempDir(t *testing.T) string {
 // /dev/shm. It runs after the agent's own clean-up (registered earlier, so
 // run later by t.Cleanup's last-in-first-out order), once no Envoy is left.
 func removeSharedMemory(t *testing.T, baseID uint32) {
-	path := fmt.Sprintf("/dev/shm/envoy_shared_memory_%d", uint64(baseID)*10)
+	path := hostfiles.SharedMemoryPath(baseID)
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("remove %s: %v", path, err)
 	}

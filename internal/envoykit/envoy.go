@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/internal/childenv"
 )
 
@@ -110,7 +111,7 @@ func StartEnvoy(bin, bootstrap string, baseID uint32, out io.Writer) (*Process, 
 // RemoveSharedMemory removes the hot-restart shared memory an Envoy with
 // this base id leaves behind once every epoch is gone.
 func RemoveSharedMemory(baseID uint32) {
-	_ = os.Remove("/dev/shm/envoy_shared_memory_" + strconv.FormatUint(uint64(baseID)*10, 10))
+	_ = os.Remove(hostfiles.SharedMemoryPath(baseID))
 }
 
 // Pid is the process id.

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 )
 
 // A server that answers the first request on a connection and closes the
@@ -156,7 +158,7 @@ func TestLoadThroughEnvoy(t *testing.T) {
 		t.Errorf("a kit Envoy runs with a base id of its own: %v", env.Args)
 	}
 	env.Kill()
-	if _, err := os.Stat(fmt.Sprintf("/dev/shm/envoy_shared_memory_%d", baseID*10)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(hostfiles.SharedMemoryPath(baseID)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the killed Envoy's shared memory is left behind: %v", err)
 	}
 }

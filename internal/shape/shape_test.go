@@ -15,14 +15,6 @@ import (
 // cannot name the package's one job.
 const maxFiles = 30
 
-// oversized are the packages allowed past maxFiles for now, each with its count: the number may
-// only go down. Splitting envoy/ (Envoy's output relay: linewriter, logtail, redact, loglevel;
-// the admin client) and moving cmd/envoy-agent's end-to-end tests by topic is the open work.
-var oversized = map[string]int{
-	"github.com/envoy-agent/envoy-agent/envoy":           45,
-	"github.com/envoy-agent/envoy-agent/cmd/envoy-agent": 32,
-}
-
 // cmdImports are the module's packages cmd/envoy-agent may import: the daemon and its
 // packages, and the command table.
 var cmdImports = []string{
@@ -92,16 +84,12 @@ func TestPackageDocs(t *testing.T) {
 	}
 }
 
-// TestPackageSize: no package holds more than maxFiles .go files.
+// TestPackageSize: no package holds more than maxFiles .go files; there is no exception.
 func TestPackageSize(t *testing.T) {
 	for _, p := range list(t) {
 		n := len(p.GoFiles) + len(p.TestGoFiles) + len(p.XTestGoFiles) + len(p.IgnoredGoFiles)
-		limit := maxFiles
-		if o, ok := oversized[p.ImportPath]; ok {
-			limit = o
-		}
-		if n > limit {
-			t.Errorf("%s holds %d .go files, more than %d: split it by job", p.ImportPath, n, limit)
+		if n > maxFiles {
+			t.Errorf("%s holds %d .go files, more than %d: split it by job", p.ImportPath, n, maxFiles)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/internal/safefile"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -26,7 +27,7 @@ type bootstrapAdmin struct {
 // read); a file that does not parse is left to Envoy's own validation,
 // which words it better.
 func readBootstrapAdmin(path string) (admin bootstrapAdmin, ok bool, err error) {
-	data, err := envoy.ReadRegularFile(path, envoy.MaxBootstrapSize)
+	data, err := safefile.ReadRegular(path, envoy.MaxBootstrapSize)
 	if err != nil {
 		return bootstrapAdmin{}, false, err
 	}

@@ -5,7 +5,6 @@ package config
 import (
 	"context"
 	"fmt"
-	"github.com/envoy-agent/envoy-agent/envoy/versions"
 	"net/netip"
 	"os"
 	"slices"
@@ -13,13 +12,16 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
+	"github.com/envoy-agent/envoy-agent/envoy/versions"
 )
 
-// maxBaseID is the largest envoy.base_id: Envoy multiplies it by 10 in a
-// 32-bit number to name its shared memory and domain sockets, so a larger
-// one wraps around (4294967295 gives envoy_shared_memory_4294967286, seen
-// with Envoy 1.40) into another base id's namespace.
-const maxBaseID = (1<<32 - 1) / 10
+// maxBaseID is the largest envoy.base_id: Envoy multiplies it by
+// hostfiles.BaseIDScale in a 32-bit number to name its shared memory and
+// domain sockets (hostfiles.SharedMemoryPath), so a larger one wraps around
+// (4294967295 gives envoy_shared_memory_4294967286, seen with Envoy 1.40)
+// into another base id's namespace.
+const maxBaseID = (1<<32 - 1) / hostfiles.BaseIDScale
 
 // maxDuration bounds every duration key. An hour is beyond any drain or
 // start worth waiting for, and far from where a time.Duration overflows
@@ -223,13 +225,13 @@ func (c *Config) check(ps *problems) {
 	}
 	c.checkLimits(ps)
 	if dir := c.RunDir(); dir != "" {
-		if err := envoy.CheckHotRestartSocketPath(dir, c.Envoy.BaseID); err != nil {
+		if err := hostfiles.CheckHotRestartSocketPath(dir, c.Envoy.BaseID); err != nil {
 			ps.add("agent.run_dir", "%v", err)
 		}
 		if _, err := os.Lstat(dir); err == nil {
 			// Who owns it is checked when the agent runs (Run): root may
 			// validate a file whose run_dir the service user owns.
-			if _, err := envoy.CheckRunDirMode(dir); err != nil {
+			if _, err := hostfiles.CheckRunDirMode(dir); err != nil {
 				ps.add("agent.run_dir", "%v", err)
 			}
 		}

@@ -5,7 +5,7 @@ package config
 import (
 	"path/filepath"
 
-	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 )
 
 // DefaultRunDir is agent.run_dir when the file does not set it: the
@@ -35,7 +35,7 @@ func (c *Config) checkControlSocket(ps *problems) {
 	key := "agent.control_socket"
 	if c.Agent.ControlSocket == "" {
 		key = "agent.run_dir"
-		if envoy.CheckHotRestartSocketPath(c.RunDir(), c.Envoy.BaseID) != nil {
+		if hostfiles.CheckHotRestartSocketPath(c.RunDir(), c.Envoy.BaseID) != nil {
 			return // run_dir is too long already for Envoy's longer socket names: said once
 		}
 	}

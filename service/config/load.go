@@ -11,7 +11,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/agnivade/levenshtein"
-	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
 
 // maxConfigSize bounds the TOML file the agent reads.
@@ -79,7 +79,7 @@ func article(typ string) string {
 }
 
 func readConfigFile(path string) ([]byte, error) {
-	data, err := envoy.ReadRegularFile(path, maxConfigSize)
+	data, err := safefile.ReadRegular(path, maxConfigSize)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the configuration: %w", err)
 	}

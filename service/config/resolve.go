@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/internal/safefile"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,7 +64,7 @@ func resolveBinary(p string) (string, error) {
 }
 
 func checkReadable(p string) error {
-	f, err := envoy.OpenRegular(p)
+	f, err := safefile.OpenRegular(p)
 	if err != nil {
 		return err
 	}

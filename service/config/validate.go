@@ -6,13 +6,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/envoy-agent/envoy-agent/envoy/versions"
 	"io"
 	"os/exec"
 	"strings"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/envoy/output"
+	"github.com/envoy-agent/envoy-agent/envoy/versions"
 )
 
 // ValidateTimeout bounds `envoy --mode validate`.
@@ -54,13 +54,13 @@ func runValidate(ctx context.Context, cfg *Config) error {
 	args := []string{"--mode", "validate", "-c", cfg.Envoy.ConfigPath, "-l", "warning", "--disable-hot-restart"}
 	args = append(args, cfg.Envoy.ExtraArgs...)
 	cmd := exec.CommandContext(ctx, cfg.Envoy.BinaryPath, args...)
-	var output bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &output, &output
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	if err == nil {
 		return nil
 	}
-	why := envoyComplaint(output.String())
+	why := envoyComplaint(out.String())
 	if why == "" {
 		why = err.Error()
 	}
@@ -76,9 +76,9 @@ func runValidate(ctx context.Context, cfg *Config) error {
 // envoyComplaint picks the reason out of Envoy's output: its critical and
 // error lines without the log prefix, and the last line when a proto dump
 // stands between the two halves of the message. Envoy's copies of the
-// bootstrap (secrets and all) are left out first (envoy.Redact).
-func envoyComplaint(output string) string {
-	lines := envoy.Redact(strings.Split(strings.TrimSpace(output), "\n"))
+// bootstrap (secrets and all) are left out first (output.Redact).
+func envoyComplaint(text string) string {
+	lines := output.Redact(strings.Split(strings.TrimSpace(text), "\n"))
 	var parts []string
 	firstErr := -1
 	for i, l := range lines {

@@ -11,7 +11,7 @@ import (
 	"github.com/coreos/go-systemd/v22/journal"
 	"github.com/sirupsen/logrus"
 
-	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/envoy/output"
 )
 
 // Journal priorities (syslog's, sd-daemon(3)): journald reads a line's priority from a "<N>"
@@ -103,7 +103,7 @@ func envoyPriority(level string) int {
 	}
 }
 
-// envoyOutput relays Envoy's output to the agent's standard error. The envoy package writes it
+// envoyOutput relays Envoy's output to the agent's standard error. envoy/output writes it
 // one whole line per Write; on the journal each line gets the priority of Envoy's level.
 type envoyOutput struct {
 	w io.Writer
@@ -118,7 +118,7 @@ func EnvoyOutputFor(w io.Writer) io.Writer {
 }
 
 func (o envoyOutput) Write(line []byte) (int, error) {
-	prefix := "<" + strconv.Itoa(envoyPriority(envoy.LogLevel(line))) + ">"
+	prefix := "<" + strconv.Itoa(envoyPriority(output.LogLevel(line))) + ">"
 	if _, err := o.w.Write(append([]byte(prefix), line...)); err != nil {
 		return 0, err
 	}

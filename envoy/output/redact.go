@@ -1,13 +1,11 @@
 //go:build linux
 
-package envoy
+package output
 
 import (
-	"bytes"
 	"io"
 	"regexp"
 	"strings"
-	"sync"
 )
 
 // Envoy repeats the bootstrap it rejects in its error message: a bootstrap
@@ -20,10 +18,6 @@ import (
 
 // redactedDump replaces a configuration dump cut out of a line.
 const redactedDump = "<Envoy's copy of the configuration left out>"
-
-// maxRelayedLine bounds one line of Envoy's output the agent relays; the
-// rest of a longer line is dropped (a dump line is cut before that).
-const maxRelayedLine = 16 << 10
 
 // jsonDumpRE finds where Envoy starts repeating a configuration as JSON:
 // "Unable to parse JSON as proto (...): {" (with --log-format's %j, the
@@ -45,7 +39,10 @@ func RedactLine(l string) string {
 		// in it with its line breaks escaped.
 		l = strings.Join(Redact(strings.Split(l, `\n`)), `\n`)
 	}
-	return truncate(l, maxRelayedLine)
+	if len(l) > maxLine {
+		l = l[:maxLine] + "..."
+	}
+	return l
 }
 
 // isDumpLine reports whether a line of Envoy's output belongs to a proto
@@ -72,67 +69,41 @@ func Redact(lines []string) []string {
 	return out
 }
 
-// redactWriter relays Envoy's output line by line with its configuration
-// dumps left out (see Redact); a proto text dump becomes one line saying so.
-// It is what stands between Envoy's stderr and the agent's.
-type redactWriter struct {
-	mu       sync.Mutex
-	dst      io.Writer
-	line     []byte
-	overflow bool // the line under way passed maxRelayedLine; the rest is dropped
-	inDump   int  // lines of the dump under way
+// redactor relays Envoy's stderr line by line with its configuration dumps
+// left out (see Redact); a proto text dump becomes one line saying so. Each
+// line it relays is kept in the tail too. It is what stands between Envoy's
+// stderr and the agent's; its lineSplitter serializes its calls.
+type redactor struct {
+	dst    io.Writer
+	tail   *tail
+	inDump int // lines of the dump under way
 }
 
-func newRedactWriter(dst io.Writer) *redactWriter { return &redactWriter{dst: dst} }
-
-// Write never fails: losing the destination must not block or stop Envoy.
-func (w *redactWriter) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := len(b)
-	for len(b) > 0 {
-		i := bytes.IndexByte(b, '\n')
-		chunk := b
-		if i >= 0 {
-			chunk = b[:i]
-		}
-		if room := maxRelayedLine - len(w.line); len(chunk) > room {
-			chunk, w.overflow = chunk[:max(room, 0)], true
-		}
-		w.line = append(w.line, chunk...)
-		if i < 0 {
-			break
-		}
-		w.emit(string(w.line))
-		w.line, w.overflow = w.line[:0], false
-		b = b[i+1:]
-	}
-	return n, nil
-}
-
-// Flush relays an unfinished last line.
-func (w *redactWriter) Flush() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.line) > 0 {
-		w.emit(string(w.line))
-		w.line = w.line[:0]
-	}
-	w.endDump()
-}
-
-func (w *redactWriter) emit(l string) {
-	if isDumpLine(l) {
-		w.inDump++
+// line takes one line of stderr; the parts after the first of a line longer
+// than maxLine are dropped (a dump in them would not be seen).
+func (r *redactor) line(b []byte, cont bool) {
+	if cont {
 		return
 	}
-	w.endDump()
-	_, _ = io.WriteString(w.dst, RedactLine(l)+"\n")
+	l := string(b[:len(b)-1])
+	if isDumpLine(l) {
+		r.inDump++
+		return
+	}
+	r.endDump()
+	r.relay(RedactLine(l))
 }
 
-func (w *redactWriter) endDump() {
-	if w.inDump > 0 {
-		_, _ = io.WriteString(w.dst, redactedDump+"\n")
-		w.inDump = 0
+func (r *redactor) endDump() {
+	if r.inDump > 0 {
+		r.relay(redactedDump)
+		r.inDump = 0
 	}
+}
+
+// relay writes one line. An error of dst is dropped: Envoy must not be
+// stopped because the agent's own output failed.
+func (r *redactor) relay(l string) {
+	_, _ = io.WriteString(r.dst, l+"\n")
+	r.tail.add(l)
 }

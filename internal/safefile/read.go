@@ -1,6 +1,6 @@
 //go:build linux
 
-package envoy
+package safefile
 
 import (
 	"fmt"
@@ -10,15 +10,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// MaxBootstrapSize bounds the bootstrap the agent reads: to check it, and to
-// copy it for an epoch.
-const MaxBootstrapSize = 64 << 20
-
-// ReadRegularFile reads a file the agent is told to read (its TOML, Envoy's
+// ReadRegular reads a file the agent is told to read (its TOML, Envoy's
 // bootstrap). It opens it non-blocking, so that a FIFO or a device cannot
 // hang the open, refuses anything but a regular file before reading a
 // byte, and refuses one larger than limit.
-func ReadRegularFile(path string, limit int64) ([]byte, error) {
+func ReadRegular(path string, limit int64) ([]byte, error) {
 	f, err := OpenRegular(path)
 	if err != nil {
 		return nil, err

@@ -2,12 +2,13 @@
 
 // Envoy's hot-restart sockets: files in the run folder, not abstract names.
 
-package envoy
+package hostfiles
 
 import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -24,8 +25,8 @@ import (
 // hotRestartSocketName is the --socket-path prefix inside the run folder.
 const hotRestartSocketName = "hot-restart"
 
-// hotRestartSocketMode is --socket-mode: the sockets' file mode, octal.
-const hotRestartSocketMode = "600"
+// HotRestartSocketMode is --socket-mode: the sockets' file mode, octal.
+const HotRestartSocketMode = "600"
 
 // hotRestartSocketRoles are the roles Envoy 1.40 binds a socket for, each
 // once per epoch slot: PREFIX_parent_N, PREFIX_child_N and their UDP
@@ -60,12 +61,12 @@ func CheckHotRestartSocketPath(runDir string, baseID uint32) error {
 }
 
 func hotRestartSocketFile(prefix, role string, baseID uint32, slot int) string {
-	return prefix + "_" + role + "_" + strconv.FormatUint(uint64(baseID)*envoyBaseIDScale+uint64(slot), 10)
+	return prefix + "_" + role + "_" + strconv.FormatUint(uint64(baseID)*BaseIDScale+uint64(slot), 10)
 }
 
-// envoyBaseIDScale is Envoy's multiplier from --base-id to the numbers in its
+// BaseIDScale is Envoy's multiplier from --base-id to the numbers in its
 // hot-restart socket and shared memory names.
-const envoyBaseIDScale = 10
+const BaseIDScale = 10
 
 // HotRestartSocketFiles are every socket file Envoy may bind for prefix and
 // baseID.
@@ -92,8 +93,25 @@ func HotRestartSocketBound(prefix string, baseID uint32) (string, bool) {
 	return "", false
 }
 
+// AbstractHotRestartSocketBound probes the abstract datagram sockets an
+// Envoy run without --socket-path binds for baseID
+// (`envoy_domain_socket_parent_<base_id*10+n>` and `_child_`; Envoy pads the
+// name to the full sun_path with NULs, and abstract names match byte for
+// byte), and returns the first one bound.
+func AbstractHotRestartSocketBound(baseID uint32) (string, bool) {
+	for n := range uint64(BaseIDScale) {
+		for _, role := range []string{"parent", "child"} {
+			name := "envoy_domain_socket_" + role + "_" + strconv.FormatUint(uint64(baseID)*BaseIDScale+n, 10)
+			if unixgramBound("@" + name + strings.Repeat("\x00", sunPathMax-len(name))) {
+				return "@" + name, true
+			}
+		}
+	}
+	return "", false
+}
+
 // unixgramBound reports whether a process has the datagram socket at name
-// bound and the agent may reach it.
+// (a path, or "@" and an abstract name) bound and the agent may reach it.
 func unixgramBound(name string) bool {
 	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {

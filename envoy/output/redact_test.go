@@ -1,8 +1,9 @@
 //go:build linux
 
-package envoy
+package output
 
 import (
+	"io"
 	"strings"
 	"testing"
 )
@@ -30,7 +31,8 @@ func TestRedactWriter(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out strings.Builder
-			w := newRedactWriter(&out)
+			rel := NewRelay(io.Discard, &out)
+			w := rel.Stderr()
 			for b := []byte(tt.in); len(b) > 0; {
 				n := min(len(b), 7)
 				if _, err := w.Write(b[:n]); err != nil {
@@ -38,7 +40,7 @@ func TestRedactWriter(t *testing.T) {
 				}
 				b = b[n:]
 			}
-			w.Flush()
+			rel.Flush()
 			got := out.String()
 			if strings.Contains(got, "s3cret") || strings.Contains(got, "static_resources") {
 				t.Fatalf("the dump survived:\n%s", got)
@@ -52,12 +54,36 @@ func TestRedactWriter(t *testing.T) {
 	}
 }
 
+// TestRedactWriterBoundsALine: of a runaway line on stderr, only the first
+// maxLine bytes go on.
 func TestRedactWriterBoundsALine(t *testing.T) {
 	var out strings.Builder
-	w := newRedactWriter(&out)
-	_, _ = w.Write([]byte(strings.Repeat("x", 3*maxRelayedLine) + "\nnext\n"))
+	_, _ = NewRelay(io.Discard, &out).Stderr().Write([]byte(strings.Repeat("x", 3*maxLine) + "\nnext\n"))
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
-	if len(lines) != 2 || len(lines[0]) > maxRelayedLine+3 || lines[1] != "next" {
+	if len(lines) != 2 || len(lines[0]) > maxLine+3 || lines[1] != "next" {
 		t.Fatalf("got %d lines, the first %d bytes", len(lines), len(lines[0]))
+	}
+}
+
+func TestRedactDropsTheBootstrap(t *testing.T) {
+	in := []string{
+		"[2026-12-02 18:28:00.937][1][critical][main] [source/server/server.cc:449] error initializing configuration 'x.yaml': goo.gle/debugonly",
+		"static_resources {",
+		"  clusters {",
+		`    name: "c"`,
+		`    inline_string: "s3cret"`,
+		"  }",
+		"}",
+		": Proto constraint validation failed (x)",
+		"cannot bind '127.0.0.1:1': Address already in use",
+	}
+	got := strings.Join(Redact(in), "|")
+	if strings.Contains(got, "s3cret") || strings.Contains(got, "static_resources") {
+		t.Fatalf("the dump survived: %q", got)
+	}
+	for _, keep := range []string{"[critical]", "Proto constraint validation failed", "Address already in use"} {
+		if !strings.Contains(got, keep) {
+			t.Errorf("lost %q: %q", keep, got)
+		}
 	}
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package envoy
+package hostfiles
 
 import (
 	"errors"
@@ -46,22 +46,4 @@ func CheckRunDirMode(dir string) (os.FileInfo, error) {
 		return nil, fmt.Errorf("%s is writable by its group or by others (mode %04o); make it 0750 or 0700", dir, perm)
 	}
 	return fi, nil
-}
-
-// createAdminAddressFile makes the empty file Envoy writes its admin
-// address to, exclusively and never through a symbolic link, private to
-// the agent's user; Envoy then writes into this file rather than create
-// one of its own.
-func createAdminAddressFile(path string) error {
-	if path == "" {
-		return nil
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("envoy admin address file: %w", err)
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return fmt.Errorf("envoy admin address file: %w", err)
-	}
-	return f.Close()
 }
