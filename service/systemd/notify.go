@@ -3,6 +3,10 @@
 package systemd
 
 import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,23 +16,58 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
+// notifyTimeout bounds one datagram's send to $NOTIFY_SOCKET. The socket's
+// queue is short (net.unix.max_dgram_qlen, 10 by default) and a send waits
+// while it is full; systemd empties it at once, but a reader that has
+// stopped reading (a wedged manager, a test harness after READY=1) must not
+// hold a drain, a stop or the watchdog for ever: past the bound the
+// message is dropped, and said.
+const notifyTimeout = time.Second
+
 // Notifier speaks the sd_notify protocol to $NOTIFY_SOCKET. Without that
 // variable (not under systemd) every call is a no-op.
 type Notifier struct {
-	log *logrus.Logger
+	log     *logrus.Logger
+	timeout time.Duration // bounds one send (notifyTimeout)
 
 	mu         sync.Mutex
 	lastStatus string
 }
 
-func NewNotifier(log *logrus.Logger) *Notifier { return &Notifier{log: log} }
+// NewNotifier returns a Notifier that logs failed sends to log.
+func NewNotifier(log *logrus.Logger) *Notifier { return &Notifier{log: log, timeout: notifyTimeout} }
 
 // send writes one datagram of newline-separated assignments.
 func (n *Notifier) send(assignments ...string) {
 	msg := strings.Join(assignments, "\n")
-	if _, err := daemon.SdNotify(false, msg); err != nil {
+	if err := sdNotify(msg, n.timeout); err != nil {
 		n.log.Warnf("sd_notify %q: %v", msg, err)
 	}
+}
+
+// sdNotify sends msg to $NOTIFY_SOCKET as go-systemd's daemon.SdNotify
+// does (a unixgram datagram; a leading '@' names an abstract socket), but
+// within timeout: daemon.SdNotify's write has no deadline.
+func sdNotify(msg string, timeout time.Duration) error {
+	path := os.Getenv("NOTIFY_SOCKET")
+	if path == "" {
+		return nil
+	}
+	conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := conn.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
+		return err
+	}
+	if _, err := conn.Write([]byte(msg)); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return fmt.Errorf("not sent: %s's queue stayed full for %s (its reader is not reading)", path, timeout)
+		}
+		return err
+	}
+	return nil
 }
 
 // Ready tells systemd that start-up or a reload is finished.

@@ -121,3 +121,39 @@ func TestNotifierWithoutSocketIsQuiet(t *testing.T) {
 		})
 	}
 }
+
+// A reader that has stopped reading: the socket's queue fills, and each
+// send gives up at its bound instead of blocking for ever (a drain or a
+// stop that reports its progress would hang), and says so.
+func TestNotifierDoesNotBlockOnAFullSocket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "notify")
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NOTIFY_SOCKET", path)
+	var logged bytes.Buffer
+	l := logrus.New()
+	l.SetOutput(&logged)
+	n := NewNotifier(l)
+	n.timeout = 50 * time.Millisecond
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 30 { // more than the queue holds (net.unix.max_dgram_qlen, 10 by default)
+			n.ExtendTimeout(time.Duration(i) * time.Second)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("30 sends to a socket nobody reads did not return (each should give up after 50ms)")
+	}
+	if !strings.Contains(logged.String(), "queue stayed full") {
+		t.Errorf("no warning about the full socket; log:\n%s", logged.String())
+	}
+}
