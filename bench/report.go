@@ -208,8 +208,8 @@ func renderGrowth(w writer, r *Results) {
 		if g.Listeners >= 10000 {
 			target = "≤ ×2.00: " + yesNo(g.Kernel.Median <= 2*base.Kernel.Median)
 		}
-		w("| %d | %s | %s / %s | %s | %s | %d of %d | %s / %s | %s | %s / %s | %s | %d lines, %s | %s / %s | %.2f%% |\n", g.Listeners, msf(g.StartMs), msf(g.Kernel.Median), msf(g.Kernel.P99),
-			ratio(g.Kernel.Median, base.Kernel.Median), target, g.PollFull, s.Iterations, msf(g.FullCount.Median), msf(g.FullCount.P99), ratio(g.FullCount.Median, base.FullCount.Median), msf(g.Poll.Median), msf(g.Poll.P99), ratio(g.Poll.Median, base.Poll.Median),
+		w("| %d | %s | %s / %s | %s | %s | %d of %d | %s / %s | %s | %s / %s (%d rounds) | %s | %d lines, %s | %s / %s | %.2f%% |\n", g.Listeners, msf(g.StartMs), msf(g.Kernel.Median), msf(g.Kernel.P99),
+			ratio(g.Kernel.Median, base.Kernel.Median), target, g.PollFull, s.Iterations, msf(g.FullCount.Median), msf(g.FullCount.P99), ratio(g.FullCount.Median, base.FullCount.Median), msf(g.Poll.Median), msf(g.Poll.P99), g.StatsRounds, ratio(g.Poll.Median, base.Poll.Median),
 			g.StatsLines, kib(g.StatsBytes), msf(g.Ready.Median), msf(g.Ready.P99), 100*g.Kernel.Median/250)
 	}
 	w("\n")

@@ -165,19 +165,20 @@ type OverheadResult struct {
 
 // GrowthRow is scenario 5 for one listener count.
 type GrowthRow struct {
-	Listeners  int     `json:"listeners"`
-	StartMs    float64 `json:"start_ms"` // exec to /ready 200
-	StatsBytes int     `json:"stats_bytes"`
-	StatsLines int     `json:"stats_lines"`
-	Parsed     int     `json:"parsed_connections"`
-	Held       int     `json:"held_connections"`
-	Get        Dist    `json:"stats_get"`  // GET /stats?filter=... on a fresh connection
-	Parse      Dist    `json:"parse"`      // envoy.ParseActiveConnections
-	Poll       Dist    `json:"stats_poll"` // both: one stats count (the drain poll before issue 20 also read it)
-	Kernel     Dist    `json:"drain_poll"` // envoy.DownstreamCounter.Count: one drain poll
-	FullCount  Dist    `json:"full_count"` // a count with nothing remembered (a fresh DownstreamCounter)
-	PollFull   int     `json:"poll_full"`  // how many of the drain polls were full counts
-	Ready      Dist    `json:"ready"`      // GET /ready on a fresh connection
+	Listeners   int     `json:"listeners"`
+	StartMs     float64 `json:"start_ms"` // exec to /ready 200
+	StatsBytes  int     `json:"stats_bytes"`
+	StatsLines  int     `json:"stats_lines"`
+	Parsed      int     `json:"parsed_connections"`
+	StatsRounds int     `json:"stats_rounds"` // stats counts timed (fewer at 10,000 listeners)
+	Held        int     `json:"held_connections"`
+	Get         Dist    `json:"stats_get"`  // GET /stats?filter=... on a fresh connection
+	Parse       Dist    `json:"parse"`      // envoy.ParseActiveConnections
+	Poll        Dist    `json:"stats_poll"` // both: one stats count (the drain poll before issue 20 also read it)
+	Kernel      Dist    `json:"drain_poll"` // envoy.DownstreamCounter.Count: one drain poll
+	FullCount   Dist    `json:"full_count"` // a count with nothing remembered (a fresh DownstreamCounter)
+	PollFull    int     `json:"poll_full"`  // how many of the drain polls were full counts
+	Ready       Dist    `json:"ready"`      // GET /ready on a fresh connection
 }
 
 // GrowthResult is scenario 5.
