@@ -204,6 +204,19 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 	if info := p.upgradeInfo(); info["version"] != "1.0.0-a" || int(info["envoy_pid"].(float64)) != epoch1 || int(info["epoch"].(float64)) != 1 {
 		t.Fatalf("after the third upgrade: %v; want 1.0.0-a serving epoch 1, pid %d", info, epoch1)
 	}
+	// Logrotate's reopen-logs reaches the adopted epochs too: epoch 0, replaced and still
+	// draining, gets SIGUSR1 from an agent that did not fork it (it crashed the agent once:
+	// an adopted epoch has no exec.Cmd).
+	draining := envoysFor(p.dir) == 2
+	if code, out := runBinary(t, binA, "reopen-logs", "--config", p.config); code != 0 {
+		t.Fatalf("reopen-logs after the upgrades: exit %d: %s", code, out)
+	}
+	if info := p.upgradeInfo(); int(info["pid"].(float64)) != agentPid || int(info["envoy_pid"].(float64)) != epoch1 {
+		t.Fatalf("after reopen-logs: %v; want agent pid %d serving envoy pid %d", info, agentPid, epoch1)
+	}
+	if !draining {
+		t.Logf("epoch 0 had exited before reopen-logs: only the serving epoch was told")
+	}
 	// Epoch 0 drains and exits by itself (parent_shutdown_duration 2s): one Envoy left.
 	if !testenvoy.Eventually(10*time.Second, func() bool { return envoysFor(p.dir) == 1 }) {
 		t.Fatalf("Envoys left: %v", processesMentioning(p.dir))
