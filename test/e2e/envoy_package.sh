@@ -7,19 +7,21 @@
 # prepare_envoy_packages: the two releases' packages into the share.
 prepare_envoy_packages() {
 	local v
+	local arch rpmarch
+	arch=$(dpkg --print-architecture) rpmarch=$(uname -m)
 	for v in "$ENVOY_FROM" "$ENVOY_TO"; do
-		[ -f "$DIST/envoy_$v-1_amd64.deb" ] && [ -f "$DIST/envoy-$v-1.x86_64.rpm" ] ||
+		[ -f "$DIST/envoy_$v-1_$arch.deb" ] && [ -f "$DIST/envoy-$v-1.$rpmarch.rpm" ] ||
 			{ echo "no Envoy $v packages in $DIST (run make package-envoy ENVOY_VERSION=$v)"; return 1; }
 	done
-	cp "$DIST/envoy_$ENVOY_FROM-1_amd64.deb" "$share/envoy-from.deb" &&
-		cp "$DIST/envoy_$ENVOY_TO-1_amd64.deb" "$share/envoy-to.deb" || return 1
+	cp "$DIST/envoy_$ENVOY_FROM-1_$arch.deb" "$share/envoy-from.deb" &&
+		cp "$DIST/envoy_$ENVOY_TO-1_$arch.deb" "$share/envoy-to.deb" || return 1
 	# The stand-in of another hot-restart version (a script: no Envoy release at hand has one).
 	mkdir -p "$work/stand-in"
 	timeout 300 go run ./packaging/cmd/mkpkg -config test/e2e/envoy-stand-in.yaml -formats deb -binary "$BINARY" \
 		-version "$ENVOY_TO+e2e.stand.in" -out "$work/stand-in" >/dev/null || return 1
 	cp "$work"/stand-in/envoy_*.deb "$share/envoy-stand-in.deb" || return 1
-	envoy_rpm_from=$DIST/envoy-$ENVOY_FROM-1.x86_64.rpm
-	envoy_rpm_to=$DIST/envoy-$ENVOY_TO-1.x86_64.rpm
+	envoy_rpm_from=$DIST/envoy-$ENVOY_FROM-1.$rpmarch.rpm
+	envoy_rpm_to=$DIST/envoy-$ENVOY_TO-1.$rpmarch.rpm
 }
 
 server_version() { # the serving Envoy's release, from its /server_info
@@ -61,6 +63,38 @@ envoy_switch() {
 	[ "$(pkg_states)" = "envoy ii, envoy-agent ii" ] || fail "package states: $(pkg_states)"
 	unit_is active || fail "unit $(prop ActiveState)"
 	! prop StatusText | grep 'installed Envoy' >/dev/null || fail "STATUS= still says the installed Envoy differs"
+}
+
+# envoy_trigger_instances: dpkg -i of the other Envoy release with envoy-agent@b running under
+# load (and the plain unit, when it runs): the trigger reloads every active unit into it, @b with
+# no failed request, and each then serves the new release.
+envoy_trigger_instances() {
+	local want deb out rc bv pv plain=
+	ct_run systemctl is-active -q envoy-agent@b || fail "envoy-agent@b is not running"
+	unit_is active && plain=yes
+	if [ "$(iserver_version b)" = "$ENVOY_TO" ]; then want=$ENVOY_FROM deb=envoy-from.deb; else want=$ENVOY_TO deb=envoy-to.deb; fi
+	iclient_start b || return 1
+	out=$(T=180 ct_run dpkg -i "/mnt/e2e/$deb" </dev/null 2>&1)
+	rc=$?
+	iclient_stop b
+	local crc=$?
+	grep 'reloading\|refused' <<<"$out" | sed 's/^/dpkg: /'
+	bv=$(iserver_version b)
+	[ -n "$plain" ] && pv=$(server_version)
+	echo "detail: dpkg -i $deb exit $rc; @b /server_info $bv$([ -n "$plain" ] && echo ", plain unit $pv"); $(wc -l <"$work/iclient-b") requests to @b"
+	[ $rc -eq 0 ] || fail "dpkg -i failed"
+	grep -q 'reloading envoy-agent@b.service' <<<"$out" || fail "the trigger did not reload envoy-agent@b"
+	[ $crc -eq 0 ] || fail "requests to @b failed"
+	[ "$bv" = "$want" ] || fail "@b serves $bv, want $want"
+	if [ -n "$plain" ]; then
+		grep -q 'reloading envoy-agent.service' <<<"$out" || fail "the trigger did not reload the plain unit"
+		[ "$pv" = "$want" ] || fail "the plain unit serves $pv, want $want"
+	fi
+}
+
+iserver_version() { # iserver_version NAME: the release instance NAME's Envoy serves
+	ct_run curl -sS --max-time 5 "http://127.0.0.1:$(inst "$1" admin)/server_info" |
+		sed -n 's|.*"version": "[0-9a-f]*/\([^/]*\)/.*|\1|p'
 }
 
 envoy_upgrade() {
@@ -234,10 +268,11 @@ rpm_envoy_inspect() {
 	done
 	rpm -qp --scripts --filetriggers "$envoy_rpm_to" | tee "$work/envoy-rpm.scripts"
 	grep -q '^posttrans scriptlet' "$work/envoy-rpm.scripts" || fail "no %posttrans"
-	grep -q 'systemctl reload "$UNIT"' "$work/envoy-rpm.scripts" || fail "%posttrans does not reload envoy-agent"
+	grep -q 'systemctl reload "$unit"' "$work/envoy-rpm.scripts" || fail "%posttrans does not reload envoy-agent"
+	grep -qF "'envoy-agent@*.service'" "$work/envoy-rpm.scripts" || fail "%posttrans does not reload the template's instances"
 	rpm -qp --filetriggers "$envoy_rpm_to" >"$work/envoy-rpm.filetriggers"
 	rpm -qp --filetriggers "$rpm" >>"$work/envoy-rpm.filetriggers"
-	echo "detail: $(rpm -qp --qf '%{NAME}-%{VERSION}' "$envoy_rpm_from") and $(rpm -qp --qf '%{NAME}-%{VERSION}' "$envoy_rpm_to"), provides envoy-hot-restart-11.104, %posttrans reloads an active envoy-agent; file triggers: $(wc -l <"$work/envoy-rpm.filetriggers") (rpmpack writes none)"
+	echo "detail: $(rpm -qp --qf '%{NAME}-%{VERSION}' "$envoy_rpm_from") and $(rpm -qp --qf '%{NAME}-%{VERSION}' "$envoy_rpm_to"), provides envoy-hot-restart-11.104, %posttrans reloads every active envoy-agent unit, instances too; file triggers: $(wc -l <"$work/envoy-rpm.filetriggers") (rpmpack writes none)"
 }
 
 # Install, upgrade, downgrade and erase the Envoy .rpm beside envoy-agent's in a scratch root (an
@@ -266,7 +301,7 @@ rpm_envoy_scratch_root() {
 	local said
 	said=$(grep -v -e 'should not be used directly' -e 'assuming you know what you are doing' "$work/envoy-rpm.out")
 	echo "detail: installed $v1, upgraded to $v2, downgraded to $v3; scriptlet output: ${said:-none}"
-	[ "$v3" = "envoy-$ENVOY_FROM-1.x86_64" ] || fail "rpm -q envoy: $v3"
+	[ "$v3" = "envoy-$ENVOY_FROM-1.$(uname -m)" ] || fail "rpm -q envoy: $v3"
 	grep -q "/$ENVOY_TO/" <<<"$v2" || fail "the upgrade did not install $ENVOY_TO"
 	[ -z "$said" ] || fail "%posttrans said something without systemd"
 	timeout 120 rpm --root "$R" -e envoy envoy-agent || return 1

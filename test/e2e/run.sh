@@ -1359,6 +1359,7 @@ instance_lifecycle() {
 	if [ -n "${live2ver:-}" ]; then
 		step "template lifecycle: envoy-agent@b enabled and started (and @a enabled)" instance_b_enabled
 		step "template lifecycle: dpkg -i (upgrade) under load with @b running hands the plain unit and @b over live, 0 failed, new binary" upgrade_live_instance
+		step "template lifecycle: dpkg -i of another Envoy release with @b running: the trigger reloads @b (and the plain unit) into it, 0 failed" envoy_trigger_instances
 		step "template lifecycle: dpkg -r with @b running drains @b (request in flight completes), nothing left running" remove_with_instance
 	else
 		step "remove: nothing left running" remove
