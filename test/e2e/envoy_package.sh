@@ -80,7 +80,7 @@ envoy_trigger_instances() {
 	local crc=$?
 	grep 'reloading\|refused' <<<"$out" | sed 's/^/dpkg: /'
 	bv=$(iserver_version b)
-	[ -n "$plain" ] && pv=$(server_version)
+	[ -n "$plain" ] && pv=$(status_version /etc/envoy-agent/config.toml)
 	echo "detail: dpkg -i $deb exit $rc; @b /server_info $bv$([ -n "$plain" ] && echo ", plain unit $pv"); $(wc -l <"$work/iclient-b") requests to @b"
 	[ $rc -eq 0 ] || fail "dpkg -i failed"
 	grep -q 'reloading envoy-agent@b.service' <<<"$out" || fail "the trigger did not reload envoy-agent@b"
@@ -90,6 +90,13 @@ envoy_trigger_instances() {
 		grep -q 'reloading envoy-agent.service' <<<"$out" || fail "the trigger did not reload the plain unit"
 		[ "$pv" = "$want" ] || fail "the plain unit serves $pv, want $want"
 	fi
+}
+
+# status_version CONFIG: the release the Envoy of the agent running CONFIG serves, from
+# `envoy-agent status --json` (whatever admin address an earlier step gave that unit).
+status_version() {
+	ct_run envoy-agent status --config "$1" --json | jq -r '.envoy.version // empty' |
+		sed -n 's|^[0-9a-f]*/\([^/]*\)/.*|\1|p'
 }
 
 iserver_version() { # iserver_version NAME: the release instance NAME's Envoy serves
