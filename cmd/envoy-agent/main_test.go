@@ -617,6 +617,26 @@ func TestMetricsMergeEnvoyAndAgent(t *testing.T) {
 			t.Errorf("metrics lack %q", strings.TrimSpace(want))
 		}
 	}
+	if ct := r.Header.Get("Content-Type"); ct != "text/plain; version=0.0.4; charset=utf-8" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	// The agent's metrics, each once and typed (its metrics library writes TYPE lines only
+	// when asked to).
+	for name, typ := range map[string]string{
+		"envoy_agent_envoy_live": "gauge", "envoy_agent_draining": "gauge", "envoy_agent_envoy_epoch": "gauge",
+		"envoy_agent_start_seconds": "gauge", "envoy_agent_drain_seconds": "gauge",
+		"envoy_agent_last_reload_seconds": "gauge", "envoy_agent_reloads_total": "counter",
+		"envoy_agent_reload_failures_total": "counter", "process_resident_memory_bytes": "gauge",
+	} {
+		if n := strings.Count(r.Body, "\n# TYPE "+name+" "); n != 1 {
+			t.Errorf("%d TYPE lines for %s", n, name)
+		} else if !strings.Contains(r.Body, "\n# TYPE "+name+" "+typ+"\n") {
+			t.Errorf("%s is not typed %s", name, typ)
+		}
+		if n := strings.Count(r.Body, "\n"+name+" "); n != 1 {
+			t.Errorf("%d samples of %s", n, name)
+		}
+	}
 }
 
 // assertNoEnvoyFor fails when a process runs with a command line naming
