@@ -28,9 +28,13 @@ func TestBenchSmoke(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", agent, "../cmd/envoy-agent").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	launcher := filepath.Join(t.TempDir(), "launcher")
+	if out, err := exec.Command("go", "build", "-o", launcher, "./launcher").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"-agent", agent, "-envoy", envoyBin, "-out", out, "-starts", "10", "-reloads", "1",
+	code := run([]string{"-agent", agent, "-launcher", launcher, "-envoy", envoyBin, "-out", out, "-starts", "10", "-reloads", "1",
 		"-rate", "100", "-scenarios", "start,reload"}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("bench exited %d:\n%s", code, stderr.String())
@@ -51,6 +55,9 @@ func TestBenchSmoke(t *testing.T) {
 	if res.Start == nil || res.Start.Agent.N != 10 || res.Start.Baseline.N != 10 || res.Start.Agent.Median <= 0 {
 		t.Errorf("start scenario: %+v, want 10 timed starts a side", res.Start)
 	}
+	if res.Start != nil && (res.Start.Floor.N != 10 || res.Start.Floor.Median <= 0) {
+		t.Errorf("start scenario's floor: %+v, want 10 timed starts of the launcher", res.Start.Floor)
+	}
 	if res.Reload == nil {
 		t.Fatalf("no reload scenario in results.json")
 	}
@@ -66,7 +73,7 @@ func TestBenchSmoke(t *testing.T) {
 	if d, ok := agentSide.Steps["hot_restart_ms"]; !ok || d.N != 1 {
 		t.Errorf("the agent's reload breakdown: %v; want its one reload's steps from its log", agentSide.Steps)
 	}
-	for _, want := range []string{"Bare validate + hot restart", "≤ ×1.15", "≤ ×1.05"} {
+	for _, want := range []string{"Bare validate + hot restart", "≤ ×1.15", "≤ ×1.05", "the agent's own work"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("the table lacks %q", want)
 		}

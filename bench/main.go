@@ -28,6 +28,7 @@ import (
 // options are the command line.
 type options struct {
 	agentBin     string
+	launcherBin  string
 	envoyBin     string
 	outDir       string
 	timeout      time.Duration
@@ -49,6 +50,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.agentBin, "agent", "bin/envoy-agent", "the envoy-agent `binary` to measure")
+	fs.StringVar(&o.launcherBin, "launcher", "", "the floor `binary` for the start scenario (bench/launcher, built as the agent is); \"\": no floor row")
 	fs.StringVar(&o.envoyBin, "envoy", os.Getenv("ENVOY_BIN"), "the real Envoy `binary` (default $ENVOY_BIN)")
 	fs.StringVar(&o.outDir, "out", "bench-results", "where results.md, results.json and reload.svg go")
 	fs.DurationVar(&o.timeout, "timeout", 20*time.Minute, "the longest the whole run may take")

@@ -47,7 +47,7 @@ func renderStart(w writer, r *Results) {
 	if !section(w, r, "1. Start: exec to ready", "start", s != nil) {
 		return
 	}
-	w("%d starts each, alternating. Agent: `envoy-agent run` until READY=1 on its NOTIFY_SOCKET. Baseline: bare Envoy until `GET /ready` answers 200, polled every 1 ms.\n\n", s.Starts)
+	w("%d starts each, taking turns. Agent: `envoy-agent run` until READY=1 on its NOTIFY_SOCKET. Baseline: bare Envoy until `GET /ready` answers 200, polled every 1 ms.\n\n", s.Starts)
 	metricTable(w, "Agent", "Baseline", "Agent − baseline")
 	w("| median | %s | %s | %s (%s) | ≤ ×%.2f: %s |\n", msf(s.Agent.Median), msf(s.Baseline.Median), signed(s.MedianDiffMs),
 		ratio(s.Agent.Median, s.Baseline.Median), startTarget, yesNo(s.Baseline.Median > 0 && s.Agent.Median <= startTarget*s.Baseline.Median))
@@ -57,8 +57,16 @@ func renderStart(w writer, r *Results) {
 		w("| of which Envoy LIVE → READY=1, median / max (%d more agent starts, Envoy's /ready also polled every 1 ms) | %s / %s | | | |\n",
 			s.ProbeStarts, msf(s.ProbeGap.Median), msf(s.ProbeGap.Max))
 	}
+	if s.Floor.N > 0 {
+		w("| the floor, median: a minimal Go supervisor (`bench/launcher`, built as the agent is) exec'ing the bare Envoy, to its READY=1 | %s | %s | %s (%s) | |\n",
+			msf(s.Floor.Median), msf(s.Baseline.Median), signed(round3(s.Floor.Median-s.Baseline.Median)), ratio(s.Floor.Median, s.Baseline.Median))
+		w("| the agent's own work, median: agent − floor | %s | | | |\n", signed(round3(s.Agent.Median-s.Floor.Median)))
+	}
 	w("\n")
 	meaning(w, "the difference is what the agent adds to a start: its own exec and config load, plus the gap between Envoy becoming LIVE and the agent's next `/ready` poll (%s). The baseline's 1 ms polling is the best a poller can do.", s.AgentPollNote)
+	if s.Floor.N > 0 {
+		meaning(w, "the floor is what any supervisor written in Go pays before the agent does anything of its own: its exec and the Go runtime's start, a fork and exec of Envoy, a `/ready` poll every 2 ms and one notify datagram; it reads no file, claims no base id and binds no port. Agent − floor is the agent's own start-up work: reading and checking the configuration, the base-id claim, the run folder's checks and the bootstrap's snapshot, its own ports and control socket.")
+	}
 }
 
 func renderReload(w writer, r *Results) {

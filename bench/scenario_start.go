@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // startTimeout bounds one start in the start scenario.
@@ -13,8 +16,9 @@ const startTimeout = 30 * time.Second
 const probeStarts = 6
 
 // scenarioStart is scenario 1: from exec to ready, the agent (READY=1 on
-// its notify socket) against a bare Envoy (/ready polled every 1ms). The
-// two alternate, so that a noisy neighbour hurts both alike.
+// its notify socket) against a bare Envoy (/ready polled every 1ms) and,
+// with -launcher, the floor (bench/launcher to its READY=1). They take
+// turns, so that a noisy neighbour hurts all alike.
 func (b *bench) scenarioStart(ctx context.Context) (*StartResult, error) {
 	run, err := b.setupAgent(ctx, "start", agentSetup{version: "start", drain: quickDrain})
 	if err != nil {
@@ -70,31 +74,46 @@ func (b *bench) scenarioStart(ctx context.Context) (*StartResult, error) {
 		return at.Sub(p.Started()), err
 	}
 
-	// One start of each first, untimed: it pages the binaries in.
-	if _, err := bareOnce(); err != nil {
-		return nil, fmt.Errorf("warm-up start of bare envoy: %w", err)
-	}
-	if _, err := agentOnce(); err != nil {
-		return nil, fmt.Errorf("warm-up start of the agent: %w", err)
-	}
-	var agent, bare []time.Duration
-	for i := range b.o.starts {
-		order := []func() (time.Duration, error){agentOnce, bareOnce}
-		if i%2 == 1 {
-			order[0], order[1] = order[1], order[0]
+	// The floor: the least a Go supervisor does (bench/launcher), on the
+	// bare Envoy's command line, until its READY=1.
+	floorOnce := func() (time.Duration, error) {
+		mark := ns.Mark()
+		args := append([]string{strconv.Itoa(run.admin), b.envoyBin}, envoykit.BareArgs(run.bootPath, b.baseID())...)
+		p, err := b.sp.start("start-floor", b.logPath("start-floor"), []string{"NOTIFY_SOCKET=" + ns.Path}, b.o.launcherBin, args...)
+		if err != nil {
+			return 0, err
 		}
-		for j, f := range order {
-			d, err := f()
+		at, err := waitNotify(ctx, ns, p, "READY=1", mark, startTimeout)
+		if serr := p.stop(ctx, 10*time.Second); err == nil && serr != nil {
+			err = fmt.Errorf("stop the floor launcher: %w", serr)
+		}
+		return at.Sub(p.Started()), err
+	}
+	sides := []func() (time.Duration, error){agentOnce, bareOnce}
+	if b.o.launcherBin != "" {
+		sides = append(sides, floorOnce)
+	}
+
+	// One start of each first, untimed: it pages the binaries in.
+	for i, f := range sides {
+		if _, err := f(); err != nil {
+			return nil, fmt.Errorf("warm-up start of %s: %w", [...]string{"the agent", "bare envoy", "the floor launcher"}[i], err)
+		}
+	}
+	// Each round starts every side once, the order rotating, so that a
+	// noisy neighbour hurts all alike.
+	times := make([][]time.Duration, len(sides))
+	for i := range b.o.starts {
+		for j := range sides {
+			k := (i + j) % len(sides)
+			d, err := sides[k]()
 			if err != nil {
 				return nil, fmt.Errorf("start %d: %w", i+1, err)
 			}
-			if (j == 0) == (i%2 == 0) {
-				agent = append(agent, d)
-			} else {
-				bare = append(bare, d)
-			}
+			times[k] = append(times[k], d)
 		}
 	}
+	agent, bare := times[0], times[1]
 	// A few more agent starts with the 1ms probe: how long after Envoy
 	// was LIVE the agent sent READY=1.
 	var gaps, probed []time.Duration
@@ -119,6 +138,12 @@ func (b *bench) scenarioStart(ctx context.Context) (*StartResult, error) {
 	}
 	for _, d := range bare {
 		r.BaselineMs = append(r.BaselineMs, ms(d))
+	}
+	if len(times) > 2 {
+		r.Floor = dist(times[2])
+		for _, d := range times[2] {
+			r.FloorMs = append(r.FloorMs, ms(d))
+		}
 	}
 	r.MedianDiffMs = round3(r.Agent.Median - r.Baseline.Median)
 	r.MaxDiffMs = round3(r.Agent.Max - r.Baseline.Max)

@@ -1,7 +1,7 @@
 # Benchmarks of the agent against a bare Envoy, with the real Envoy. Included by the top-level
 # Makefile (`-include mk/*.mk`), which provides GO, ENVOY_BIN and the `build` and `envoy` targets.
 #
-#   make bench   builds the agent, runs every scenario (about 4 minutes on 2 cores), prints a
+#   make bench   builds the agent as packaged, runs every scenario (about 4 minutes on 2 cores), prints a
 #                markdown table and writes results.md, results.json, reload.svg (and the
 #                children's logs) to $(BENCH_OUT); a full run (no BENCH_FLAGS) also writes
 #                docs/bench-results.md, the figures the documentation links to
@@ -14,7 +14,11 @@ BENCH_FLAGS ?=
 
 .PHONY: bench
 
-bench: build envoy
-	$(GO) run ./bench -agent bin/envoy-agent -envoy "$(ENVOY_BIN)" -out "$(BENCH_OUT)" $(BENCH_FLAGS)
+# It measures the agent as the packages ship it ($(PKG_STAGE)/envoy-agent: pure Go, PIE, stripped;
+# mk/package.mk), and builds the start scenario's floor, bench/launcher, the same way.
+bench: envoy
+	$(MAKE) --no-print-directory $(PKG_STAGE)/envoy-agent
+	CGO_ENABLED=0 $(GO) build $(PKG_GOFLAGS) -ldflags "-s -w -bindnow" -o $(PKG_STAGE)/bench-launcher ./bench/launcher
+	$(GO) run ./bench -agent $(PKG_STAGE)/envoy-agent -launcher $(PKG_STAGE)/bench-launcher -envoy "$(ENVOY_BIN)" -out "$(BENCH_OUT)" $(BENCH_FLAGS)
 	@if [ -z "$(BENCH_FLAGS)" ]; then { printf '# Benchmark results\n\nWritten by `make bench` (bench/; the scenarios are described in [testing.md](testing.md#benchmarks)); not edited by hand.\n\n'; \
 	    sed 's/^#### /## /' "$(BENCH_OUT)/results.md"; } > docs/bench-results.md; echo "wrote docs/bench-results.md"; fi
