@@ -188,41 +188,32 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	s.agent.SetLogger(log)
 	s.agent.OnDrainProgress(s.drainProgress)
 
-	// Bind our own ports before Envoy starts, so that a taken port fails
-	// the start with nothing to clean up.
 	serveCtx, stopServing := context.WithCancel(context.Background())
 	defer stopServing()
 	// An agent that adopts a running Envoy (a live upgrade) holds its base
 	// id, its ports and its listeners already.
 	adopting := s.handover != nil
+	// The claims and the agent's own sockets are taken before Envoy starts,
+	// so that a clash or a taken port fails the start with nothing to clean
+	// up; they do not depend on each other, so they are taken side by side
+	// and a start waits for the slower, not for both. A claim's error comes
+	// first: it names the other instance.
+	sockets := make(chan ownSockets, 1)
+	go func() { sockets <- s.bindOwn(ctx, cfg, adopting) }()
 	held, err := claimResources(cfg, log, adopting, s.handover.claims())
+	own := <-sockets
+	if err == nil && own.err != nil {
+		held.Close()
+		err = own.err
+	}
 	if err != nil {
+		own.close()
 		return err
 	}
 	defer held.Close()
 	s.held = held
-	statusLn, promLn, err := s.listen(cfg)
-	if err != nil {
-		return err
-	}
+	statusLn, promLn, ctl, controlLn := own.statusLn, own.promLn, own.ctl, own.controlLn
 	s.statusLn, s.promLn = statusLn, promLn
-	closeListeners := func() {
-		statusLn.Close()
-		if promLn != nil {
-			promLn.Close()
-		}
-	}
-	if !adopting {
-		if err := checkAdminPortFree(ctx, cfg); err != nil {
-			closeListeners()
-			return err
-		}
-	}
-	ctl, controlLn, err := s.newControl()
-	if err != nil {
-		closeListeners()
-		return err
-	}
 	// Closed here, not only by the server's shutdown: the socket file goes
 	// with the agent's exit.
 	defer controlLn.Close()

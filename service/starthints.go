@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/service/config"
@@ -18,14 +19,19 @@ import (
 // as Envoy 1.40 prints them (provoked with the real Envoy: a second Envoy
 // with the same --base-id, a taken admin or listener port with
 // enable_reuse_port false, a missing or unreadable file named in the
-// bootstrap).
+// bootstrap). Compiled at the first failed start, not at every start.
 var (
-	baseIDClashRE = regexp.MustCompile(`unable to bind domain socket with base_id=(\d+), id=\d+, errno=98`)
-	portInUseRE   = regexp.MustCompile(`cannot bind '([^']+)': Address already in use`)
-	listenerRE    = regexp.MustCompile(`listener '([^']+)' failed to bind`)
-	shmExistsRE   = regexp.MustCompile(`cannot open shared memory region /envoy_shared_memory_(\d+) .*File exists`)
-	unreadableRE  = regexp.MustCompile("(?:unable to read file: |Invalid path: |unable to open file ')([^'`\\s]+)")
+	baseIDClashRE = lazyRegexp(`unable to bind domain socket with base_id=(\d+), id=\d+, errno=98`)
+	portInUseRE   = lazyRegexp(`cannot bind '([^']+)': Address already in use`)
+	listenerRE    = lazyRegexp(`listener '([^']+)' failed to bind`)
+	shmExistsRE   = lazyRegexp(`cannot open shared memory region /envoy_shared_memory_(\d+) .*File exists`)
+	unreadableRE  = lazyRegexp("(?:unable to read file: |Invalid path: |unable to open file ')([^'`\\s]+)")
 )
+
+// lazyRegexp is a regular expression compiled at its first use.
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 // startHints returns, for each of Envoy's last lines, a sentence saying what
 // to change in the configuration, or "" when the line needs none. A hint is
@@ -36,7 +42,7 @@ func startHints(cfg *config.Config, lines []string) []string {
 	seen := map[string]bool{}
 	listener := ""
 	for _, l := range lines {
-		if m := listenerRE.FindStringSubmatch(l); m != nil {
+		if m := listenerRE().FindStringSubmatch(l); m != nil {
 			listener = m[1]
 		}
 	}
@@ -52,7 +58,7 @@ func startHints(cfg *config.Config, lines []string) []string {
 }
 
 func startHint(cfg *config.Config, line, listener string) string {
-	if m := baseIDClashRE.FindStringSubmatch(line); m != nil {
+	if m := baseIDClashRE().FindStringSubmatch(line); m != nil {
 		id, _ := strconv.ParseUint(m[1], 10, 32)
 		who := "another Envoy on this host"
 		if holder, held := askClaim(baseIDClaim(uint32(id))); held && holder.Pid != selfIdentity(cfg).Pid {
@@ -60,7 +66,7 @@ func startHint(cfg *config.Config, line, listener string) string {
 		}
 		return fmt.Sprintf("base_id %d is used by %s: set envoy.base_id in %s to a base_id of its own (%d is free)", id, who, cfg.File, freeBaseID(uint32(id)))
 	}
-	if m := shmExistsRE.FindStringSubmatch(line); m != nil {
+	if m := shmExistsRE().FindStringSubmatch(line); m != nil {
 		n, _ := strconv.ParseUint(m[1], 10, 32)
 		id := uint32(n / hostfiles.BaseIDScale)
 		owner := hostfiles.SharedMemoryOwner(id)
@@ -69,7 +75,7 @@ func startHint(cfg *config.Config, line, listener string) string {
 		}
 		return fmt.Sprintf("%s: Envoy's hot-restart shared memory for base_id %d was made by another process before this Envoy started; remove it (as root) or set envoy.base_id in %s to another value (%d is free)", owner, id, cfg.File, freeBaseID(id))
 	}
-	if m := portInUseRE.FindStringSubmatch(line); m != nil {
+	if m := portInUseRE().FindStringSubmatch(line); m != nil {
 		who := "another process"
 		_, portText, _ := net.SplitHostPort(m[1])
 		port, err := strconv.ParseUint(portText, 10, 16)
@@ -87,7 +93,7 @@ func startHint(cfg *config.Config, line, listener string) string {
 		}
 		return fmt.Sprintf("%s %s is in use by %s: change that listener's port in %s (envoy.config_path), or stop the other process", m[1], what, who, cfg.Envoy.ConfigPath)
 	}
-	if m := unreadableRE.FindStringSubmatch(line); m != nil {
+	if m := unreadableRE().FindStringSubmatch(line); m != nil {
 		return fmt.Sprintf("Envoy (running as %s) cannot open %s, named in %s (envoy.config_path): fix the path there, or make the file readable (writable, for a log) by that user; under the unit only /run/envoy-agent* is writable (add LogsDirectory= for logs)", currentUser(), m[1], cfg.Envoy.ConfigPath)
 	}
 	return ""

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/service/config"
+	"github.com/envoy-agent/envoy-agent/service/control"
 	"github.com/envoy-agent/envoy-agent/service/systemd"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
@@ -61,6 +62,49 @@ func bindListeners(cfg *config.Config) (statusLn, promLn net.Listener, err error
 		}
 	}
 	return statusLn, promLn, nil
+}
+
+// ownSockets are the agent's own listeners: the status port, the metrics
+// port (nil when off) and the control socket with its server.
+type ownSockets struct {
+	statusLn, promLn net.Listener
+	ctl              *control.Server
+	controlLn        *net.UnixListener
+	err              error
+}
+
+// close closes whichever of the sockets were bound.
+func (o ownSockets) close() {
+	for _, ln := range []net.Listener{o.statusLn, o.promLn} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+	if o.controlLn != nil {
+		o.controlLn.Close()
+	}
+}
+
+// bindOwn binds the agent's own sockets (an adopting agent takes over the
+// listeners handed to it) and, on a fresh start, checks that nothing answers
+// on Envoy's admin port yet. On an error it closes what it had bound.
+func (s *supervisor) bindOwn(ctx context.Context, cfg *config.Config, adopting bool) (o ownSockets) {
+	defer func() {
+		if o.err != nil {
+			o.close()
+			o = ownSockets{err: o.err}
+		}
+	}()
+	if o.statusLn, o.promLn, o.err = s.listen(cfg); o.err != nil {
+		return o
+	}
+	if !adopting {
+		if o.err = checkAdminPortFree(ctx, cfg); o.err != nil {
+			return o
+		}
+	}
+	o.ctl, o.controlLn, o.err = s.newControl()
+	return o
 }
 
 // waitLive polls Envoy's /ready until it answers 200 LIVE, then sends

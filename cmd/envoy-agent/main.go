@@ -44,10 +44,9 @@ const (
 )
 
 // The commands, their help and the default configuration file are declared in internal/manual,
-// which the man pages are generated from too.
+// which the man pages are generated from too. The help is built when it is
+// printed, not at every start.
 const defaultConfig = manual.DefaultConfig
-
-var usage = manual.Usage()
 
 // The main goroutine stays on the main thread: it is the thread that forks
 // every Envoy and re-executes the agent on an upgrade (envoy/forker.go).
@@ -59,7 +58,7 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, manual.Usage())
 		return exitUsage
 	}
 	cmd, rest := args[0], args[1:]
@@ -121,10 +120,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "envoy-agent %s\n", version)
 		return exitOK
 	case "help", "-h", "--help", "-help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, manual.Usage())
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "envoy-agent: unknown command %q\n\n%s", cmd, usage)
+		fmt.Fprintf(stderr, "envoy-agent: unknown command %q\n\n%s", cmd, manual.Usage())
 		return exitUsage
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // Envoy repeats the bootstrap it rejects in its error message: a bootstrap
@@ -22,18 +23,21 @@ const redactedDump = "<Envoy's copy of the configuration left out>"
 // jsonDumpRE finds where Envoy starts repeating a configuration as JSON:
 // "Unable to parse JSON as proto (...): {" (with --log-format's %j, the
 // quotes are escaped).
-var jsonDumpRE = regexp.MustCompile(`\): *(\{\\?"|\[)`)
+var jsonDumpRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\): *(\{\\?"|\[)`) })
 
 // pemRE matches a PEM block, or the start of one cut short.
-var pemRE = regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*-----(?s:.*?)(-----END [A-Z0-9 ]*-----|$)`)
+var pemRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*-----(?s:.*?)(-----END [A-Z0-9 ]*-----|$)`)
+})
 
 // RedactLine removes from one line of Envoy's output a configuration dump
-// and any PEM block, and bounds its length.
+// and any PEM block, and bounds its length. The expressions are compiled at
+// the first line (on the copying goroutine), not at the agent's start.
 func RedactLine(l string) string {
-	if loc := jsonDumpRE.FindStringIndex(l); loc != nil {
+	if loc := jsonDumpRE().FindStringIndex(l); loc != nil {
 		l = l[:loc[0]] + "): " + redactedDump
 	}
-	l = pemRE.ReplaceAllString(l, "<PEM block left out>")
+	l = pemRE().ReplaceAllString(l, "<PEM block left out>")
 	if strings.Contains(l, `\n`) {
 		// A JSON log line (--log-format with %j): a proto text dump is
 		// in it with its line breaks escaped.

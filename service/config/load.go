@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/BurntSushi/toml"
 	"github.com/agnivade/levenshtein"
@@ -54,8 +55,10 @@ func LoadConfig(path string) (*Config, error) {
 }
 
 // typeErrRE matches the errors toml gives for a value of the wrong type,
-// which are not ParseErrors.
-var typeErrRE = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): incompatible types: TOML value has type (\w+); destination has type (\w+)`)
+// which are not ParseErrors; compiled at the first such error.
+var typeErrRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): incompatible types: TOML value has type (\w+); destination has type (\w+)`)
+})
 
 // decodeProblem turns an error of toml.Decode into a Problem with the line
 // and key where toml gives them.
@@ -64,7 +67,7 @@ func decodeProblem(path string, err error) Problem {
 	if errors.As(err, &pe) {
 		return Problem{File: path, Line: pe.Position.Line, Key: pe.LastKey, Msg: pe.Message}
 	}
-	if m := typeErrRE.FindStringSubmatch(err.Error()); m != nil {
+	if m := typeErrRE().FindStringSubmatch(err.Error()); m != nil {
 		line, _ := strconv.Atoi(m[1])
 		return Problem{File: path, Line: line, Key: m[2], Msg: fmt.Sprintf("wrong type: want %s, got %s (incompatible types)", article(m[4]), article(m[3]))}
 	}
