@@ -33,15 +33,15 @@ type Host struct {
 
 // StartResult is scenario 1: exec to ready.
 type StartResult struct {
-	Starts        int       `json:"starts"`
-	AgentMs       []float64 `json:"agent_ms"`    // exec to READY=1 on the notify socket
-	BaselineMs    []float64 `json:"baseline_ms"` // exec to the first 200 of /ready, polled every 1ms
-	Agent         Dist      `json:"agent"`
-	Baseline      Dist      `json:"baseline"`
+	Starts     int       `json:"starts"`
+	AgentMs    []float64 `json:"agent_ms"`    // exec to READY=1 on the notify socket
+	BaselineMs []float64 `json:"baseline_ms"` // exec to the first 200 of /ready, polled every 1ms
+	Agent      Dist      `json:"agent"`
+	Baseline   Dist      `json:"baseline"`
 	// The floor (bench/launcher): a minimal Go supervisor's exec to READY=1,
 	// timed in the same alternation; empty when the run had no -launcher.
-	FloorMs []float64 `json:"floor_ms,omitempty"`
-	Floor   Dist      `json:"floor"`
+	FloorMs       []float64 `json:"floor_ms,omitempty"`
+	Floor         Dist      `json:"floor"`
 	MedianDiffMs  float64   `json:"median_diff_ms"`
 	MaxDiffMs     float64   `json:"max_diff_ms"`
 	AgentPollNote string    `json:"agent_poll_note"`
