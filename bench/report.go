@@ -63,10 +63,11 @@ func renderStart(w writer, r *Results) {
 		w("| the agent's own work, median: agent − floor | %s | | | |\n", signed(round3(s.Agent.Median-s.Floor.Median)))
 	}
 	w("\n")
-	meaning(w, "the difference is what the agent adds to a start: its own exec and config load, plus the gap between Envoy becoming LIVE and the agent's next `/ready` poll (%s). The baseline's 1 ms polling is the best a poller can do.", s.AgentPollNote)
+	floor := ""
 	if s.Floor.N > 0 {
-		meaning(w, "the floor is what any supervisor written in Go pays before the agent does anything of its own: its exec and the Go runtime's start, a fork and exec of Envoy, a `/ready` poll every 2 ms and one notify datagram; it reads no file, claims no base id and binds no port. Agent − floor is the agent's own start-up work: reading and checking the configuration, the base-id claim, the run folder's checks and the bootstrap's snapshot, its own ports and control socket.")
+		floor = " The floor is what any supervisor written in Go pays before the agent does anything of its own: its exec and the Go runtime's start, a fork and exec of Envoy, a `/ready` poll every 2 ms and one notify datagram; it reads no file, claims no base id and binds no port. Agent − floor is the agent's own start-up work: reading and checking the configuration, the base-id claim, the run folder's checks and the bootstrap's snapshot, its own ports and control socket."
 	}
+	meaning(w, "the difference is what the agent adds to a start: its own exec and config load, plus the gap between Envoy becoming LIVE and the agent's next `/ready` poll (%s). The baseline's 1 ms polling is the best a poller can do.%s", s.AgentPollNote, floor)
 }
 
 func renderReload(w writer, r *Results) {
