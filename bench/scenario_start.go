@@ -89,31 +89,36 @@ func (b *bench) scenarioStart(ctx context.Context) (*StartResult, error) {
 		}
 		return at.Sub(p.Started()), err
 	}
-	sides := []func() (time.Duration, error){agentOnce, bareOnce}
+	type side struct {
+		name  string
+		start func() (time.Duration, error)
+		times []time.Duration
+	}
+	sides := []*side{{name: "the agent", start: agentOnce}, {name: "bare envoy", start: bareOnce}}
+	floor := &side{name: "the floor launcher", start: floorOnce}
 	if b.o.launcherBin != "" {
-		sides = append(sides, floorOnce)
+		sides = append(sides, floor)
 	}
 
 	// One start of each first, untimed: it pages the binaries in.
-	for i, f := range sides {
-		if _, err := f(); err != nil {
-			return nil, fmt.Errorf("warm-up start of %s: %w", [...]string{"the agent", "bare envoy", "the floor launcher"}[i], err)
+	for _, sd := range sides {
+		if _, err := sd.start(); err != nil {
+			return nil, fmt.Errorf("warm-up start of %s: %w", sd.name, err)
 		}
 	}
 	// Each round starts every side once, the order rotating, so that a
 	// noisy neighbour hurts all alike.
-	times := make([][]time.Duration, len(sides))
 	for i := range b.o.starts {
 		for j := range sides {
-			k := (i + j) % len(sides)
-			d, err := sides[k]()
+			sd := sides[(i+j)%len(sides)]
+			d, err := sd.start()
 			if err != nil {
-				return nil, fmt.Errorf("start %d: %w", i+1, err)
+				return nil, fmt.Errorf("start %d of %s: %w", i+1, sd.name, err)
 			}
-			times[k] = append(times[k], d)
+			sd.times = append(sd.times, d)
 		}
 	}
-	agent, bare := times[0], times[1]
+	agent, bare := sides[0].times, sides[1].times
 	// A few more agent starts with the 1ms probe: how long after Envoy
 	// was LIVE the agent sent READY=1.
 	var gaps, probed []time.Duration
@@ -131,19 +136,11 @@ func (b *bench) scenarioStart(ctx context.Context) (*StartResult, error) {
 		Starts:        b.o.starts,
 		Agent:         dist(agent),
 		Baseline:      dist(bare),
+		Floor:         dist(floor.times),
+		AgentMs:       msAll(agent),
+		BaselineMs:    msAll(bare),
+		FloorMs:       msAll(floor.times),
 		AgentPollNote: "the agent polls /ready 2ms apart for its first 3s, then up to 50ms apart",
-	}
-	for _, d := range agent {
-		r.AgentMs = append(r.AgentMs, ms(d))
-	}
-	for _, d := range bare {
-		r.BaselineMs = append(r.BaselineMs, ms(d))
-	}
-	if len(times) > 2 {
-		r.Floor = dist(times[2])
-		for _, d := range times[2] {
-			r.FloorMs = append(r.FloorMs, ms(d))
-		}
 	}
 	r.MedianDiffMs = round3(r.Agent.Median - r.Baseline.Median)
 	r.MaxDiffMs = round3(r.Agent.Max - r.Baseline.Max)

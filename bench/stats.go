@@ -11,6 +11,15 @@ import (
 // ms is a duration in milliseconds, as results.json holds them.
 func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
 
+// msAll is each of ds in milliseconds (nil for none), as results.json holds them.
+func msAll(ds []time.Duration) []float64 {
+	var xs []float64
+	for _, d := range ds {
+		xs = append(xs, ms(d))
+	}
+	return xs
+}
+
 // Dist summarises durations, in milliseconds.
 type Dist struct {
 	N      int     `json:"n"`

@@ -57,33 +57,37 @@ func run(port int, envoy string, args []string) int {
 	url := "http://127.0.0.1:" + strconv.Itoa(port) + "/ready"
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
-	for ready := false; !ready; {
-		if resp, err := client.Get(url); err == nil {
-			resp.Body.Close()
-			ready = resp.StatusCode == http.StatusOK
-		}
-		if ready {
-			break
+	// Poll until Envoy is ready, then tell the notify socket and stop
+	// polling; before and after, Envoy's exit ends the run and a signal
+	// stops Envoy.
+	ready := false
+	for {
+		if !ready && answersReady(client, url) {
+			ready = true
+			tick.Stop()
+			if err := notifyReady(); err != nil {
+				fmt.Fprintf(os.Stderr, "launcher: %v\n", err)
+			}
 		}
 		select {
 		case err := <-exited:
-			fmt.Fprintf(os.Stderr, "launcher: envoy exited before it was ready: %v\n", err)
+			fmt.Fprintf(os.Stderr, "launcher: envoy exited (ready: %t): %v\n", ready, err)
 			return 1
 		case <-sigs:
 			return stop(cmd, exited)
 		case <-tick.C:
 		}
 	}
-	if err := notifyReady(); err != nil {
-		fmt.Fprintf(os.Stderr, "launcher: %v\n", err)
+}
+
+// answersReady reports whether GET url answers 200.
+func answersReady(client *http.Client, url string) bool {
+	resp, err := client.Get(url)
+	if err != nil {
+		return false
 	}
-	select {
-	case err := <-exited:
-		fmt.Fprintf(os.Stderr, "launcher: envoy exited: %v\n", err)
-		return 1
-	case <-sigs:
-		return stop(cmd, exited)
-	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // stop ends Envoy with SIGTERM and waits for it.
