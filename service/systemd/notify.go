@@ -32,6 +32,13 @@ type Notifier struct {
 
 	mu         sync.Mutex
 	lastStatus string
+
+	// The socket the datagrams go out on, kept between sends: a watchdog
+	// ping is then one write, not a socket's creation, connection and
+	// close. sendMu orders the sends and guards conn.
+	sendMu   sync.Mutex
+	conn     *net.UnixConn
+	connPath string // the $NOTIFY_SOCKET conn is connected to
 }
 
 // NewNotifier returns a Notifier that logs failed sends to log.
@@ -40,34 +47,61 @@ func NewNotifier(log *logrus.Logger) *Notifier { return &Notifier{log: log, time
 // send writes one datagram of newline-separated assignments.
 func (n *Notifier) send(assignments ...string) {
 	msg := strings.Join(assignments, "\n")
-	if err := sdNotify(msg, n.timeout); err != nil {
+	if err := n.sendDatagram(msg); err != nil {
 		n.log.Warnf("sd_notify %q: %v", msg, err)
 	}
 }
 
-// sdNotify sends msg to $NOTIFY_SOCKET as go-systemd's daemon.SdNotify
+// sendDatagram sends msg to $NOTIFY_SOCKET as go-systemd's daemon.SdNotify
 // does (a unixgram datagram; a leading '@' names an abstract socket), but
-// within timeout: daemon.SdNotify's write has no deadline.
-func sdNotify(msg string, timeout time.Duration) error {
+// within n.timeout (daemon.SdNotify's write has no deadline) and on a
+// socket kept from one send to the next. A send that fails for another
+// reason than the deadline (systemd re-created its socket: a daemon-reexec)
+// is tried once more on a new socket.
+func (n *Notifier) sendDatagram(msg string) error {
 	path := os.Getenv("NOTIFY_SOCKET")
 	if path == "" {
 		return nil
 	}
-	conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		return err
+	n.sendMu.Lock()
+	defer n.sendMu.Unlock()
+	err := n.write(path, msg)
+	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		n.closeConn()
+		err = n.write(path, msg)
 	}
-	defer conn.Close()
-	if err := conn.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
-		return err
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("not sent: %s's queue stayed full for %s (its reader is not reading)", path, n.timeout)
 	}
-	if _, err := conn.Write([]byte(msg)); err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return fmt.Errorf("not sent: %s's queue stayed full for %s (its reader is not reading)", path, timeout)
+	return err
+}
+
+// write sends msg on the kept socket, connecting it to path first when it
+// is not yet (or was connected to another path). sendMu is held.
+func (n *Notifier) write(path, msg string) error {
+	if n.conn != nil && n.connPath != path {
+		n.closeConn()
+	}
+	if n.conn == nil {
+		conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
+		if err != nil {
+			return err
 		}
+		n.conn, n.connPath = conn, path
+	}
+	if err := n.conn.SetWriteDeadline(time.Now().Add(n.timeout)); err != nil {
 		return err
 	}
-	return nil
+	_, err := n.conn.Write([]byte(msg))
+	return err
+}
+
+// closeConn drops the kept socket. sendMu is held.
+func (n *Notifier) closeConn() {
+	if n.conn != nil {
+		_ = n.conn.Close()
+		n.conn, n.connPath = nil, ""
+	}
 }
 
 // Ready tells systemd that start-up or a reload is finished.

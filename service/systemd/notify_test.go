@@ -5,6 +5,8 @@ package systemd
 import (
 	"bytes"
 	"io"
+	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -155,5 +157,58 @@ func TestNotifierDoesNotBlockOnAFullSocket(t *testing.T) {
 	}
 	if !strings.Contains(logged.String(), "queue stayed full") {
 		t.Errorf("no warning about the full socket; log:\n%s", logged.String())
+	}
+}
+
+// The notifier keeps its socket between sends; when systemd re-creates its
+// own (systemctl daemon-reexec binds a new socket at the same path), the
+// next send still arrives, on a new socket.
+func TestNotifierFollowsARecreatedSocket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "notify")
+	listen := func() *net.UnixConn {
+		t.Helper()
+		c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	receive := func(c *net.UnixConn) string {
+		t.Helper()
+		buf := make([]byte, 512)
+		if err := c.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("no datagram: %v", err)
+		}
+		return string(buf[:n])
+	}
+	t.Setenv("NOTIFY_SOCKET", path)
+	var logged bytes.Buffer
+	l := logrus.New()
+	l.SetOutput(&logged)
+	n := NewNotifier(l)
+
+	first := listen()
+	for _, want := range []string{"WATCHDOG=1", "WATCHDOG=1"} {
+		n.Watchdog()
+		if got := receive(first); got != want {
+			t.Fatalf("got %q, want %q", got, want)
+		}
+	}
+	first.Close()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	second := listen()
+	defer second.Close()
+	n.Status("after the re-exec")
+	if got := receive(second); got != "STATUS=after the re-exec" {
+		t.Fatalf("on the re-created socket got %q, want the status", got)
+	}
+	if logged.Len() != 0 {
+		t.Errorf("warned although the datagram arrived: %s", logged.String())
 	}
 }
