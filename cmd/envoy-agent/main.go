@@ -73,6 +73,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		// action and leave nothing drained.
 		ctx, sigs, stopSignals := systemd.NotifySignals(context.Background())
 		defer stopSignals()
+		oneProcessor()
 		return exitCode(service.Run(ctx, service.Options{ConfigPath: path, Version: version, Stderr: stderr, Signals: sigs}), stderr)
 	case "validate", "reload", "reopen-logs":
 		path, code := configFlag(cmd, rest, stdout, stderr)
