@@ -35,14 +35,17 @@ type Notifier struct {
 
 	// The socket the datagrams go out on, kept between sends: a watchdog
 	// ping is then one write, not a socket's creation, connection and
-	// close. sendMu orders the sends and guards conn.
-	sendMu   sync.Mutex
+	// close. A send holds slot (a token in it) while it uses conn, and
+	// waits for it only within its own bound.
+	slot     chan struct{}
 	conn     *net.UnixConn
 	connPath string // the $NOTIFY_SOCKET conn is connected to
 }
 
 // NewNotifier returns a Notifier that logs failed sends to log.
-func NewNotifier(log *logrus.Logger) *Notifier { return &Notifier{log: log, timeout: notifyTimeout} }
+func NewNotifier(log *logrus.Logger) *Notifier {
+	return &Notifier{log: log, timeout: notifyTimeout, slot: make(chan struct{}, 1)}
+}
 
 // send writes one datagram of newline-separated assignments.
 func (n *Notifier) send(assignments ...string) {
@@ -55,20 +58,25 @@ func (n *Notifier) send(assignments ...string) {
 // sendDatagram sends msg to $NOTIFY_SOCKET as go-systemd's daemon.SdNotify
 // does (a unixgram datagram; a leading '@' names an abstract socket), but
 // within n.timeout (daemon.SdNotify's write has no deadline) and on a
-// socket kept from one send to the next. A send that fails for another
-// reason than the deadline (systemd re-created its socket: a daemon-reexec)
-// is tried once more on a new socket.
+// socket kept from one send to the next. The bound covers the whole send:
+// the wait for another send to finish with the socket, and the write. A
+// send that fails for another reason than the bound (systemd re-created its
+// socket: a daemon-reexec) is tried once more on a new socket, within the
+// same bound.
 func (n *Notifier) sendDatagram(msg string) error {
 	path := os.Getenv("NOTIFY_SOCKET")
 	if path == "" {
 		return nil
 	}
-	n.sendMu.Lock()
-	defer n.sendMu.Unlock()
-	err := n.write(path, msg)
-	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-		n.closeConn()
-		err = n.write(path, msg)
+	deadline := time.Now().Add(n.timeout)
+	err := os.ErrDeadlineExceeded
+	if n.takeSlot(deadline) {
+		err = n.write(path, msg, deadline)
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			n.closeConn()
+			err = n.write(path, msg, deadline)
+		}
+		<-n.slot
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return fmt.Errorf("not sent: %s's queue stayed full for %s (its reader is not reading)", path, n.timeout)
@@ -76,9 +84,28 @@ func (n *Notifier) sendDatagram(msg string) error {
 	return err
 }
 
-// write sends msg on the kept socket, connecting it to path first when it
-// is not yet (or was connected to another path). sendMu is held.
-func (n *Notifier) write(path, msg string) error {
+// takeSlot waits until deadline for the socket to be free, and reports
+// whether it got it. Only a send that finds it taken starts a timer.
+func (n *Notifier) takeSlot(deadline time.Time) bool {
+	select {
+	case n.slot <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case n.slot <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// write sends msg on the kept socket by deadline, connecting it to path
+// first when it is not yet (or was connected to another path). The caller
+// holds the slot.
+func (n *Notifier) write(path, msg string, deadline time.Time) error {
 	if n.conn != nil && n.connPath != path {
 		n.closeConn()
 	}
@@ -89,14 +116,14 @@ func (n *Notifier) write(path, msg string) error {
 		}
 		n.conn, n.connPath = conn, path
 	}
-	if err := n.conn.SetWriteDeadline(time.Now().Add(n.timeout)); err != nil {
+	if err := n.conn.SetWriteDeadline(deadline); err != nil {
 		return err
 	}
 	_, err := n.conn.Write([]byte(msg))
 	return err
 }
 
-// closeConn drops the kept socket. sendMu is held.
+// closeConn drops the kept socket. The caller holds the slot.
 func (n *Notifier) closeConn() {
 	if n.conn != nil {
 		_ = n.conn.Close()

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -157,6 +158,36 @@ func TestNotifierDoesNotBlockOnAFullSocket(t *testing.T) {
 	}
 	if !strings.Contains(logged.String(), "queue stayed full") {
 		t.Errorf("no warning about the full socket; log:\n%s", logged.String())
+	}
+}
+
+// Sends that come together while the socket's queue is full each give up at
+// their own bound: one does not wait out another's before its own begins
+// (40 senders of 200 ms one after the other would take 6 s).
+func TestNotifierBoundsEachOfConcurrentSends(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "notify")
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close() // never read: the queue fills
+	t.Setenv("NOTIFY_SOCKET", path)
+	n := NewNotifier(testLogger())
+	n.timeout = 200 * time.Millisecond
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 40 {
+		wg.Go(n.Watchdog)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("40 sends to a socket nobody reads did not return")
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("40 concurrent sends with a 200ms bound took %s: they waited for each other", took.Round(time.Millisecond))
 	}
 }
 
