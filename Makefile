@@ -33,9 +33,16 @@ run: build envoy
 # agent's go.mod. `go test ./...` at the root covers the root module only: name all three.
 MODULE_PKGS := ./... ./bench/... ./packaging/...
 
-# With the race detector: the agent is all goroutines and signals.
+# With the race detector: the agent is all goroutines and signals. In a new
+# order every run (-shuffle), so that a test that sees another's state is
+# found by a run, not by a newcomer; the seed is printed first, and
+# `make test SHUFFLE=<seed>` replays that order.
+ifeq ($(origin SHUFFLE),undefined)
+SHUFFLE := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+endif
 test: envoy
-	$(GO) test -race -count=1 $(MODULE_PKGS)
+	@echo "test: -shuffle=$(SHUFFLE) (replay this order: make test SHUFFLE=$(SHUFFLE))"
+	$(GO) test -race -count=1 -shuffle=$(SHUFFLE) $(MODULE_PKGS)
 
 # Each fuzz target for a fixed number of inputs (a count, not a duration: a
 # -fuzztime duration can end while an input is being minimized, which Go

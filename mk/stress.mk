@@ -20,7 +20,9 @@ stress: envoy
 	sleep 2; echo "stress: $$cores cores kept busy by stress-ng (pid $$load); load average $$(cut -d' ' -f1-3 /proc/loadavg)"; \
 	pass=0; \
 	for i in $$(seq 1 $(STRESS_RUNS)); do \
-		if ENVOY_AGENT_TRIALS=$(STRESS_TRIALS) $(GO) test -race -count=1 -run '$(STRESS_TESTS)' $(STRESS_PKGS); then \
+		seed=$$(od -An -N4 -tu4 /dev/urandom | tr -d ' '); \
+		echo "stress: run $$i, -shuffle=$$seed (replay: go test -race -count=1 -shuffle=$$seed -run '$(STRESS_TESTS)' $(STRESS_PKGS))"; \
+		if ENVOY_AGENT_TRIALS=$(STRESS_TRIALS) $(GO) test -race -count=1 -shuffle=$$seed -run '$(STRESS_TESTS)' $(STRESS_PKGS); then \
 			pass=$$((pass+1)); fi; \
 		echo "stress: run $$i done, load average $$(cut -d' ' -f1-3 /proc/loadavg)"; \
 	done; \

@@ -22,8 +22,11 @@ var (
 	handedOut   = map[int]bool{} // never hand the same port out twice in one process
 )
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and
-// that this process has not handed out before.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago,
+// that this process has not handed out before and that no other process
+// running this kit holds (reserve): go test runs the packages' test
+// binaries side by side, and a port free when one of them checked it could
+// be the one another had just checked too.
 func FreePort() (int, error) {
 	for range 1000 {
 		port := portLow + rand.IntN(portHigh-portLow)
@@ -32,6 +35,9 @@ func FreePort() (int, error) {
 		handedOutMu.Unlock()
 		if taken {
 			continue
+		}
+		if !reserve("port", port) {
+			continue // another test process holds it
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil {
@@ -62,7 +68,15 @@ func FreePorts(n int) ([]int, error) {
 // BaseID returns a hot-restart base id unlikely to collide with another
 // Envoy on the host (hot restart's domain sockets and shared memory are
 // named after it, host-wide).
-func BaseID() uint32 { return 1000 + rand.Uint32N(60000) }
+// No two processes running this kit hand out the same one (reserve).
+func BaseID() uint32 {
+	for {
+		id := 1000 + rand.Uint32N(60000)
+		if reserve("base-id", int(id)) {
+			return id
+		}
+	}
+}
 
 // Ports are the ports of one Envoy and its agent.
 type Ports struct {
