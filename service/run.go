@@ -200,7 +200,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	// first: it names the other instance.
 	sockets := make(chan ownSockets, 1)
 	go func() { sockets <- s.bindOwn(ctx, cfg, adopting) }()
-	held, err := claimResources(cfg, log, adopting, s.handover.claims())
+	held, err := claimResources(cfg, log, s.handover.claims())
 	own := <-sockets
 	if err == nil && own.err != nil {
 		held.Close()
