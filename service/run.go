@@ -76,6 +76,9 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}
 	log := systemd.NewLogger(stderr, cfg.Agent.LogLevel, cfg.Agent.LogFormat)
+	for _, w := range cfg.Warnings() {
+		log.Warn(w)
+	}
 	s := &supervisor{cfg: cfg, log: log, notify: systemd.NewNotifier(log), metrics: newMetrics(), sigs: sigs, handover: handover, version: opts.Version}
 	s.selfPath, _ = os.Executable()
 	return s.run(ctx, opts.Version, stderr)
