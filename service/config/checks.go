@@ -135,6 +135,7 @@ func (c *Config) check(ps *problems) {
 	} else {
 		e.BinaryPath = resolved
 	}
+	c.defaultAdmin()
 	bootstrapOK := false
 	if e.ConfigPath == "" {
 		ps.add("envoy.config_path", "must not be empty")
@@ -152,6 +153,8 @@ func (c *Config) check(ps *problems) {
 		c.checkAdminSocket(ps)
 	case e.AdminPort == 0:
 		ps.add("envoy.admin_port", "must be set (1-65535)")
+	default:
+		c.warnTCPAdmin()
 	}
 	base, comps := envoy.SplitLogLevel(e.LogLevel)
 	if base != "" && !slices.Contains(envoyLogLevels, base) {

@@ -24,6 +24,9 @@ type Config struct {
 	// adminPortSet: the file sets envoy.admin_port (its default is not
 	// wanted with admin_socket).
 	adminPortSet bool
+	// adminSocketDefault: neither admin key is set, and the admin is on
+	// the default socket (admindefault.go).
+	adminSocketDefault bool
 	// warnings are what a valid configuration should still change
 	// (Warnings).
 	warnings []string
@@ -138,7 +141,6 @@ func DefaultConfig() Config {
 		Envoy: EnvoyConfig{
 			BinaryPath:             "envoy",
 			ConfigPath:             "/etc/envoy/envoy.yaml",
-			AdminPort:              15000,
 			LogLevel:               "info",
 			DrainDuration:          Duration(envoy.DefaultDrainDuration),
 			ParentShutdownDuration: Duration(envoy.DefaultParentShutdownDuration),
