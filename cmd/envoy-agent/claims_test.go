@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -170,4 +171,53 @@ func TestSquattedHotRestartNamesDoNotStopAStart(t *testing.T) {
 		t.Fatalf("with uid 65534 holding @%s, the agent is not ready (exit %d):\n%s", names[0], code, p.stderr.String())
 	}
 	t.Logf("uid 65534 holds %d abstract hot-restart names of base_id %d; the agent serves", len(names), baseID)
+}
+
+// TestSquattedClaimsDirDoesNotStopAStart: an agent run by an ordinary user
+// (uid 65533, no $XDG_RUNTIME_DIR) keeps its claims in
+// envoy-agent-claims-65533 in the temporary directory; uid 65534 made that
+// folder first (mode 0777). The start used to fail there ("claims
+// directory ... is writable by its group or by others"); now the agent
+// keeps its claims in its own cache folder and serves.
+func TestSquattedClaimsDirDoesNotStopAStart(t *testing.T) {
+	t.Parallel()
+	const agentUid = 65533
+	home := shortTempDir(t)
+	if err := os.Chmod(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(home, "tmp") // a shared, sticky temporary directory
+	if err := os.Mkdir(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(tmp, os.ModeSticky|0o777); err != nil {
+		t.Fatal(err)
+	}
+	squatted := filepath.Join(tmp, fmt.Sprintf("envoy-agent-claims-%d", agentUid))
+	mk := exec.Command("sh", "-c", "umask 0; mkdir "+squatted)
+	mk.SysProcAttr = &syscall.SysProcAttr{Credential: nobody}
+	if out, err := mk.CombinedOutput(); err != nil {
+		t.Fatalf("uid 65534 could not make %s: %v %s", squatted, err, out)
+	}
+	for _, d := range []string{"run", "home"} {
+		if err := os.Mkdir(filepath.Join(home, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(filepath.Join(home, d), agentUid, agentUid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := startAgent(t, procOptions{noWaitReady: true, cred: &syscall.Credential{Uid: agentUid, Gid: agentUid},
+		agent: map[string]string{"run_dir": strconv.Quote(filepath.Join(home, "run"))},
+		env: []string{service.EnvClaimsDir + "=", "XDG_RUNTIME_DIR=", "XDG_CACHE_HOME=", "STATE_DIRECTORY=",
+			"TMPDIR=" + tmp, "HOME=" + filepath.Join(home, "home")}})
+	if !testenvoy.Eventually(30*time.Second, func() bool { return p.healthz() == 200 }) {
+		code, _ := p.wait(p.started, 5*time.Second)
+		t.Fatalf("with uid 65534's %s (mode 0777), the agent of uid %d is not ready (exit %d):\n%s", squatted, agentUid, code, p.stderr.String())
+	}
+	claims := filepath.Join(home, "home", ".cache", "envoy-agent-claims")
+	if _, err := os.Stat(filepath.Join(claims, fmt.Sprintf("base-id-%d", configBaseID(t, p.config)))); err != nil {
+		t.Fatalf("the base id claim is not in %s: %v", claims, err)
+	}
+	t.Logf("uid 65534 squats %s; the agent keeps its claims in %s and serves", squatted, claims)
 }
