@@ -134,6 +134,9 @@ func TestClaimsCannotBeSquatted(t *testing.T) {
 // "base_id N is already used by an Envoy on this host that no envoy-agent
 // runs", and the unit's RestartPreventExitStatus=3 kept it down for good.)
 func TestSquattedHotRestartNamesDoNotStopAStart(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the squatter runs as uid 65534")
+	}
 	t.Parallel()
 	baseID := testenvoy.BaseID()
 	var names []string
@@ -180,6 +183,9 @@ func TestSquattedHotRestartNamesDoNotStopAStart(t *testing.T) {
 // directory ... is writable by its group or by others"); now the agent
 // keeps its claims in its own cache folder and serves.
 func TestSquattedClaimsDirDoesNotStopAStart(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the agent runs as uid 65533 and the squatter as uid 65534")
+	}
 	t.Parallel()
 	const agentUid = 65533
 	home := shortTempDir(t)
