@@ -98,6 +98,7 @@ if [ -e "$mark" ]; then
 			live_upgrade "$unit"
 		done
 	fi
-	rm -rf /run/envoy-agent-package
 fi
+# The preinstall script's copy of the binary installed before, for live_upgrade only.
+rm -rf /run/envoy-agent-package
 exit 0
