@@ -91,9 +91,8 @@ func portClaim(port config.Port) string { return "port-" + strconv.Itoa(int(port
 // claimResources takes this agent's base id (exclusively: a clash is an
 // error naming the other instance and the key to change) and its ports (for
 // naming only), before anything binds or Envoy starts. An agent adopting a
-// running Envoy (a live upgrade) takes over the claims handed to it, and
-// knows that Envoy's sockets for its own.
-func claimResources(cfg *config.Config, log *logrus.Logger, adopting bool, handed []claimFD) (*claims, error) {
+// running Envoy (a live upgrade) takes over the claims handed to it.
+func claimResources(cfg *config.Config, log *logrus.Logger, handed []claimFD) (*claims, error) {
 	self := selfIdentity(cfg)
 	dir, err := claimsDir()
 	if err != nil {
@@ -122,13 +121,12 @@ func claimResources(cfg *config.Config, log *logrus.Logger, adopting bool, hande
 	}
 	writeIdentity(f, self)
 	c.files = append(c.files, f)
-	// A bare Envoy with this base id (Envoy's abstract hot-restart sockets)
-	// shares the shared memory's name: refuse before Envoy panics on it.
-	if sock, busy := hostfiles.AbstractHotRestartSocketBound(cfg.Envoy.BaseID); busy && !adopting {
-		c.Close()
-		return nil, config.Problemf(cfg, "envoy.base_id", "base_id %d is already used by an Envoy on this host that no envoy-agent runs (its hot-restart socket %s is bound): set envoy.base_id here to another value (%d is free)",
-			cfg.Envoy.BaseID, sock, freeBaseID(cfg.Envoy.BaseID))
-	}
+	// No probe of Envoy's default abstract hot-restart sockets
+	// (@envoy_domain_socket_parent_N): any local user can bind those names,
+	// and the agent's Envoys use --socket-path. An Envoy that no agent runs
+	// and that shares this base id's shared memory is found where it
+	// clashes, before epoch 0 starts (hostfiles.ClearLeftovers: the pid and
+	// uid that map the region), as a run-time failure.
 	for _, p := range []config.Port{cfg.Envoy.AdminPort, cfg.Agent.StatusPort, cfg.Agent.PrometheusPort} {
 		if p == 0 {
 			continue
@@ -231,7 +229,7 @@ func freeBaseID(taken uint32) uint32 {
 		if _, held := askClaim(baseIDClaim(id)); held {
 			continue
 		}
-		if _, busy := hostfiles.AbstractHotRestartSocketBound(id); busy {
+		if _, err := os.Lstat(hostfiles.SharedMemoryPath(id)); err == nil {
 			continue
 		}
 		return id

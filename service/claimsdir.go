@@ -3,7 +3,6 @@
 package service
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -33,29 +32,43 @@ const rootClaimsDir = "/run/envoy-agent-claims"
 //     when a unit stops, unlike a shared RuntimeDirectory=);
 //   - for root, /run/envoy-agent-claims;
 //   - for another user, $XDG_RUNTIME_DIR/envoy-agent-claims, else
-//     envoy-agent-claims-UID in the temporary directory.
+//     envoy-agent-claims-UID in the temporary directory, unless another
+//     user made that first (any local user can, in a shared /tmp): then
+//     envoy-agent-claims in the user's cache folder (~/.cache), which every
+//     agent of that user then finds the same way.
 func claimsDir() (string, error) {
-	dir := os.Getenv(EnvClaimsDir)
-	switch {
+	var dirs []string
+	switch dir := os.Getenv(EnvClaimsDir); {
 	case dir != "":
+		dirs = []string{dir}
 	case os.Getenv("STATE_DIRECTORY") != "":
 		// systemd lists one path per StateDirectory=, colon-separated.
 		first, _, _ := strings.Cut(os.Getenv("STATE_DIRECTORY"), ":")
-		dir = filepath.Join(first, "claims")
+		dirs = []string{filepath.Join(first, "claims")}
 	case os.Geteuid() == 0:
-		dir = rootClaimsDir
+		dirs = []string{rootClaimsDir}
 	case os.Getenv("XDG_RUNTIME_DIR") != "":
-		dir = filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "envoy-agent-claims")
+		dirs = []string{filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "envoy-agent-claims")}
 	default:
-		dir = filepath.Join(os.TempDir(), "envoy-agent-claims-"+strconv.Itoa(os.Geteuid()))
+		dirs = []string{filepath.Join(os.TempDir(), "envoy-agent-claims-"+strconv.Itoa(os.Geteuid()))}
+		if cache, err := os.UserCacheDir(); err == nil {
+			dirs = append(dirs, filepath.Join(cache, "envoy-agent-claims"))
+		}
 	}
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return "", err
+	var first error
+	for _, dir := range dirs {
+		err := os.MkdirAll(dir, 0o700)
+		if err == nil {
+			err = hostfiles.CheckRunDir(dir)
+		}
+		if err == nil {
+			return dir, nil
+		}
+		if first == nil {
+			first = err
+		}
 	}
-	if err := hostfiles.CheckRunDir(dir); err != nil {
-		return "", fmt.Errorf("claims directory (set %s to another): %w", EnvClaimsDir, err)
-	}
-	return dir, nil
+	return "", fmt.Errorf("claims directory (set %s to another): %w", EnvClaimsDir, first)
 }
 
 // claimFD is a locked claim file handed over across a live upgrade: the

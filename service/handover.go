@@ -37,14 +37,37 @@ const handoverEnv = "ENVOY_AGENT_HANDOVER"
 const execFDEnv = "ENVOY_AGENT_EXEC_FD"
 
 // closeExecFD closes the fd execFDEnv names, so that Envoys forked later do
-// not inherit it.
+// not inherit it, and gives the process back its command name.
 func closeExecFD() {
 	if v := os.Getenv(execFDEnv); v != "" {
 		if fd, err := strconv.Atoi(v); err == nil && fd > 2 {
 			_ = unix.Close(fd)
 		}
 		_ = os.Unsetenv(execFDEnv)
+		restoreComm()
 	}
+}
+
+// commMax is the longest command name the kernel keeps (TASK_COMM_LEN 16,
+// less the terminating NUL).
+const commMax = 15
+
+// restoreComm sets the process's command name (/proc/PID/comm, what
+// `pgrep -x` and `ps -C` match) back to its argv[0]'s base name. The kernel
+// names a process after the base name of the path it was executed by, and a
+// live upgrade executes /proc/self/fd/N: without this the agent's name
+// becomes "N" and `pgrep -x envoy-agent` no longer finds it. Writing
+// /proc/self/comm names the main thread (the process), whichever thread
+// writes.
+func restoreComm() {
+	if len(os.Args) == 0 || os.Args[0] == "" {
+		return
+	}
+	name := filepath.Base(os.Args[0])
+	if len(name) > commMax {
+		name = name[:commMax]
+	}
+	_ = os.WriteFile("/proc/self/comm", []byte(name), 0)
 }
 
 // handoverVersion is the state file format this agent writes; it reads

@@ -76,6 +76,9 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}
 	log := systemd.NewLogger(stderr, cfg.Agent.LogLevel, cfg.Agent.LogFormat)
+	for _, w := range cfg.Warnings() {
+		log.Warn(w)
+	}
 	s := &supervisor{cfg: cfg, log: log, notify: systemd.NewNotifier(log), metrics: newMetrics(), sigs: sigs, handover: handover, version: opts.Version}
 	s.selfPath, _ = os.Executable()
 	return s.run(ctx, opts.Version, stderr)
@@ -200,7 +203,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	// first: it names the other instance.
 	sockets := make(chan ownSockets, 1)
 	go func() { sockets <- s.bindOwn(ctx, cfg, adopting) }()
-	held, err := claimResources(cfg, log, adopting, s.handover.claims())
+	held, err := claimResources(cfg, log, s.handover.claims())
 	own := <-sockets
 	if err == nil && own.err != nil {
 		held.Close()

@@ -221,3 +221,56 @@ func readFileT(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// TestAdminDefaultsToAUnixSocket: with neither admin_port nor admin_socket
+// set, Envoy's admin API is the unix socket admin.sock in the run folder,
+// mode 0600: uid 1001 cannot connect, and nothing listens on TCP for it.
+// (It was TCP port 15000, where any local user could read /config_dump,
+// raise the log level with POST /logging, and stop Envoy with POST
+// /quitquitquit; such a file with this bootstrap was refused, exit 3.) A
+// TCP admin still works when admin_port is set, and run's log says once, in
+// plain words, what any local user can then do.
+func TestAdminDefaultsToAUnixSocket(t *testing.T) {
+	t.Parallel()
+	base := shortTempDir(t)
+	if err := os.Chmod(base, 0o755); err != nil { // others may come to the socket itself
+		t.Fatal(err)
+	}
+	runDir := filepath.Join(base, "run")
+	sock := filepath.Join(runDir, "admin.sock")
+	p := startAgent(t, procOptions{envoy: map[string]string{"admin_port": ""}, agent: map[string]string{"run_dir": strconv.Quote(runDir)},
+		bootstrap: testenvoy.BootstrapOptions{AdminSocket: sock}})
+	fi, err := os.Stat(sock)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("admin socket %s: %v %v; want a socket, mode 0600", sock, fi, err)
+	}
+	if r, err := envoy.NewAdminClientUnix(sock).Ready(context.Background()); err != nil || !r.Live {
+		t.Fatalf("/ready on the default socket: %+v %v", r, err)
+	}
+	if strings.Contains(p.stderr.String(), "admin API is on TCP") {
+		t.Fatalf("a warning about a TCP admin with the admin on a unix socket:\n%s", p.stderr)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chmod(runDir, 0o755); err != nil { // only the socket's mode keeps uid 1001 out
+			t.Fatal(err)
+		}
+		cmd := exec.Command("curl", "-sS", "--max-time", "5", "--unix-socket", sock, "http://envoy/config_dump")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1001, Gid: 1001}}
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+			t.Fatalf("curl --unix-socket %s/config_dump as uid 1001: %v %s; want exit 7 (cannot connect)", sock, err, out)
+		}
+		t.Logf("uid 1001: %s", strings.TrimSpace(string(out)))
+	}
+	if c := p.healthz(); c != 200 {
+		t.Fatalf("/healthz/ready = %d", c)
+	}
+
+	// admin_port set (startAgent's default): a TCP admin, warned about once.
+	tcp := startAgent(t, procOptions{})
+	const warning = "Envoy's admin API is on TCP 127.0.0.1:"
+	if n := strings.Count(tcp.stderr.String(), warning); n != 1 || !strings.Contains(tcp.stderr.String(), "POST /quitquitquit") {
+		t.Fatalf("run with admin_port logged %q %d times, want once, naming what local users can do:\n%s", warning, n, tcp.stderr)
+	}
+}

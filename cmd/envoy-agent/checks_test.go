@@ -60,3 +60,107 @@ func TestValidateRefusesWhatRunWouldRefuse(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusesFilesOthersCanWrite: the binary (a wrapper script) and the
+// bootstrap (mode 0666) in a folder of uid 1001, as an unprivileged local
+// user would leave them. validate said OK and run went LIVE, running the
+// wrapper as the agent's user (root, by hand). Now validate and run both
+// refuse, exit 3, naming each file and who can write it; the TOML file in
+// such a folder is refused the same way. A file the bootstrap names for
+// Envoy to read (here a runtime layer) that uid 1001 can change is warned
+// about: validate still says OK.
+func TestRefusesFilesOthersCanWrite(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the files are made for uid 1001")
+	}
+	const other = 1001
+	userDir, err := os.MkdirTemp("", "uid1001-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(userDir) })
+	if err := os.Chmod(userDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(userDir, other, other); err != nil {
+		t.Fatal(err)
+	}
+	ports := testenvoy.NewPorts(t)
+	rootDir := t.TempDir()
+	goodBootstrap := testenvoy.WriteBootstrap(t, rootDir, "envoy.yaml", testenvoy.BootstrapOptions{Ports: ports})
+	data, err := os.ReadFile(goodBootstrap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	userBootstrap := filepath.Join(userDir, "envoy.yaml")
+	if err := os.WriteFile(userBootstrap, data, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(userBootstrap, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	wrapper := filepath.Join(userDir, "envoy")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec "+testenvoy.Binary(t)+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(wrapper, other, other); err != nil {
+		t.Fatal(err)
+	}
+	toml := func(binary, bootstrap string) string {
+		return "[envoy]\nbinary_path = " + strconv.Quote(binary) + "\nconfig_path = " + strconv.Quote(bootstrap) +
+			"\nadmin_port = " + strconv.Itoa(ports.Admin) + "\n[agent]\nstatus_port = " + strconv.Itoa(ports.Status) + "\nprometheus_port = 0\n"
+	}
+	rootToml := filepath.Join(rootDir, "config.toml")
+	userToml := filepath.Join(userDir, "config.toml")
+	tests := []struct {
+		name, file, text string
+		want             []string
+	}{
+		{"binary and bootstrap in uid 1001's folder", rootToml, toml(wrapper, userBootstrap), []string{
+			"config.toml:2: envoy.binary_path: " + wrapper + " can be replaced by uid 1001",
+			"config.toml:3: envoy.config_path: " + userBootstrap + " can be replaced by uid 1001",
+		}},
+		{"the TOML file in uid 1001's folder", userToml, toml(testenvoy.Binary(t), goodBootstrap), []string{
+			userToml + ": " + userToml + " can be replaced by uid 1001",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := os.WriteFile(tt.file, []byte(tt.text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, cmd := range []string{"validate", "run"} {
+				code, stdout, stderr := runAgent(t, cmd, "--config", tt.file)
+				for _, want := range tt.want {
+					if code != 3 || !strings.Contains(stderr, want) {
+						t.Fatalf("%s: exit %d, want 3 with %q:\n%s%s", cmd, code, want, stdout, stderr)
+					}
+				}
+				if cmd == "validate" {
+					t.Logf("%s", stderr)
+				}
+			}
+			assertNoEnvoyFor(t, userDir)
+		})
+	}
+
+	// A runtime layer in uid 1001's folder: a warning, and OK.
+	runtimeDir := filepath.Join(userDir, "runtime")
+	if err := os.Mkdir(runtimeDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	withRuntime := filepath.Join(rootDir, "runtime.yaml")
+	layer := "\nlayered_runtime:\n  layers:\n  - name: disk\n    disk_layer: { symlink_root: " + runtimeDir + " }\n"
+	if err := os.WriteFile(withRuntime, append(data, layer...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(rootToml, []byte(toml(testenvoy.Binary(t), withRuntime)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runAgent(t, "validate", "--config", rootToml)
+	want := "warning: " + runtimeDir + " can be replaced by uid 1001"
+	if code != 0 || !strings.Contains(stdout, want) || !strings.Contains(stdout, "layered_runtime.layers.0.disk_layer.symlink_root") || !strings.Contains(stdout, "OK: ") {
+		t.Fatalf("validate with a runtime layer in uid 1001's folder: exit %d, want 0 with %q:\n%s%s", code, want, stdout, stderr)
+	}
+	t.Logf("%s", stdout)
+}

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -65,8 +66,10 @@ func TestTwoAgentsClash(t *testing.T) {
 }
 
 // TestBaseIDHeldByABareEnvoy: an Envoy that no agent runs holds the base id
-// (its hot-restart sockets are bound); the agent refuses before starting
-// its own Envoy, which would die with errno=98.
+// (it maps the base id's shared memory); the agent refuses before starting
+// its own Envoy, as a run-time failure (exit 1: systemd retries, and the
+// other Envoy may be gone by then) naming the pid and uid that map the
+// region, not as a configuration error.
 func TestBaseIDHeldByABareEnvoy(t *testing.T) {
 	t.Parallel()
 	baseID := testenvoy.BaseID()
@@ -81,9 +84,9 @@ func TestBaseIDHeldByABareEnvoy(t *testing.T) {
 	}
 	p := startAgent(t, procOptions{noWaitReady: true, envoy: map[string]string{"base_id": fmt.Sprint(baseID)}})
 	code, _ := p.wait(p.started, 30*time.Second)
-	want := fmt.Sprintf("base_id %d is already used by an Envoy on this host that no envoy-agent runs (its hot-restart socket @envoy_domain_socket_", baseID)
-	if code != 3 || !strings.Contains(p.stderr.String(), want) {
-		t.Fatalf("exit %d, want 3 with %q:\n%s", code, want, p.stderr)
+	want := fmt.Sprintf("(Envoy's hot-restart shared memory for base_id %d) is mapped by pid %d (envoy, uid %d)", baseID, bare.Pid(), os.Geteuid())
+	if code != 1 || !strings.Contains(p.stderr.String(), want) {
+		t.Fatalf("exit %d, want 1 with %q:\n%s", code, want, p.stderr)
 	}
 	assertNoEnvoyFor(t, p.dir)
 }

@@ -125,7 +125,7 @@ func TestSharedMemoryOfAnotherUserIsNamed(t *testing.T) {
 		env:   []string{service.EnvClaimsDir + "=" + filepath.Join(home, "claims")}})
 	code, _ := p.wait(p.started, 30*time.Second)
 	out := p.stderr.String()
-	want := fmt.Sprintf("%s, Envoy's hot-restart shared memory for base_id %d, already exists and belongs to uid 65534 (nobody, mode 0666)", shm, baseID)
+	want := fmt.Sprintf("%s, Envoy's hot-restart shared memory for base_id %d, already exists and belongs to uid 65534 (nobody, mode 0666; no process this agent may see maps it)", shm, baseID)
 	if code == 0 || !strings.Contains(out, want) {
 		t.Fatalf("exit %d; want a failure naming %q:\n%s", code, want, out)
 	}

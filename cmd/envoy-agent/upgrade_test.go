@@ -122,6 +122,19 @@ func watchClaim(t *testing.T, path string) func() (free, looks int) {
 	return func() (int, int) { end(); return int(freeN.Load()), int(looksN.Load()) }
 }
 
+// assertComm fails the test unless process pid's command name (what
+// `pgrep -x` and `ps -C` match) is want.
+func assertComm(t *testing.T, pid int, want string) {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSuffix(string(b), "\n"); got != want {
+		t.Fatalf("the agent (pid %d) is named %q in /proc/%d/comm, want %q: pgrep -x %s and ps -C %s no longer find it", pid, got, pid, want, want, want)
+	}
+}
+
 func runBinary(t *testing.T, bin string, args ...string) (int, string) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
@@ -180,6 +193,9 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 	if info["version"] != "1.0.1-b" || info["adopted_from"] != "1.0.0-a" || int(info["envoy_pid"].(float64)) != envoyPid || int(info["pid"].(float64)) != agentPid {
 		t.Fatalf("after the upgrade: %v; want version 1.0.1-b adopted from 1.0.0-a, envoy pid %d, agent pid %d", info, envoyPid, agentPid)
 	}
+	// Operators find the daemon by name (pgrep -x, ps -C: /proc/PID/comm);
+	// the exec through /proc/self/fd/N once named it "N".
+	assertComm(t, agentPid, "envoy-agent")
 
 	// A second exec: epoch 0 was forked before the first one, by the
 	// thread that is now the main thread; it must survive this exec too.
@@ -236,6 +252,8 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 	if info := p.upgradeInfo(); info["version"] != "1.0.0-a" || int(info["envoy_pid"].(float64)) != epoch1 || info["live"] != true {
 		t.Fatalf("after the refused upgrade: %v", info)
 	}
+
+	assertComm(t, agentPid, "envoy-agent")
 
 	testenvoy.WaitAnswers(t, l, 20) // load after the last step, to count
 	l.Stop()

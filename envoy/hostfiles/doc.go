@@ -2,8 +2,7 @@
 
 // Package hostfiles knows the files that one agent and its Envoys keep on
 // the host outside any process: the run folder (CheckRunDir), Envoy's
-// hot-restart sockets in it and the abstract ones of an Envoy without
-// --socket-path, Envoy's hot-restart shared memory in /dev/shm (the only
+// hot-restart sockets in it, Envoy's hot-restart shared memory in /dev/shm (the only
 // place its name, SharedMemoryPath, is computed), and what an agent killed
 // with SIGKILL left of them (ClearLeftovers). The sockets and the shared
 // memory are named from the base id, as Envoy names them.

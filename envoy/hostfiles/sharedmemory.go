@@ -16,6 +16,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -108,7 +109,7 @@ func clearSharedMemory(baseID uint32, log Logger) error {
 		return nil
 	}
 	if pid := processMapping(path); pid > 0 {
-		return fmt.Errorf("%s (base_id %d) is in use by pid %d, an Envoy that this agent did not start: give this agent another envoy.base_id", path, baseID, pid)
+		return fmt.Errorf("%s (Envoy's hot-restart shared memory for base_id %d) is mapped by %s, which this agent did not start: stop it, or give this agent another envoy.base_id", path, baseID, describeProcess(pid))
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove envoy's hot-restart shared memory left by an earlier agent: %w", err)
@@ -127,8 +128,29 @@ type SharedMemoryOwnerError struct {
 }
 
 func (e *SharedMemoryOwnerError) Error() string {
-	return fmt.Sprintf("%s, Envoy's hot-restart shared memory for base_id %d, already exists and belongs to uid %d (%s, mode %04o): Envoy cannot start on it; remove it (as root) or give this agent another envoy.base_id; under the packaged unit /dev/shm is the unit's own and nobody else can make it",
-		e.Path, e.BaseID, e.Uid, userName(e.Uid), e.Mode.Perm())
+	mapped := "no process this agent may see maps it"
+	if pid := processMapping(e.Path); pid > 0 {
+		mapped = "mapped by " + describeProcess(pid)
+	}
+	return fmt.Sprintf("%s, Envoy's hot-restart shared memory for base_id %d, already exists and belongs to uid %d (%s, mode %04o; %s): Envoy cannot start on it; remove it (as root) or give this agent another envoy.base_id; under the packaged unit /dev/shm is the unit's own and nobody else can make it",
+		e.Path, e.BaseID, e.Uid, userName(e.Uid), e.Mode.Perm(), mapped)
+}
+
+// describeProcess names a process by what the kernel says of it: "pid 42
+// (envoy, uid 1001)".
+func describeProcess(pid int) string {
+	comm, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm"))
+	name := strings.TrimSpace(string(comm))
+	if name == "" {
+		name = "exited"
+	}
+	uid := "uid unknown"
+	if fi, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid))); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			uid = fmt.Sprintf("uid %d", st.Uid)
+		}
+	}
+	return fmt.Sprintf("pid %d (%s, %s)", pid, name, uid)
 }
 
 // SharedMemoryOwner describes who owns the base id's shared memory region,

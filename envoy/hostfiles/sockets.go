@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 )
 
@@ -88,23 +87,6 @@ func HotRestartSocketBound(prefix string, baseID uint32) (string, bool) {
 	for _, f := range HotRestartSocketFiles(prefix, baseID) {
 		if unixgramBound(f) {
 			return f, true
-		}
-	}
-	return "", false
-}
-
-// AbstractHotRestartSocketBound probes the abstract datagram sockets an
-// Envoy run without --socket-path binds for baseID
-// (`envoy_domain_socket_parent_<base_id*10+n>` and `_child_`; Envoy pads the
-// name to the full sun_path with NULs, and abstract names match byte for
-// byte), and returns the first one bound.
-func AbstractHotRestartSocketBound(baseID uint32) (string, bool) {
-	for n := range uint64(BaseIDScale) {
-		for _, role := range []string{"parent", "child"} {
-			name := "envoy_domain_socket_" + role + "_" + strconv.FormatUint(uint64(baseID)*BaseIDScale+n, 10)
-			if unixgramBound("@" + name + strings.Repeat("\x00", sunPathMax-len(name))) {
-				return "@" + name, true
-			}
 		}
 	}
 	return "", false

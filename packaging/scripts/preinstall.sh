@@ -17,4 +17,13 @@ mkdir -p /usr/lib/systemd/system
 # The units' directory: the .deb does not own it (see packaging/cmd/mkpkg/debdirs.go), and a
 # split-/usr Debian 11 may lack it.
 mkdir -p /usr/lib/systemd/system
+# An upgrade in a booted system: keep root's own copy of the binary installed now, for the
+# postinstall's live upgrade to ask the running agent with should the new binary not run (it then
+# refuses the upgrade and says so in its status). Root runs only what root installed: never the
+# running agent's /proc/PID/exe, which the service's user controls.
+if [ -d /run/systemd/system ] && [ -x /usr/bin/envoy-agent ]; then
+	rm -rf /run/envoy-agent-package
+	mkdir -m 0700 /run/envoy-agent-package &&
+		cp /usr/bin/envoy-agent /run/envoy-agent-package/envoy-agent || rm -rf /run/envoy-agent-package
+fi
 exit 0

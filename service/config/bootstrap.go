@@ -96,6 +96,8 @@ func (c *Config) checkBootstrapAdmin(ps *problems) {
 		// agent's.
 		path, _ := filepath.Abs(admin.Pipe)
 		switch {
+		case c.adminSocketDefault && path != e.AdminSocket:
+			c.defaultAdminMismatch(ps, "on the unix socket "+path)
 		case e.AdminSocket == "":
 			ps.add("envoy.admin_port", "is %d, but the bootstrap %s puts Envoy's admin on the unix socket %s: set admin_socket = %q instead",
 				e.AdminPort, e.ConfigPath, admin.Pipe, path)
@@ -107,6 +109,10 @@ func (c *Config) checkBootstrapAdmin(ps *problems) {
 			ps.add("envoy.admin_socket", "the bootstrap %s gives Envoy's admin socket mode %04o: other users could connect to it and stop Envoy or read its configuration; use mode: 0600",
 				e.ConfigPath, admin.Mode)
 		}
+		return
+	}
+	if c.adminSocketDefault {
+		c.defaultAdminMismatch(ps, fmt.Sprintf("on TCP %s port %d", admin.Address, admin.Port))
 		return
 	}
 	if e.AdminSocket != "" {

@@ -135,18 +135,26 @@ func (c *Config) check(ps *problems) {
 	} else {
 		e.BinaryPath = resolved
 	}
+	c.defaultAdmin()
+	bootstrapOK := false
 	if e.ConfigPath == "" {
 		ps.add("envoy.config_path", "must not be empty")
 	} else if err := checkReadable(e.ConfigPath); err != nil {
 		ps.add("envoy.config_path", "Envoy bootstrap %v", err)
-	} else if e.AdminPort != 0 || e.AdminSocket != "" {
-		c.checkBootstrapAdmin(ps)
+	} else {
+		bootstrapOK = true
+		if e.AdminPort != 0 || e.AdminSocket != "" {
+			c.checkBootstrapAdmin(ps)
+		}
 	}
+	c.checkWriters(ps, bootstrapOK)
 	switch {
 	case e.AdminSocket != "":
 		c.checkAdminSocket(ps)
 	case e.AdminPort == 0:
 		ps.add("envoy.admin_port", "must be set (1-65535)")
+	default:
+		c.warnTCPAdmin()
 	}
 	base, comps := envoy.SplitLogLevel(e.LogLevel)
 	if base != "" && !slices.Contains(envoyLogLevels, base) {

@@ -16,7 +16,7 @@ import (
 // is not asserted: the look-up of each key's line is an index built once.)
 func TestBadTOMLIsBoundedInWorkAndOutput(t *testing.T) {
 	dir, bin := configDir(t)
-	head := "[envoy]\nbinary_path = \"" + bin + "\"\nconfig_path = \"envoy.yaml\"\n"
+	head := "[envoy]\nbinary_path = \"" + bin + "\"\nconfig_path = \"envoy.yaml\"\nadmin_port = 15000\n"
 	var unknown strings.Builder
 	unknown.WriteString(head + "[agent]\n")
 	for i := range 62000 {

@@ -38,6 +38,7 @@ func TestLoadConfigGood(t *testing.T) {
 	path := writeConfig(t, dir, `[envoy]
 binary_path = "`+bin+`"
 config_path = "envoy.yaml"
+admin_port = 15000
 drain_duration = "10s"
 parent_shutdown_duration = "15s"
 base_id = 3
@@ -81,7 +82,7 @@ func TestLoadConfigBadInput(t *testing.T) {
 	}
 	testenvoy.WriteBootstrap(t, dir, "admin9901.yaml", testenvoy.BootstrapOptions{Ports: testenvoy.Ports{Admin: 9901, Listener: 10000, Upstream: 10001}})
 	testenvoy.WriteBootstrap(t, dir, "admin-any.yaml", testenvoy.BootstrapOptions{AdminAddress: "0.0.0.0", Ports: testenvoy.Ports{Admin: 15000, Listener: 10000, Upstream: 10001}})
-	head := "[envoy]\nbinary_path = \"" + bin + "\"\nconfig_path = \"envoy.yaml\"\n"
+	head := "[envoy]\nbinary_path = \"" + bin + "\"\nconfig_path = \"envoy.yaml\"\nadmin_port = 15000\n"
 	tests := []struct {
 		name string
 		text string
@@ -89,32 +90,32 @@ func TestLoadConfigBadInput(t *testing.T) {
 		key  string
 		msg  string
 	}{
-		{name: "TOML syntax error", text: head + "log_level = \"info\n", line: 4, key: "envoy.log_level", msg: "newline"},
-		{name: "unknown key", text: head + "admin_prot = 15000\n", line: 4, key: "envoy.admin_prot", msg: `unknown key (did you mean "admin_port"?)`},
-		{name: "unknown table", text: head + "[agnet]\nstatus_port = 1\n", line: 4, key: "agnet", msg: "unknown key (the tables are [envoy] and [agent])"},
-		{name: "wrong type for a port", text: head + "admin_port = \"15000\"\n", line: 4, key: "envoy.admin_port", msg: "wrong type: want a port number, got a string"},
-		{name: "wrong type for a bool", text: head + "log_as_json = \"yes\"\n", line: 4, key: "envoy.log_as_json", msg: "incompatible types"},
-		{name: "bad duration", text: head + "drain_duration = \"45\"\n", line: 4, key: "envoy.drain_duration", msg: `bad duration "45"`},
-		{name: "duration as a number", text: head + "drain_duration = 45\n", line: 4, key: "envoy.drain_duration", msg: "wrong type: want a duration string"},
-		{name: "port out of range", text: head + "[agent]\nstatus_port = 70000\n", line: 5, key: "agent.status_port", msg: "port 70000 is out of range"},
-		{name: "parent shutdown not above drain", text: head + "drain_duration = \"60s\"\nparent_shutdown_duration = \"60s\"\n", line: 5, key: "envoy.parent_shutdown_duration", msg: "must be longer than drain_duration"},
-		{name: "min drain above termination", text: head + "[agent]\ntermination_drain_duration = \"5s\"\nmin_drain_duration = \"10s\"\n", line: 6, key: "agent.min_drain_duration", msg: "must not exceed termination_drain_duration"},
-		{name: "missing binary", text: "[envoy]\nbinary_path = \"/nonexistent/envoy\"\nconfig_path = \"envoy.yaml\"\n", line: 2, key: "envoy.binary_path", msg: "no such file"},
-		{name: "binary not in PATH", text: "[envoy]\nbinary_path = \"envoy-that-is-not-there\"\nconfig_path = \"envoy.yaml\"\n", line: 2, key: "envoy.binary_path", msg: "not found in PATH"},
-		{name: "binary not executable", text: "[envoy]\nbinary_path = \"" + notExec + "\"\nconfig_path = \"envoy.yaml\"\n", line: 2, key: "envoy.binary_path", msg: "not executable"},
+		{name: "TOML syntax error", text: head + "log_level = \"info\n", line: 5, key: "envoy.log_level", msg: "newline"},
+		{name: "unknown key", text: head + "admin_prot = 15000\n", line: 5, key: "envoy.admin_prot", msg: `unknown key (did you mean "admin_port"?)`},
+		{name: "unknown table", text: head + "[agnet]\nstatus_port = 1\n", line: 5, key: "agnet", msg: "unknown key (the tables are [envoy] and [agent])"},
+		{name: "wrong type for a port", text: head + "[agent]\nstatus_port = \"15020\"\n", line: 6, key: "agent.status_port", msg: "wrong type: want a port number, got a string"},
+		{name: "wrong type for a bool", text: head + "log_as_json = \"yes\"\n", line: 5, key: "envoy.log_as_json", msg: "incompatible types"},
+		{name: "bad duration", text: head + "drain_duration = \"45\"\n", line: 5, key: "envoy.drain_duration", msg: `bad duration "45"`},
+		{name: "duration as a number", text: head + "drain_duration = 45\n", line: 5, key: "envoy.drain_duration", msg: "wrong type: want a duration string"},
+		{name: "port out of range", text: head + "[agent]\nstatus_port = 70000\n", line: 6, key: "agent.status_port", msg: "port 70000 is out of range"},
+		{name: "parent shutdown not above drain", text: head + "drain_duration = \"60s\"\nparent_shutdown_duration = \"60s\"\n", line: 6, key: "envoy.parent_shutdown_duration", msg: "must be longer than drain_duration"},
+		{name: "min drain above termination", text: head + "[agent]\ntermination_drain_duration = \"5s\"\nmin_drain_duration = \"10s\"\n", line: 7, key: "agent.min_drain_duration", msg: "must not exceed termination_drain_duration"},
+		{name: "missing binary", text: "[envoy]\nbinary_path = \"/nonexistent/envoy\"\nconfig_path = \"envoy.yaml\"\nadmin_port = 15000\n", line: 2, key: "envoy.binary_path", msg: "no such file"},
+		{name: "binary not in PATH", text: "[envoy]\nbinary_path = \"envoy-that-is-not-there\"\nconfig_path = \"envoy.yaml\"\nadmin_port = 15000\n", line: 2, key: "envoy.binary_path", msg: "not found in PATH"},
+		{name: "binary not executable", text: "[envoy]\nbinary_path = \"" + notExec + "\"\nconfig_path = \"envoy.yaml\"\nadmin_port = 15000\n", line: 2, key: "envoy.binary_path", msg: "not executable"},
 		{name: "missing bootstrap", text: "[envoy]\nbinary_path = \"" + bin + "\"\nconfig_path = \"nope.yaml\"\n", line: 3, key: "envoy.config_path", msg: "no such file"},
 		{name: "admin port not the bootstrap's", text: "[envoy]\nbinary_path = \"" + bin + "\"\nconfig_path = \"admin9901.yaml\"\nadmin_port = 15000\n", line: 4, key: "envoy.admin_port", msg: "puts Envoy's admin listener on port 9901"},
-		{name: "admin beyond loopback", text: "[envoy]\nbinary_path = \"" + bin + "\"\nconfig_path = \"admin-any.yaml\"\n", key: "envoy.allow_remote_admin", msg: "reachable beyond this host"},
-		{name: "same port twice", text: head + "[agent]\nstatus_port = 15000\n", line: 5, key: "agent.status_port", msg: "also envoy.admin_port"},
-		{name: "localhost not loopback", text: head + "[agent]\nlocalhost = \"0.0.0.0\"\n", line: 5, key: "agent.localhost", msg: "must be a loopback address"},
-		{name: "unknown envoy log level", text: head + "log_level = \"loud\"\n", line: 4, key: "envoy.log_level", msg: `unknown level "loud"`},
-		{name: "bad component level", text: head + "component_log_level = \"upstream\"\n", line: 4, key: "envoy.component_log_level", msg: "want component:level"},
-		{name: "bad log format", text: head + "[agent]\nlog_format = \"xml\"\n", line: 5, key: "agent.log_format", msg: `unknown format "xml"`},
-		{name: "negative base id", text: head + "base_id = -1\n", line: 4, key: "envoy.base_id", msg: "out of range"},
-		{name: "run_dir too long for its sockets", text: head + "[agent]\nrun_dir = \"/run/" + strings.Repeat("x", 100) + "\"\n", line: 5, key: "agent.run_dir", msg: "is too long for Envoy's hot-restart sockets"},
-		{name: "run_dir too long for Envoy's hot-restart sockets only", text: head + "[agent]\nrun_dir = \"/run/" + strings.Repeat("x", 80) + "\"\n", line: 5, key: "agent.run_dir", msg: "use a run folder at most 82 bytes long"},
-		{name: "control socket set, too long", text: head + "[agent]\ncontrol_socket = \"/run/" + strings.Repeat("x", 110) + "\"\n", line: 5, key: "agent.control_socket", msg: "a unix socket path holds at most 107"},
-		{name: "bad node ip", text: head + "node_ips = [\"10.0.0.300\"]\n", line: 4, key: "envoy.node_ips", msg: "not an IP address"},
+		{name: "admin beyond loopback", text: "[envoy]\nbinary_path = \"" + bin + "\"\nconfig_path = \"admin-any.yaml\"\nadmin_port = 15000\n", key: "envoy.allow_remote_admin", msg: "reachable beyond this host"},
+		{name: "same port twice", text: head + "[agent]\nstatus_port = 15000\n", line: 6, key: "agent.status_port", msg: "also envoy.admin_port"},
+		{name: "localhost not loopback", text: head + "[agent]\nlocalhost = \"0.0.0.0\"\n", line: 6, key: "agent.localhost", msg: "must be a loopback address"},
+		{name: "unknown envoy log level", text: head + "log_level = \"loud\"\n", line: 5, key: "envoy.log_level", msg: `unknown level "loud"`},
+		{name: "bad component level", text: head + "component_log_level = \"upstream\"\n", line: 5, key: "envoy.component_log_level", msg: "want component:level"},
+		{name: "bad log format", text: head + "[agent]\nlog_format = \"xml\"\n", line: 6, key: "agent.log_format", msg: `unknown format "xml"`},
+		{name: "negative base id", text: head + "base_id = -1\n", line: 5, key: "envoy.base_id", msg: "out of range"},
+		{name: "run_dir too long for its sockets", text: head + "[agent]\nrun_dir = \"/run/" + strings.Repeat("x", 100) + "\"\n", line: 6, key: "agent.run_dir", msg: "is too long for Envoy's hot-restart sockets"},
+		{name: "run_dir too long for Envoy's hot-restart sockets only", text: head + "[agent]\nrun_dir = \"/run/" + strings.Repeat("x", 80) + "\"\n", line: 6, key: "agent.run_dir", msg: "use a run folder at most 82 bytes long"},
+		{name: "control socket set, too long", text: head + "[agent]\ncontrol_socket = \"/run/" + strings.Repeat("x", 110) + "\"\n", line: 6, key: "agent.control_socket", msg: "a unix socket path holds at most 107"},
+		{name: "bad node ip", text: head + "node_ips = [\"10.0.0.300\"]\n", line: 5, key: "envoy.node_ips", msg: "not an IP address"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -140,13 +141,13 @@ func TestLoadConfigBadInput(t *testing.T) {
 
 func TestLoadConfigReportsEveryProblem(t *testing.T) {
 	dir, bin := configDir(t)
-	path := writeConfig(t, dir, "[envoy]\nbinary_path = \""+bin+"\"\nconfig_path = \"envoy.yaml\"\nadmin_prot = 1\n[agent]\nlog_format = \"xml\"\nstart_timeout = \"0s\"\n")
+	path := writeConfig(t, dir, "[envoy]\nbinary_path = \""+bin+"\"\nconfig_path = \"envoy.yaml\"\nadmin_port = 15000\nadmin_prot = 1\n[agent]\nlog_format = \"xml\"\nstart_timeout = \"0s\"\n")
 	_, err := LoadConfig(path)
 	var ce *ConfigError
 	if !errors.As(err, &ce) || len(ce.Problems) != 3 {
 		t.Fatalf("want 3 problems, got %v", err)
 	}
-	want := []string{path + ":4: envoy.admin_prot: unknown key", path + ":6: agent.log_format:", path + ":7: agent.start_timeout:"}
+	want := []string{path + ":5: envoy.admin_prot: unknown key", path + ":7: agent.log_format:", path + ":8: agent.start_timeout:"}
 	for i, w := range want {
 		if !strings.HasPrefix(ce.Problems[i].String(), w) {
 			t.Errorf("problem %d = %q, want it to start %q", i, ce.Problems[i], w)
@@ -262,7 +263,7 @@ func TestLoadConfigRunDirOwnedByTheServiceUser(t *testing.T) {
 	if err := os.Chown(rd, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
-	text := "[envoy]\nbinary_path = \"" + bin + "\"\nconfig_path = \"envoy.yaml\"\n\n[agent]\nrun_dir = \"run\"\n"
+	text := "[envoy]\nbinary_path = \"" + bin + "\"\nconfig_path = \"envoy.yaml\"\nadmin_port = 15000\n\n[agent]\nrun_dir = \"run\"\n"
 	if _, err := LoadConfig(writeConfig(t, dir, text)); err != nil {
 		t.Fatalf("LoadConfig with run_dir owned by uid 65534 (0750): %v", err)
 	}

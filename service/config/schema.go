@@ -24,6 +24,21 @@ type Config struct {
 	// adminPortSet: the file sets envoy.admin_port (its default is not
 	// wanted with admin_socket).
 	adminPortSet bool
+	// adminSocketDefault: neither admin key is set, and the admin is on
+	// the default socket (admindefault.go).
+	adminSocketDefault bool
+	// warnings are what a valid configuration should still change
+	// (Warnings).
+	warnings []string
+}
+
+// Warnings are what the checks found that does not make the configuration
+// invalid but that the operator should change, each a sentence naming the
+// file or key; validate prints them and run logs them, once.
+func (c *Config) Warnings() []string { return c.warnings }
+
+func (c *Config) warnf(format string, args ...any) {
+	c.warnings = append(c.warnings, fmt.Sprintf(format, args...))
 }
 
 // EnvoyConfig is the [envoy] table: how Envoy is launched.
@@ -126,7 +141,6 @@ func DefaultConfig() Config {
 		Envoy: EnvoyConfig{
 			BinaryPath:             "envoy",
 			ConfigPath:             "/etc/envoy/envoy.yaml",
-			AdminPort:              15000,
 			LogLevel:               "info",
 			DrainDuration:          Duration(envoy.DefaultDrainDuration),
 			ParentShutdownDuration: Duration(envoy.DefaultParentShutdownDuration),

@@ -20,7 +20,7 @@ const ValidateTimeout = 60 * time.Second
 
 // Validate checks the configuration file at path and has Envoy validate its
 // bootstrap (envoy --mode validate), without starting anything. It writes
-// "OK" and a summary to out, or returns a *ConfigError listing every problem.
+// each warning, then "OK" and a summary to out, or returns a *ConfigError listing every problem.
 func Validate(ctx context.Context, path string, out io.Writer) error {
 	cfg, err := LoadConfig(path)
 	if err != nil {
@@ -28,6 +28,9 @@ func Validate(ctx context.Context, path string, out io.Writer) error {
 	}
 	if err := ValidateBootstrap(ctx, cfg, new(versions.Cache)); err != nil {
 		return err
+	}
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintf(out, "warning: %s\n", w)
 	}
 	fmt.Fprintf(out, "OK: %s is valid; %s accepts the bootstrap %s\n", cfg.File, cfg.Envoy.BinaryPath, cfg.Envoy.ConfigPath)
 	return nil

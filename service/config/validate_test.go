@@ -27,17 +27,19 @@ static_resources:
 		t.Fatal(err)
 	}
 	t.Run("good", func(t *testing.T) {
-		path := writeConfig(t, dir, "[envoy]\nbinary_path = \""+bin+"\"\nconfig_path = \"envoy.yaml\"\n")
+		path := writeConfig(t, dir, "[envoy]\nbinary_path = \""+bin+"\"\nconfig_path = \"envoy.yaml\"\nadmin_port = 15000\n")
 		var out bytes.Buffer
 		if err := Validate(context.Background(), path, &out); err != nil {
 			t.Fatalf("Validate: %v", err)
 		}
-		if !strings.HasPrefix(out.String(), "OK: "+path) {
-			t.Fatalf("output %q, want OK", out.String())
+		// A TCP admin: one warning, in plain words, then OK.
+		if !strings.Contains(out.String(), "\nOK: "+path) || strings.Count(out.String(), "warning: ") != 1 ||
+			!strings.Contains(out.String(), "Envoy's admin API is on TCP 127.0.0.1:15000, and every local user can reach it: read /config_dump") {
+			t.Fatalf("output %q, want one warning about the TCP admin, then OK", out.String())
 		}
 	})
 	t.Run("rejected by envoy", func(t *testing.T) {
-		path := writeConfig(t, dir, "[envoy]\nbinary_path = \""+bin+"\"\nconfig_path = \"rejected.yaml\"\n")
+		path := writeConfig(t, dir, "[envoy]\nbinary_path = \""+bin+"\"\nconfig_path = \"rejected.yaml\"\nadmin_port = 15000\n")
 		var out bytes.Buffer
 		err := Validate(context.Background(), path, &out)
 		var ce *ConfigError

@@ -11,36 +11,60 @@ active_units() {
 		awk '{print $1}'
 }
 
-# unit_config UNIT PID: the configuration file the unit's agent runs with (its --config argument),
-# else the one the packaged units name.
+# unit_config UNIT: the configuration file the unit runs the agent with: the --config argument of
+# the unit's own ExecStart= (root's unit file and drop-ins, as systemd loaded them), else the file
+# the packaged units name (/etc/envoy-agent/NAME.toml for envoy-agent@NAME). Never the running
+# process's /proc/PID/cmdline: that process is the service's user, and what it says of itself is
+# what it chooses to say.
 unit_config() {
-	cfg=$(tr '\0' '\n' 2>/dev/null <"/proc/$2/cmdline" | sed -n -E -e 's/^--?config=//p' -e '/^--?config$/{n;p;}' | head -n 1)
+	cfg=$(systemctl show -p ExecStart --value "$1" 2>/dev/null | sed -n -E 's/.*argv\[\]=([^;]*);.*/\1/p' | head -n 1 |
+		tr ' ' '\n' | sed -n -E -e 's/^--?config=//p' -e '/^--?config$/{n;p;}' | head -n 1)
+	inst=
+	case $1 in
+	envoy-agent@*.service)
+		inst=${1#envoy-agent@}
+		inst=${inst%.service}
+		;;
+	esac
+	case $cfg in
+	/*) ;;
+	*) cfg= ;;
+	esac
 	if [ -z "$cfg" ]; then
-		case $1 in
-		envoy-agent@*.service)
-			cfg=${1#envoy-agent@}
-			cfg=/etc/envoy-agent/${cfg%.service}.toml
-			;;
-		*) cfg=/etc/envoy-agent/config.toml ;;
-		esac
+		if [ -n "$inst" ]; then
+			cfg=/etc/envoy-agent/$inst.toml
+		else
+			cfg=/etc/envoy-agent/config.toml
+		fi
 	fi
+	# A specifier systemd left unexpanded.
+	[ -z "$inst" ] || cfg=$(printf '%s\n' "$cfg" | sed "s|%i|$inst|g")
 	echo "$cfg"
 }
+
+# KEPT is the binary that was installed before this upgrade, copied by the preinstall script
+# (root's own copy, in a directory only root can write).
+KEPT=/run/envoy-agent-package/envoy-agent
 
 # live_upgrade UNIT: the package was upgraded while UNIT is active. Hand Envoy over to the new
 # agent binary in place (`envoy-agent upgrade`: the agent re-executes itself, same PID, Envoy
 # kept, no request dropped). Only when the running agent cannot hand over (it predates live
 # upgrades, exit 4) restart the unit, which drains Envoy. When the new binary does not run, ask
-# with the running agent's own binary (/proc/PID/exe), which then refuses and says so in its
-# status; nothing is restarted, so the old agent keeps serving.
+# with the binary installed before the upgrade (KEPT), which the running agent then refuses and
+# says so in its status; nothing is restarted, so the old agent keeps serving. Root runs only
+# binaries that root installed: never /proc/MAINPID/exe, which the service's user controls (it
+# may exec whatever it likes under that pid).
 live_upgrade() {
 	unit=$1
 	pid=$(systemctl show -p MainPID --value "$unit" 2>/dev/null || true)
-	cfg=$(unit_config "$unit" "$pid")
+	cfg=$(unit_config "$unit")
 	bin=/usr/bin/envoy-agent
 	if ! "$bin" version >/dev/null 2>&1; then
-		if [ -n "$pid" ] && [ "$pid" != 0 ] && [ -x "/proc/$pid/exe" ]; then
-			bin=/proc/$pid/exe
+		if [ -x "$KEPT" ] && "$KEPT" version >/dev/null 2>&1; then
+			bin=$KEPT
+		else
+			say "envoy-agent: $unit: the new /usr/bin/envoy-agent does not run; the running agent keeps serving Envoy and was not restarted. Fix the binary, or run 'systemctl restart $unit' to switch with a drain"
+			return 0
 		fi
 	fi
 	rc=0
@@ -75,4 +99,6 @@ if [ -e "$mark" ]; then
 		done
 	fi
 fi
+# The preinstall script's copy of the binary installed before, for live_upgrade only.
+rm -rf /run/envoy-agent-package
 exit 0

@@ -1,0 +1,104 @@
+//go:build linux
+
+package filetrust
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// other is the untrusted user (and group) of these tests.
+const other = 1001
+
+// TestCheck lays out files as root and as uid 1001 and checks who may
+// change them, trusting root and uid 2000 (the "service user").
+func TestCheck(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the files are made for uid 1001 and root")
+	}
+	dir := t.TempDir() // root's, 0700
+	etc := filepath.Join(dir, "etc")
+	must(t, os.Mkdir(etc, 0o755))
+	must(t, os.WriteFile(filepath.Join(etc, "passwd"), []byte("root:x:0:0::/root:/bin/sh\nbob:x:1001:1001::/home/bob:/bin/sh\nsvc:x:2000:2000::/:/bin/false\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(etc, "group"), []byte("root:x:0:\nbob:x:1001:\nsvc:x:2000:\nops:x:3000:bob,svc\nsvconly:x:3001:svc\n"), 0o644))
+	passwdFile, groupFile = filepath.Join(etc, "passwd"), filepath.Join(etc, "group")
+	t.Cleanup(func() { passwdFile, groupFile = "/etc/passwd", "/etc/group" })
+
+	file := func(rel string, mode os.FileMode, uid, gid int) string {
+		p := filepath.Join(dir, rel)
+		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		must(t, os.WriteFile(p, []byte("x"), mode))
+		must(t, os.Chmod(p, mode))
+		must(t, os.Lchown(p, uid, gid))
+		return p
+	}
+	mkdir := func(rel string, mode os.FileMode, uid, gid int) string {
+		p := filepath.Join(dir, rel)
+		must(t, os.MkdirAll(p, 0o755))
+		must(t, os.Chmod(p, mode))
+		must(t, os.Lchown(p, uid, gid))
+		return p
+	}
+	link := func(rel, target string) string {
+		p := filepath.Join(dir, rel)
+		must(t, os.Symlink(target, p))
+		return p
+	}
+	mkdir("root", 0o755, 0, 0)
+	good := file("root/good", 0o644, 0, 0)
+	mkdir("bob", 0o755, other, other)
+	mkdir("sticky", os.ModeSticky|0o777, 0, 0)
+	mkdir("ops", 0o775, 0, 3000)
+	mkdir("open", 0o777, 0, 0)
+	mkdir("svconly", 0o775, 0, 3001)
+	tests := []struct {
+		name, path string
+		want       string // "" for nobody else
+	}{
+		{"root's file in root's folders", good, ""},
+		{"the service user's file", file("root/svc", 0o600, 2000, 2000), ""},
+		{"mode 0666", file("root/open", 0o666, 0, 0), "every user (mode 0666)"},
+		{"owned by uid 1001, mode 0444", file("root/bobs", 0o444, other, other), "uid 1001 (bob), its owner"},
+		{"root's file in uid 1001's folder", file("bob/file", 0o644, 0, 0), "replaced by uid 1001 (bob), who owns " + filepath.Join(dir, "bob") + " on its way"},
+		{"under uid 1001's folder, deeper", file("bob/sub/deep/file", 0o644, 0, 0), "who owns " + filepath.Join(dir, "bob") + " on its way"},
+		{"root's file in a sticky folder", file("sticky/rootfile", 0o644, 0, 0), ""},
+		{"uid 1001's file in a sticky folder", file("sticky/bobfile", 0o644, other, other), "uid 1001 (bob), its owner"},
+		{"root's folder in a sticky folder, file inside", file("sticky/rootdir/f", 0o644, 0, 0), ""},
+		{"group-writable, group with uid 1001", file("root/opsfile", 0o664, 0, 3000), "group 3000 (ops), whose members include bob"},
+		{"in a folder writable by a group with uid 1001", file("ops/f", 0o644, 0, 0), "group 3000 (ops), whose members include bob, who can write in"},
+		{"root's file in a folder every user can write (not sticky)", file("open/f", 0o644, 0, 0), "every user (mode 0777), who can write in " + filepath.Join(dir, "open")},
+		{"group-writable, only the service user in the group", file("svconly/f", 0o664, 0, 3001), ""},
+		{"group-writable, a group /etc/group does not list", file("root/nogroup", 0o664, 0, 4242), "group 4242, whose members are not listed"},
+		{"a link in root's folder to uid 1001's file", link("root/link-to-bob", filepath.Join(dir, "root/bobs")), "uid 1001 (bob), its owner"},
+		{"a link in uid 1001's folder to root's file", link("bob/link-to-good", good), "who owns " + filepath.Join(dir, "bob")},
+		{"a relative link to root's file", link("root/rel", "good"), ""},
+		{"a link to a folder, then a file", filepath.Join(link("root/dirlink", filepath.Join(dir, "bob")), "file"), "who owns " + filepath.Join(dir, "bob")},
+	}
+	trusted := New(0, 2000)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := trusted.Check(tt.path)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("Check(%s) = %v, want nil", tt.path, err)
+			case tt.want != "" && (!IsUntrusted(err) || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("Check(%s) = %v, want an error with %q", tt.path, err, tt.want)
+			}
+			if err != nil {
+				t.Logf("%v", err)
+			}
+		})
+	}
+	if err := trusted.Check(filepath.Join(dir, "root/missing")); err == nil || IsUntrusted(err) {
+		t.Fatalf("a missing file: %v, want a plain error", err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

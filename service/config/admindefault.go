@@ -1,0 +1,56 @@
+//go:build linux
+
+package config
+
+import (
+	"path/filepath"
+)
+
+// Envoy's admin API can dump the configuration (the bootstrap's secrets
+// included), change Envoy's log level (then secrets and clients' headers
+// reach the journal), drain listeners, fail health checks and stop Envoy.
+// On TCP, even on loopback, every local user reaches it; on a unix socket
+// of mode 0600 in the run folder, only the agent's user does. So when the
+// file says nothing (neither admin_port nor admin_socket), the admin is the
+// unix socket <run_dir>/admin.sock, and a TCP admin is a choice the
+// operator makes, warned about once.
+
+// adminSocketName is the admin socket's name in run_dir when neither
+// envoy.admin_port nor envoy.admin_socket is set.
+const adminSocketName = "admin.sock"
+
+// DefaultAdminSocket is envoy.admin_socket when neither it nor admin_port
+// is set: admin.sock in the run folder.
+func (c *Config) DefaultAdminSocket() string {
+	return filepath.Join(c.RunDir(), adminSocketName)
+}
+
+// defaultAdmin puts Envoy's admin on the default unix socket when the file
+// sets neither admin_port nor admin_socket.
+func (c *Config) defaultAdmin() {
+	if c.adminPortSet || c.Envoy.AdminSocket != "" {
+		return
+	}
+	c.Envoy.AdminSocket = c.DefaultAdminSocket()
+	c.Envoy.AdminPort = 0
+	c.adminSocketDefault = true
+}
+
+// tcpAdminRisk is what any local user can do with a TCP admin.
+const tcpAdminRisk = "every local user can reach it: read /config_dump (the bootstrap's secrets included), POST /logging?level=trace (then those secrets and clients' Authorization headers reach the journal), POST /quitquitquit (Envoy stops and the agent exits), POST /drain_listeners and /healthcheck/fail"
+
+// warnTCPAdmin warns, once, that the admin is on TCP.
+func (c *Config) warnTCPAdmin() {
+	if c.Envoy.AdminSocket != "" || c.Envoy.AdminPort == 0 {
+		return
+	}
+	c.warnf("%s: envoy.admin_port: Envoy's admin API is on TCP %s:%d, and %s; put it on a unix socket instead: remove admin_port, and in the bootstrap %s set admin.address to pipe: { path: %s, mode: 0600 }",
+		c.File, c.Agent.Localhost, c.Envoy.AdminPort, tcpAdminRisk, c.Envoy.ConfigPath, c.DefaultAdminSocket())
+}
+
+// defaultAdminMismatch is the problem of a bootstrap whose admin is not on
+// the default socket, the file setting neither admin key.
+func (c *Config) defaultAdminMismatch(ps *problems, where string) {
+	ps.add("envoy.admin_socket", "is not set (nor admin_port), so Envoy's admin API is on the unix socket %s, but the bootstrap %s puts it %s: set admin.address there to pipe: { path: %s, mode: 0600 } (or set admin_socket to the bootstrap's socket); admin_port keeps a TCP admin, which every local user can reach",
+		c.Envoy.AdminSocket, c.Envoy.ConfigPath, where, c.Envoy.AdminSocket)
+}

@@ -1,0 +1,128 @@
+//go:build linux
+
+package config
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/internal/filetrust"
+	"github.com/envoy-agent/envoy-agent/internal/safefile"
+)
+
+// The agent runs Envoy (as root outside the units, as the service's user
+// under them) with this file, the bootstrap and the binary: whoever else
+// can write one of them, or replace it through a folder on its way, runs
+// code as that user. They are refused; the files the bootstrap names for
+// Envoy to read (certificates, keys, Lua, runtime layers) are warned about.
+
+// trustedUID is the agent's own user, trusted beside root.
+func trustedUID() int { return os.Geteuid() }
+
+// maxTrustWarnings caps the warnings about the bootstrap's files.
+const maxTrustWarnings = 10
+
+// checkWriters adds a problem for each of the agent's own files that a
+// user other than root and the agent's own can change, and a warning for
+// each file the bootstrap names that such a user can change.
+func (c *Config) checkWriters(ps *problems, bootstrapOK bool) {
+	trusted := filetrust.Default()
+	for _, f := range []struct{ key, what, path string }{
+		{"", "this configuration file", c.File},
+		{"envoy.binary_path", "the Envoy binary", c.Envoy.BinaryPath},
+		{"envoy.config_path", "the Envoy bootstrap", c.Envoy.ConfigPath},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if err := trusted.Check(f.path); filetrust.IsUntrusted(err) {
+			ps.add(f.key, "%v: refused, %s must be writable by root and the agent's user (uid %d) only: whoever else can change it runs code as this agent's user, or changes what Envoy serves; fix the owner and mode of the file and of every folder on its way", err, f.what, trustedUID())
+		}
+	}
+	if !bootstrapOK {
+		return
+	}
+	files, err := bootstrapFiles(c.Envoy.ConfigPath)
+	if err != nil {
+		return
+	}
+	n := 0
+	for _, f := range files {
+		err := trusted.Check(f.path)
+		if !filetrust.IsUntrusted(err) {
+			continue
+		}
+		if n++; n > maxTrustWarnings {
+			c.warnf("%s names %d more files that others can change (not listed)", c.Envoy.ConfigPath, len(files)-maxTrustWarnings)
+			break
+		}
+		c.warnf("%v: the bootstrap %s names it (%s) for Envoy to read; whoever else can change it changes what Envoy serves (a key, a certificate, Lua code, a runtime value); make it, and every folder on its way, writable by root and the agent's user only", err, c.Envoy.ConfigPath, f.key)
+	}
+}
+
+// bootstrapFile is a file the bootstrap names for Envoy to read.
+type bootstrapFile struct {
+	key  string // where: "static_resources.clusters.0...filename"
+	path string
+}
+
+// fileKeys are the bootstrap fields that name a file Envoy reads: a
+// DataSource's filename (certificates, keys, Lua code), a runtime layer's
+// symlink_root, and the path of a file-based xDS source or watched folder.
+var fileKeys = map[string]bool{"filename": true, "symlink_root": true}
+
+// pathParents are the messages whose "path" names a file Envoy reads.
+var pathParents = map[string]bool{"path_config_source": true, "watched_directory": true}
+
+// bootstrapFiles lists the absolute file names the bootstrap names for
+// Envoy to read, each once, in order.
+func bootstrapFiles(path string) ([]bootstrapFile, error) {
+	data, err := safefile.ReadRegular(path, envoy.MaxBootstrapSize)
+	if err != nil {
+		return nil, err
+	}
+	var doc any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []bootstrapFile
+	var walk func(v any, key, parent string)
+	walk = func(v any, key, parent string) {
+		switch v := v.(type) {
+		case map[string]any:
+			keys := make([]string, 0, len(v))
+			for k := range v {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			last := key[strings.LastIndex(key, ".")+1:]
+			for _, k := range keys {
+				child := k
+				if key != "" {
+					child = key + "." + k
+				}
+				if s, ok := v[k].(string); ok && strings.HasPrefix(s, "/") &&
+					(fileKeys[k] || (k == "path" && (pathParents[last] || strings.HasSuffix(last, "_config")))) {
+					if !seen[s] {
+						seen[s] = true
+						out = append(out, bootstrapFile{key: child, path: s})
+					}
+					continue
+				}
+				walk(v[k], child, last)
+			}
+		case []any:
+			for i, e := range v {
+				walk(e, fmt.Sprintf("%s.%d", key, i), parent)
+			}
+		}
+	}
+	walk(doc, "", "")
+	return out, nil
+}
