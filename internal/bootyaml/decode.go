@@ -36,7 +36,8 @@ const (
 )
 
 // LimitError is a bootstrap refused for its size, before or after parsing:
-// a syntax error is a yaml error instead.
+// a syntax error is a yaml error instead. Its message follows the file's
+// name ("envoy.yaml: has more than …").
 type LimitError struct {
 	Msg string
 }
@@ -50,10 +51,10 @@ func (e *LimitError) Error() string { return e.Msg }
 // memory is then a few tens of MB at most, whatever data holds.
 func Decode(data []byte, v any) error {
 	if len(data) > MaxSize {
-		return &LimitError{Msg: fmt.Sprintf("the bootstrap is %d bytes; more than %d is refused", len(data), MaxSize)}
+		return &LimitError{Msg: fmt.Sprintf("is %d bytes; more than %d are refused", len(data), MaxSize)}
 	}
 	if n, line := countTokens(data); n > MaxTokens {
-		return &LimitError{Msg: fmt.Sprintf("the bootstrap has more than %d YAML tokens (indicators and words) by line %d; more are refused before it is parsed", MaxTokens, line)}
+		return &LimitError{Msg: fmt.Sprintf("has more than %d YAML tokens (indicators and words) by line %d; more are refused before it is parsed", MaxTokens, line)}
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -65,9 +66,9 @@ func Decode(data []byte, v any) error {
 	e := expansion{memo: map[*yaml.Node]cost{}}
 	switch c := e.count(&doc); {
 	case c.nodes > MaxNodes:
-		return &LimitError{Msg: fmt.Sprintf("the bootstrap's aliases expand it to more than %d nodes; more are refused before it is decoded", MaxNodes)}
+		return &LimitError{Msg: fmt.Sprintf("has aliases that expand it to more than %d nodes; more are refused before it is decoded", MaxNodes)}
 	case c.pairs > MaxKeyPairs:
-		return &LimitError{Msg: fmt.Sprintf("the bootstrap's mappings have more than %d pairs of keys for yaml to compare (a mapping of n keys has n(n-1)/2, once for each alias of it); more are refused before it is decoded", MaxKeyPairs)}
+		return &LimitError{Msg: fmt.Sprintf("has more than %d pairs of mapping keys for yaml to compare (a mapping of n keys has n(n-1)/2, once for each alias of it); more are refused before it is decoded", MaxKeyPairs)}
 	}
 	if err := checkKeys(&doc, map[*yaml.Node]bool{}); err != nil {
 		return err

@@ -49,7 +49,7 @@ func readBootstrapAdmin(path string) (admin bootstrapAdmin, ok bool, err error) 
 	}
 	if err := bootyaml.Decode(data, &doc); err != nil {
 		if le := (*bootyaml.LimitError)(nil); errors.As(err, &le) {
-			return bootstrapAdmin{}, false, le
+			return bootstrapAdmin{}, false, fmt.Errorf("%s: %w", path, le)
 		}
 		return bootstrapAdmin{}, false, nil
 	}
