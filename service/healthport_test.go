@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
 func TestStatusServer(t *testing.T) {
@@ -74,5 +76,49 @@ func TestReadyCache(t *testing.T) {
 	c.get(ask)
 	if n := asked.Load(); n != 2 {
 		t.Fatalf("a stale answer was reused: asked %d times, want 2", n)
+	}
+}
+
+// TestReadyCacheAnswersWhileAsking: once the answer is stale, a probe
+// starts a new question and gets the last answer at once while it runs
+// (Envoy's admin busy); a probe with no answer younger than readyStaleMax
+// waits for the question.
+func TestReadyCacheAnswersWhileAsking(t *testing.T) {
+	release := make(chan struct{})
+	var asked atomic.Int32
+	ask := func(context.Context) (bool, string) {
+		if asked.Add(1) > 1 {
+			<-release
+			return false, "DRAINING"
+		}
+		return true, "LIVE"
+	}
+	c := readyCache{ttl: time.Nanosecond}
+	if ok, why := c.get(ask); !ok || why != "LIVE" {
+		t.Fatalf("first get = %v %q", ok, why)
+	}
+	for range 10 {
+		// Envoy's admin hangs on the second question: each probe still
+		// gets the last answer, and only one question runs.
+		if ok, why := c.get(ask); !ok || why != "LIVE" {
+			t.Fatalf("get while asking = %v %q, want the last answer", ok, why)
+		}
+	}
+	if !testenvoy.Eventually(5*time.Second, func() bool { return asked.Load() == 2 }) || asked.Load() != 2 {
+		t.Fatalf("asked %d times, want 2 (one question under way)", asked.Load())
+	}
+	c.mu.Lock()
+	c.at = c.at.Add(-2 * readyStaleMax) // the last answer is too old to give
+	c.mu.Unlock()
+	got := make(chan string, 1)
+	go func() { _, why := c.get(ask); got <- why }()
+	select {
+	case why := <-got:
+		t.Fatalf("a probe with only an answer older than readyStaleMax got %q without waiting", why)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	if why := <-got; why != "DRAINING" {
+		t.Fatalf("after the question: %q, want its answer", why)
 	}
 }
