@@ -106,6 +106,9 @@ func TestStopWaitsOnAHungReloadAtMostStartTimeout(t *testing.T) {
 
 // runLimited runs the agent binary with args under an RLIMIT_DATA of limit
 // bytes (prlimit) and returns its exit code, stderr, peak RSS and CPU time.
+// The peak RSS is only indicative: Go starts a child in the parent's memory
+// (vfork), and the kernel counts the parent's peak in the child's when it
+// executes the binary; the limit is what bounds the child.
 func runLimited(t *testing.T, limit uint64, args ...string) (int, string, int64, time.Duration) {
 	t.Helper()
 	cmd := exec.Command("prlimit", append([]string{"--data=" + strconv.FormatUint(limit, 10), "--", agentBin}, args...)...)
@@ -120,6 +123,11 @@ func runLimited(t *testing.T, limit uint64, args ...string) (int, string, int64,
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	return cmd.ProcessState.ExitCode(), stderr.String(), ru.Maxrss << 10, time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// validateDataLimit is the data segment validate gets: Go's runtime takes
+// about 100 MiB of it at start (address space for its heap's arena map,
+// hardly touched), so this leaves the parse about 64 MiB.
+const validateDataLimit = 160 << 20
 
 // vmHWM is a process's peak resident set, from /proc/PID/status.
 func vmHWM(t *testing.T, pid int) int64 {
@@ -142,11 +150,12 @@ func vmHWM(t *testing.T, pid int) int64 {
 // (16 KB) took validate to 838 MB, a 100,000-part table header 46.8 s of
 // CPU and 10 GB, and a reload of a 16 KB key grew the running agent from
 // 17.7 to 827 MB; yaml.v3 spent up to 190 bytes a byte of a bootstrap. Now
-// validate refuses each (exit 3, naming file, line and key) within 64 MiB
-// and a second of CPU (checked against 5 s), and a reload refusing them
-// leaves the running agent's peak RSS within 64 MiB of what it was. Each
-// command runs under a 1 GiB data limit, the agent under 256 MiB more than
-// it holds.
+// validate refuses each (exit 3, naming file, line and key) under
+// validateDataLimit (past it an allocation kills the agent: exit 2) and within a
+// second of CPU (checked against 5 s), and a reload refusing them leaves the
+// running agent's peak RSS within 64 MiB of what it was; the reload client
+// runs under a 1 GiB data limit, the agent under 256 MiB more than it
+// holds.
 func TestHostileFilesAreReadInBoundedMemory(t *testing.T) {
 	p := startAgent(t, procOptions{})
 	dir := t.TempDir()
@@ -163,12 +172,12 @@ func TestHostileFilesAreReadInBoundedMemory(t *testing.T) {
 	for name, text := range toml {
 		path := filepath.Join(dir, name)
 		writeFile(t, path, text)
-		code, stderr, rss, cpu := runLimited(t, 1<<30, "validate", "--config", path)
+		code, stderr, rss, cpu := runLimited(t, validateDataLimit, "validate", "--config", path)
 		if code != 3 || !strings.Contains(stderr, path+":1: d.d.d.") || !strings.Contains(stderr, "dotted parts") {
 			t.Fatalf("validate %s: exit %d, want 3 naming the file, line and key:\n%.2000s", name, code, stderr)
 		}
-		if rss > 64<<20 || cpu > 5*time.Second {
-			t.Fatalf("validate %s: peak RSS %d MiB, CPU %s", name, rss>>20, cpu)
+		if cpu > 5*time.Second {
+			t.Fatalf("validate %s: CPU %s", name, cpu)
 		}
 		t.Logf("validate %s: exit %d, peak RSS %d MiB, CPU %s", name, code, rss>>20, cpu.Round(time.Millisecond))
 	}
@@ -186,12 +195,12 @@ func TestHostileFilesAreReadInBoundedMemory(t *testing.T) {
 		writeFile(t, path, text)
 		cfg := filepath.Join(dir, name+".toml")
 		writeFile(t, cfg, strings.Replace(string(good), "config_path = ", "config_path = \""+path+"\"\n# was: config_path = ", 1))
-		code, stderr, rss, cpu := runLimited(t, 1<<30, "validate", "--config", cfg)
+		code, stderr, rss, cpu := runLimited(t, validateDataLimit, "validate", "--config", cfg)
 		if code != 3 || !strings.Contains(stderr, "envoy.config_path") || !strings.Contains(stderr, path) {
 			t.Fatalf("validate with %s: exit %d, want 3 naming envoy.config_path and the file:\n%.2000s", name, code, stderr)
 		}
-		if rss > 64<<20 || cpu > 5*time.Second {
-			t.Fatalf("validate with %s: peak RSS %d MiB, CPU %s", name, rss>>20, cpu)
+		if cpu > 5*time.Second {
+			t.Fatalf("validate with %s: CPU %s", name, cpu)
 		}
 		t.Logf("validate with %s: exit %d, peak RSS %d MiB, CPU %s", name, code, rss>>20, cpu.Round(time.Millisecond))
 	}
