@@ -12,8 +12,8 @@ import (
 const (
 	// MaxSize is the largest bootstrap the agent reads, to check it or to
 	// copy it for an epoch. yaml keeps a few copies of a long scalar (an
-	// 8 MiB one peaks at 45 MB); bootstraps of thousands of static clusters
-	// are a few MiB.
+	// 8 MiB one peaked at 45 MB); MaxTokens allows about 1 MB of ordinary
+	// YAML, and the rest is room for long strings (inline certificates).
 	MaxSize = 4 << 20
 	// MaxTokens bounds the tokens of a bootstrap, each weighed by what
 	// yaml's parse can spend on it, in units of about 200 bytes (an empty
