@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
 
 // MaxBootstrapSize bounds the bootstrap the agent reads: to check it, and to
-// copy it for an epoch.
-const MaxBootstrapSize = 64 << 20
+// copy it for an epoch. It is what the agent can parse in bounded memory
+// (bootyaml.MaxSize): a reload reads the file whole.
+const MaxBootstrapSize = bootyaml.MaxSize
 
 // snapshotBootstrap copies the bootstrap at source into the run folder for
 // epoch, keeping the file name of original (Envoy picks the format by its

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -137,5 +138,87 @@ func TestLimitListenerWithoutEvictionWaits(t *testing.T) {
 	case <-third:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the third connection was not accepted when the first closed")
+	}
+}
+
+// TestLimitListenerClosesAStalledWriter: with every slot answering, a new
+// connection is taken once an answer's write has not moved for writeStall
+// (a client that never reads), and that connection is closed for it; an
+// answer a client reads is never closed for it.
+func TestLimitListenerClosesAStalledWriter(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := newLimitListener(inner, 2, true)
+	defer ln.Close()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	accept := func() *limitConn {
+		c, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.(*limitConn)
+	}
+	stalledClient, readingClient := dial(), dial()
+	stalled, reading := accept(), accept()
+	ln.lim.mark(stalled, 1)
+	ln.lim.mark(reading, 1)
+	// The stalled answer: far more than the socket buffers hold, to a
+	// client that never reads.
+	stalledDone := make(chan error, 1)
+	go func() {
+		_, err := stalled.Write(make([]byte, 64<<20))
+		stalledDone <- err
+	}()
+	// The read answer: a client that reads everything as it comes.
+	go func() { _, _ = io.Copy(io.Discard, readingClient) }()
+	stopReading := make(chan struct{})
+	defer close(stopReading)
+	go func() {
+		buf := make([]byte, writeChunk)
+		for {
+			select {
+			case <-stopReading:
+				return
+			default:
+			}
+			if _, err := reading.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	dial()
+	third := make(chan *limitConn, 1)
+	go func() { third <- accept() }()
+	select {
+	case <-third:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the new connection was not taken while an answer stalled")
+	}
+	select {
+	case err := <-stalledDone:
+		if err == nil {
+			t.Fatal("the stalled write ended without an error")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stalled connection was not closed")
+	}
+	_ = stalledClient.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, stalledClient); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the stalled client's connection: %v, want it closed", err)
+	}
+	ln.lim.mu.Lock()
+	_, readingKept := ln.lim.conns[reading]
+	ln.lim.mu.Unlock()
+	if !readingKept {
+		t.Fatal("the connection whose answer was being read was closed")
 	}
 }

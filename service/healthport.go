@@ -23,7 +23,10 @@ import (
 type statusServer struct {
 	log   *logrus.Logger
 	ready func(context.Context) (bool, string)
-	cache readyCache
+	// draining, when set, is asked on every probe, before the cached
+	// answer: a drain shows at once.
+	draining func() bool
+	cache    readyCache
 }
 
 // readyCacheTTL is how long one answer of /healthz/ready is reused: probes
@@ -48,6 +51,10 @@ func (s *statusServer) handler() http.Handler {
 }
 
 func (s *statusServer) handleReady(w http.ResponseWriter, _ *http.Request) {
+	if s.draining != nil && s.draining() {
+		http.Error(w, "draining", http.StatusServiceUnavailable)
+		return
+	}
 	ok, why := s.cache.get(s.ready)
 	if !ok {
 		http.Error(w, why, http.StatusServiceUnavailable)
@@ -57,33 +64,64 @@ func (s *statusServer) handleReady(w http.ResponseWriter, _ *http.Request) {
 }
 
 // readyCache holds the last answer of /healthz/ready for readyCacheTTL. One
-// question to Envoy runs at a time; callers that arrive meanwhile wait for
-// it and share its answer. The question has a context of its own, so a
-// caller that hangs up cannot make a failed answer everyone then shares.
+// question to Envoy runs at a time; callers that arrive meanwhile share its
+// answer. Once an answer is older than the TTL, the next caller starts a
+// new question and, while the last answer is younger than readyStaleMax,
+// is answered with it at once: a probe never waits on Envoy's admin then,
+// however busy its main thread is (rendering metrics for scrapers, say).
+// Only a caller with no answer, or one older than readyStaleMax, waits for
+// the question. The question has a context of its own, so a caller that
+// hangs up cannot make a failed answer everyone then shares.
 type readyCache struct {
 	ttl time.Duration // 0 is readyCacheTTL
 
-	mu  sync.Mutex
-	at  time.Time
-	ok  bool
-	why string
+	mu     sync.Mutex
+	at     time.Time
+	ok     bool
+	why    string
+	flight chan struct{} // closed when the question under way ends; nil when none
 }
+
+// readyStaleMax is the oldest answer a probe is given while a newer one is
+// asked: a wedged Envoy is "not ready" within it and readyQueryTimeout.
+const readyStaleMax = readyQueryTimeout
 
 func (c *readyCache) get(ask func(context.Context) (bool, string)) (bool, string) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	ttl := c.ttl
 	if ttl == 0 {
 		ttl = readyCacheTTL
 	}
-	if !c.at.IsZero() && time.Since(c.at) < ttl {
+	age := time.Since(c.at)
+	if !c.at.IsZero() && age < ttl {
+		defer c.mu.Unlock()
 		return c.ok, c.why
 	}
+	flight := c.flight
+	if flight == nil {
+		flight = make(chan struct{})
+		c.flight = flight
+		go c.refresh(ask, flight)
+	}
+	if !c.at.IsZero() && age < readyStaleMax {
+		defer c.mu.Unlock()
+		return c.ok, c.why
+	}
+	c.mu.Unlock()
+	<-flight
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ok, c.why
+}
+
+func (c *readyCache) refresh(ask func(context.Context) (bool, string), flight chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), readyQueryTimeout)
 	defer cancel()
-	c.ok, c.why = ask(ctx)
-	c.at = time.Now()
-	return c.ok, c.why
+	ok, why := ask(ctx)
+	c.mu.Lock()
+	c.ok, c.why, c.at, c.flight = ok, why, time.Now(), nil
+	c.mu.Unlock()
+	close(flight)
 }
 
 // loopbackOnly answers 403 to any peer that is not on a loopback address.

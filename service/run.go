@@ -227,7 +227,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	ctl.Report = s.handleStatus
 	ctl.Reopen = s.reopenLogs
 	ctl.Upgrade = s.upgradeHandler()
-	status := &statusServer{log: log, ready: s.ready}
+	status := &statusServer{log: log, ready: s.ready, draining: s.agent.Draining}
 	go serveHTTP(serveCtx, statusLn, status.handler(), serverLimits{maxConns: statusMaxConns, write: statusWriteTimeout, evict: true}, log)
 	go serveHTTP(serveCtx, controlLn, ctl.Handler(), serverLimits{maxConns: controlMaxConns, context: control.WithPeerCred}, log)
 	if promLn != nil {

@@ -35,6 +35,11 @@ const (
 	// own default scrape timeout is 10 s.
 	metricsScrapeTimeout = 10 * time.Second
 
+	// metricsCacheTTL is how long one read of Envoy's metrics serves every
+	// scrape: Prometheus scrapes every 15 s or more, and a render of a
+	// large Envoy costs its main thread, which also answers /ready.
+	metricsCacheTTL = time.Second
+
 	// serverShutdownGrace is how long the agent's HTTP servers get to
 	// finish answering when the agent exits.
 	serverShutdownGrace = time.Second

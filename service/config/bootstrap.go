@@ -3,14 +3,15 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"path/filepath"
 	"strconv"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
-	"go.yaml.in/yaml/v3"
 )
 
 // bootstrapAdmin is the admin address of an Envoy bootstrap: a TCP socket
@@ -25,7 +26,8 @@ type bootstrapAdmin struct {
 // readBootstrapAdmin reads admin.address from an Envoy bootstrap (YAML or
 // JSON). ok is false when the bootstrap has none (or one the agent cannot
 // read); a file that does not parse is left to Envoy's own validation,
-// which words it better.
+// which words it better. A file too large to parse in bounded memory
+// (bootyaml.Decode) is an error.
 func readBootstrapAdmin(path string) (admin bootstrapAdmin, ok bool, err error) {
 	data, err := safefile.ReadRegular(path, envoy.MaxBootstrapSize)
 	if err != nil {
@@ -45,7 +47,10 @@ func readBootstrapAdmin(path string) (admin bootstrapAdmin, ok bool, err error) 
 			} `yaml:"address"`
 		} `yaml:"admin"`
 	}
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	if err := bootyaml.Decode(data, &doc); err != nil {
+		if le := (*bootyaml.LimitError)(nil); errors.As(err, &le) {
+			return bootstrapAdmin{}, false, fmt.Errorf("%s: %w", path, le)
+		}
 		return bootstrapAdmin{}, false, nil
 	}
 	if pipe := doc.Admin.Address.Pipe; pipe.Path != "" {
@@ -87,7 +92,12 @@ func yamlInt(v any) (int, bool) {
 // loopback (without allow_remote_admin).
 func (c *Config) checkBootstrapAdmin(ps *problems) {
 	admin, ok, err := readBootstrapAdmin(c.Envoy.ConfigPath)
-	if err != nil || !ok {
+	if err != nil {
+		// checkReadable has passed: what is left is its size.
+		ps.add("envoy.config_path", "Envoy bootstrap %v", err)
+		return
+	}
+	if !ok {
 		return
 	}
 	e := c.Envoy

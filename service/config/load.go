@@ -31,7 +31,7 @@ func LoadConfig(path string) (*Config, error) {
 	cfg.src = newKeyLines(strings.Split(string(data), "\n"))
 	ps := &problems{file: path, lines: cfg.src}
 	if err := checkNesting(data); err != nil {
-		return nil, &ConfigError{Problems: []Problem{{File: path, Line: err.line, Msg: err.Error()}}}
+		return nil, &ConfigError{Problems: []Problem{err.problem(path)}}
 	}
 	md, err := toml.Decode(string(data), &cfg)
 	if err != nil {

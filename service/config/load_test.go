@@ -4,6 +4,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -288,5 +289,66 @@ func TestAdminAddress(t *testing.T) {
 		if got := tt.cfg.AdminAddress(); got != tt.want {
 			t.Errorf("%s: adminAddress() = %q, want %q", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestHostileKeysAreRefusedInBoundedMemory: the TOML decoder's memory grows
+// with the square of a key's dotted parts (8,000 parts: 838 MB; 200 KB of
+// "d.d.d…=1": 23 GB; a 100,000-part table header: 46.8 s and 10 GB). Each
+// is refused before decoding, by LoadConfig and by LoadUnchecked (the
+// clients' read), naming the file, the line and the key, in a child under
+// a 512 MiB data limit; the keys a configuration has still load.
+func TestHostileKeysAreRefusedInBoundedMemory(t *testing.T) {
+	if child, used := testenvoy.UnderMemoryLimit(t, 512<<20); !child {
+		if used.CPU > 10*time.Second {
+			t.Fatalf("the refusals took %s of CPU", used.CPU)
+		}
+		return
+	}
+	dotted := func(n int) string { return strings.Repeat("d.", n-1) + "d" }
+	tests := []struct {
+		name, text string
+		line       int
+		msg        string
+	}{
+		{"8,000 parts", dotted(8000) + " = 1\n", 1, "a key of 17 or more dotted parts"},
+		{"200 KB of parts", "[envoy]\nadmin_port = 15000\n" + dotted(100000) + "=1\n", 3, "a key of 17 or more dotted parts"},
+		{"100,000-part header", "[" + dotted(100000) + "]\n", 1, "a key of 17 or more dotted parts"},
+		{"array of tables header", "[[" + dotted(100) + "]]\n", 1, "dotted parts"},
+		{"inline table key", "[agent]\nx = {" + dotted(5000) + " = 1}\n", 2, "dotted parts"},
+		{"quoted parts", "[agent]\n" + strings.Repeat(`"a".`, 40) + "b = 1\n", 2, "dotted parts"},
+		{"spaced parts", "[agent]\n" + strings.Repeat("a . ", 40) + "b = 1\n", 2, "dotted parts"},
+		{"long key", "[agent]\n" + strings.Repeat("k", 100000) + " = 1\n", 2, "a key of 100000 bytes"},
+		{"long quoted key", "[agent]\n\"" + strings.Repeat("k", 100000) + "\" = 1\n", 2, "bytes; more than 1024"},
+		{"long header", "[" + strings.Repeat("k", 5000) + "]\n", 1, "a key of 5000 bytes"},
+	}
+	dir := t.TempDir()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(dir, "hostile.toml")
+			if err := os.WriteFile(path, []byte(tt.text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for _, load := range []func(string) (*Config, error){LoadConfig, LoadUnchecked} {
+				_, err := load(path)
+				var ce *ConfigError
+				if !errors.As(err, &ce) || len(ce.Problems) != 1 {
+					t.Fatalf("err = %v; want one problem", err)
+				}
+				p := ce.Problems[0]
+				if p.Line != tt.line || p.Key == "" || !strings.Contains(p.Msg, tt.msg) || !strings.HasPrefix(err.Error(), fmt.Sprintf("%s:%d: ", path, tt.line)) {
+					t.Fatalf("problem %q; want %s:%d: KEY: …%s…", err, path, tt.line, tt.msg)
+				}
+			}
+		})
+	}
+	// What a configuration holds is not refused: two-part keys, floats and
+	// dates (one dot each), dots and brackets in strings and comments.
+	ok := "envoy.admin_port = 15000 # a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r.s\n[agent]\n" +
+		"\"x.y.z.a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p\" = 1\nf = [1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 10.5, 11.5, 12.5, 13.5, 14.5, 15.5, 16.5, 17.5]\n" +
+		"d = 1979-05-27T07:32:00.999999-07:00\ns = '''\na.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r\n'''\n" +
+		"t = {a.b = 1.5, c = 2.5}\n[envoy.x.y]\n" + strings.Repeat("z", 1000) + " = \"" + strings.Repeat("v", 100000) + "\"\n"
+	if err := checkNesting([]byte(ok)); err != nil {
+		t.Fatalf("checkNesting refused a plain file: line %d: %s: %v", err.line, err.key, err)
 	}
 }

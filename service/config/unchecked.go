@@ -13,6 +13,9 @@ func LoadUnchecked(path string) (*Config, error) {
 	if err != nil {
 		return nil, &ConfigError{Problems: []Problem{{File: path, Msg: err.Error()}}}
 	}
+	if err := checkNesting(data); err != nil {
+		return nil, &ConfigError{Problems: []Problem{err.problem(path)}}
+	}
 	cfg := DefaultConfig()
 	cfg.File = path
 	if _, err := toml.Decode(string(data), &cfg); err != nil {
