@@ -8,11 +8,8 @@ import (
 	"sort"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
-
-	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"github.com/envoy-agent/envoy-agent/internal/filetrust"
-	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
 
 // The agent runs Envoy (as root outside the units, as the service's user
@@ -82,12 +79,8 @@ var pathParents = map[string]bool{"path_config_source": true, "watched_directory
 // bootstrapFiles lists the absolute file names the bootstrap names for
 // Envoy to read, each once, in order.
 func bootstrapFiles(path string) ([]bootstrapFile, error) {
-	data, err := safefile.ReadRegular(path, envoy.MaxBootstrapSize)
-	if err != nil {
-		return nil, err
-	}
 	var doc any
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	if err := bootyaml.ReadFile(path, &doc); err != nil {
 		return nil, err
 	}
 	seen := map[string]bool{}
