@@ -65,7 +65,12 @@ sign=(gpg --batch --yes --quiet --local-user "$fpr" --digest-algo SHA512)
 mkdir -p "$out/apt/pool/main" "$out/yum/Packages"
 for p in "$@"; do
 	case $p in
-	*.deb) cp -f "$p" "$out/apt/pool/main/" ;;
+	*.deb)
+		# Under its canonical name, PACKAGE_VERSION_ARCH.deb: apt-ftparchive --arch reads only
+		# files named *_ARCH.deb and *_all.deb.
+		name=$(dpkg-deb -f "$p" Package)_$(dpkg-deb -f "$p" Version | sed 's/^[0-9]*://')_$(dpkg-deb -f "$p" Architecture).deb
+		cp -f "$p" "$out/apt/pool/main/$name"
+		;;
 	*.rpm)
 		cp -f "$p" "$out/yum/Packages/"
 		# An .rpm carries its own signature (what gpgcheck=1 checks).
