@@ -14,7 +14,11 @@
 #   Envoy process, the handover in the journal);
 #   a newer envoy-agent and a newer Envoy published together, `apt-get upgrade` under load: 0
 #   failed, the agent handed over live, Envoy hot restarted into the new release by the package's
-#   trigger (/server_info says it).
+#   trigger (/server_info says it);
+#   unattended-upgrades (Debian's, fetched with apt into a throwaway copy of the rootfs) with
+#   Origins-Pattern "origin=envoy-agent": a newer envoy-agent published, apt's own daily units
+#   (apt-daily.service, apt-daily-upgrade.service) update and upgrade it under load: 0 failed,
+#   handed over live (unattended-upgrades' log names envoy-agent).
 #
 # Prints one "PASS|FAIL <step>" line per step and ends with "N passed, N failed" and the wall time;
 # exits non-zero on any failure. Needs root. Inputs (environment, all optional):
@@ -245,6 +249,61 @@ add_repository() {
 	echo "detail: $(ct_run apt-cache policy envoy-agent | grep -m1 Candidate | xargs), $(ct_run apt-cache policy envoy | grep -m1 Candidate | xargs)"
 }
 
+# uu_download: unattended-upgrades and what it needs beyond the rootfs, fetched with apt in a
+# throwaway copy of the rootfs that has this host's network (the booted container has none).
+uu_download() {
+	mkdir -p "$share/uu"
+	timeout 300 systemd-nspawn -q -D "$ROOTFS" --register=no --keep-unit --volatile=overlay \
+		--machine="envoy-agent-e2e-repo-apt-$$" --bind="$share/uu:/mnt/debs" --pipe /bin/sh -ec '
+		apt-get -qq update
+		apt-get -qq install --download-only -y --no-install-recommends -o Dir::Cache::archives=/mnt/debs unattended-upgrades' \
+		</dev/null >"$work/uu-apt.log" 2>&1 || { tail -n 20 "$work/uu-apt.log"; return 1; }
+	echo "detail: $(find "$share/uu" -maxdepth 1 -name '*.deb' | wc -l) packages"
+}
+
+# unattended: unattended-upgrades set to take this repository's packages (by its Release's
+# Origin), a newer envoy-agent published, then apt's own daily units run as their timers would.
+unattended() {
+	local ver4=${version%-*}.4 deb4 pid0 epid0 est0 since v n start took crc
+	# apt orders the local files by their dependencies (Pre-Depends included), as dpkg -i does not.
+	T=300 ct_sh 'DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends /mnt/e2e/uu/*.deb' >"$work/uu-dpkg.log" 2>&1 ||
+		{ tail -n 20 "$work/uu-dpkg.log"; fail "installing unattended-upgrades failed"; }
+	ct_sh 'cat > /etc/apt/apt.conf.d/51envoy-agent-unattended <<EOF
+Unattended-Upgrade::Origins-Pattern { "origin=envoy-agent"; };
+APT::Periodic::Update-Package-Lists "1";
+APT::Periodic::Unattended-Upgrade "1";
+APT::Periodic::RandomSleep "0";
+EOF' || return 1
+	deb4=$(newer_agent "$ver4") && publish "$deb4" >/dev/null || return 1
+	pid0=$(prop MainPID)
+	epid0=$(envoy_pid) || fail "no Envoy running"
+	est0=$(envoy_started "$epid0")
+	since=$(cursor)
+	client_start unattended || return 1
+	sleep 1
+	start=$SECONDS
+	T=300 ct_run systemctl start apt-daily.service || fail "apt-daily.service failed"
+	T=300 ct_run systemctl start apt-daily-upgrade.service || fail "apt-daily-upgrade.service failed"
+	took=$((SECONDS - start))
+	sleep 1
+	client_stop unattended
+	crc=$?
+	journal_after "$since" >"$work/unattended.journal"
+	ct_run cat /var/log/unattended-upgrades/unattended-upgrades.log >"$work/uu.log" 2>&1
+	sed 's/^/u-u: /' "$work/uu.log" | tail -n 20
+	grep -q 'Packages that will be upgraded: envoy-agent' "$work/uu.log" || fail "unattended-upgrades' log does not name envoy-agent"
+	v=$(ct_run envoy-agent version)
+	n=$(envoy_count)
+	echo "detail: apt-daily and apt-daily-upgrade in ${took}s; $(installed)$v; MainPID $pid0 -> $(prop MainPID); Envoy pid $epid0 -> $(envoy_pid)"
+	[ $crc -eq 0 ] || fail "requests failed during the upgrade"
+	[ "$v" = "envoy-agent $ver4" ] || fail "envoy-agent version says \"$v\", want $ver4"
+	[ "$(prop MainPID)" = "$pid0" ] || fail "MainPID changed: the unit was restarted, not handed over live"
+	grep -q 'handing Envoy' "$work/unattended.journal" || fail "no handover in the journal"
+	[ "$(envoy_pid)" = "$epid0" ] && [ "$(envoy_started "$epid0")" = "$est0" ] || fail "Envoy was not kept"
+	[ "$n" = 1 ] || fail "$n Envoy processes"
+	unit_is active && [ "$(get /)" = "200 v1" ] || fail "not serving after the upgrade"
+}
+
 # wrong_key: the same repository with another key in Signed-By (Debian's archive key): apt refuses it.
 wrong_key() {
 	local out rc
@@ -343,6 +402,7 @@ upgrade_both() {
 setup_step "host: systemd-container and debootstrap present" host_tools
 if setup_step "setup: packages built, the repository made and signed (mkrepo.sh)" prepare &&
 	setup_step "setup: $release rootfs" ensure_rootfs &&
+	{ setup_step "setup: unattended-upgrades fetched with apt (a throwaway copy of the rootfs)" uu_download && uu_ready=1; true; } &&
 	setup_step "boot: systemd is PID 1 in the $release container" boot; then
 	if setup_step "repository served over HTTP on the container's loopback" serve &&
 		step "apt: the repository added (keyring, deb822 .sources with Signed-By), apt-get update verifies it" add_repository; then
@@ -350,7 +410,9 @@ if setup_step "setup: packages built, the repository made and signed (mkrepo.sh)
 		if step "apt-get install envoy-agent envoy: installed from the repository, unit active" install_from_repo &&
 			step "traffic passes (bootstrap v1 on port 80)" serve_traffic; then
 			step "apt-get upgrade (newer envoy-agent) under load: 0 failed, handed over live (same MainPID, same Envoy)" upgrade_agent
-			step "apt-get upgrade (newer envoy-agent and Envoy $ENVOY_TO) under load: 0 failed, agent handed over live, Envoy hot restarted by the trigger" upgrade_both
+			step "apt-get upgrade (newer envoy-agent and Envoy $ENVOY_TO) under load: 0 failed, agent handed over live, Envoy hot restarted into it by a reload" upgrade_both
+			[ -n "${uu_ready:-}" ] &&
+				step "unattended-upgrades (apt-daily, apt-daily-upgrade) takes a newer envoy-agent under load: 0 failed, handed over live" unattended
 		fi
 	fi
 	if [ $failed -gt 0 ] && [ -n "$ct" ]; then
