@@ -3,10 +3,12 @@
 # mk/package.mk provides `package`.
 #
 #   make fleet   boots three Debian bookworm hosts under systemd-nspawn and rolls the role over
-#                them with ansible-playbook (needs root; see test/fleet/run.sh)
+#                them with ansible-playbook, one host installing from the package repository
+#                (needs root; see test/fleet/run.sh)
 
 # The Envoy the hosts are installed with first; the test then upgrades them to ENVOY_BIN. Same
 # hot-restart version as ENVOY_VERSION's, so the upgrade is a hot restart.
+DIST             ?= dist
 FLEET_ENVOY_FROM ?= 1.39.3
 FLEET_ENVOY_FROM_BIN := $(CACHE)/envoy/$(FLEET_ENVOY_FROM)/envoy
 
@@ -17,6 +19,8 @@ FLEET_ENVOY_FROM_BIN := $(CACHE)/envoy/$(FLEET_ENVOY_FROM)/envoy
 fleet-envoy-from:
 	@test -x $(FLEET_ENVOY_FROM_BIN) || $(MAKE) --no-print-directory $(FLEET_ENVOY_FROM_BIN) ENVOY_VERSION=$(FLEET_ENVOY_FROM)
 
-fleet: package envoy fleet-envoy-from
+# One host installs from the package repository (mk/repo.mk's tools, the test key): the Envoy
+# packages of both releases too (mk/package-envoy.mk's rule for dist/envoy_<ver>-1_amd64.deb).
+fleet: package envoy fleet-envoy-from repo-tools $(DIST)/envoy_$(FLEET_ENVOY_FROM)-1_amd64.deb $(DIST)/envoy_$(ENVOY_VERSION)-1_amd64.deb
 	PKG_STAGE=$(PKG_STAGE) DIST=$(DIST) BINARY=$(PKG_STAGE)/envoy-agent ENVOY_BIN=$(ENVOY_BIN) ENVOY_BIN_FROM=$(FLEET_ENVOY_FROM_BIN) \
-	    test/fleet/run.sh
+	    GNUPGHOME=$(CACHE)/repo-gnupg test/fleet/run.sh

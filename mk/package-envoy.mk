@@ -36,7 +36,7 @@ package-envoy: $(foreach a,$(ENVOY_ARCHES),$(call envoy_wheel_bin,$(a))) $(if $(
 	@set -e; for a in $(ENVOY_ARCHES); do \
 	  case $$a in $(GOHOSTARCH)) run=;; arm64) run="qemu-aarch64-static -L /usr/aarch64-linux-gnu";; *) echo "no way to run $$a here" >&2; exit 1;; esac; \
 	  case $$a in arm64) sfx=-aarch64;; *) sfx=;; esac; \
-	  bin=$(CACHE)/envoy/$(ENVOY_VERSION)$$sfx/envoy; \
+	  bin=$$(readlink -f $(CACHE)/envoy/$(ENVOY_VERSION)$$sfx/envoy); \
 	  v=$$($$run $$bin --version | sed -n 's|.*version: [0-9a-f]*/\([^/]*\)/.*|\1|p'); \
 	  test "$$v" = "$(ENVOY_VERSION)" || { echo "$$bin says version '$$v', want $(ENVOY_VERSION)" >&2; exit 1; }; \
 	  hr=$$($$run $$bin --hot-restart-version 2>&1 | tail -n 1); \
@@ -44,6 +44,9 @@ package-envoy: $(foreach a,$(ENVOY_ARCHES),$(call envoy_wheel_bin,$(a))) $(if $(
 	  HOT_RESTART_VERSION=$$hr $(PKG_STAGE)/mkpkg -config packaging/envoy/nfpm.yaml -arch $$a \
 	      -version "$(ENVOY_VERSION)" -binary $$bin -out $(DIST); \
 	done
+
+# The binary is the file a cached symlink points to (readlink -f above): nfpm would package the
+# symlink itself, and the package would install a link to this machine's cache.
 
 # Both Envoy packages the end-to-end test installs, upgrades and downgrades (amd64, as the test
 # is), built only when missing or older than their packaging files.

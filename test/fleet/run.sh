@@ -11,6 +11,9 @@
 #   other); a broken bootstrap (validate stops it on the first host, nothing changes anywhere);
 #   an Envoy binary upgrade (hot restart, 0 failed requests); an agent package upgrade (the
 #   failed requests are reported); a second run that changes nothing.
+# One host (REPO_HOST) installs from the package repository instead (`make repo`'s mkrepo.sh,
+# served over HTTP on that host's loopback, the role's envoy_agent_repo_url and _repo_key): Envoy
+# as a package too, and its upgrades are the newer packages published into the repository.
 #
 # Prints one "PASS|FAIL <step>" line per step and ends with "N passed, N failed"; exits non-zero
 # on any failure. Needs root. Inputs (environment, all optional):
@@ -22,6 +25,8 @@
 #   ANSIBLE_VENV      virtualenv with ansible (.cache/ansible-venv; created when missing)
 #   FLEET_ROOTFS      cached rootfs (.cache/rootfs-bookworm-fleet); built when missing or stale,
 #                     from E2E_ROOTFS (.cache/rootfs-bookworm) when it is there, else debootstrap
+#   GNUPGHOME         keyring of the repository's signing key (.cache/repo-gnupg; a test key is
+#                     made there)
 #   FLEET_KEEP=1      keep the work directory (logs, playbook output) afterwards
 set -uo pipefail
 
@@ -40,6 +45,10 @@ ROOTFS=${FLEET_ROOTFS:-$repo/.cache/rootfs-bookworm-fleet}
 # python3 for Ansible's modules, python3-apt for its apt and package_facts modules.
 FLEET_PACKAGES="python3 python3-apt"
 HOSTS=(fleet-1 fleet-2 fleet-3)
+# The host that installs from the package repository, served on its loopback at REPO_PORT.
+REPO_HOST=fleet-3
+REPO_PORT=8080
+export GNUPGHOME=${GNUPGHOME:-$repo/.cache/repo-gnupg}
 URL=http://127.0.0.1:80/
 HEADER=x-config-version
 # Bounds: one playbook run over the three hosts, and the whole script.
@@ -150,7 +159,9 @@ boot() {
 write_inventory() {
 	{
 		echo "[envoy_agent]"
-		for h in "${HOSTS[@]}"; do echo "$h ansible_nsenter_pid=${ct[$h]}"; done
+		for h in "${HOSTS[@]}"; do
+			echo "$h ansible_nsenter_pid=${ct[$h]}$([ "$h" = "$REPO_HOST" ] && echo " fleet_repo_url=http://127.0.0.1:$REPO_PORT/apt")"
+		done
 		echo
 		echo "[envoy_agent:vars]"
 		echo "ansible_connection=community.docker.nsenter"
@@ -172,6 +183,7 @@ cleanup() {
 		kill -KILL "$p" 2>/dev/null
 		wait "$p" 2>/dev/null
 	done
+	gpgconf --kill gpg-agent 2>/dev/null # the one mkrepo.sh's signing started
 	if [ "${FLEET_KEEP:-0}" = 1 ]; then echo "logs kept in $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
@@ -186,7 +198,10 @@ echo $! >>"$work/bg.pids"
 write_vars() {
 	cat >"$work/vars.yml" <<-VARS
 		envoy_agent_deb: $share/envoy-agent.deb
-		envoy_agent_envoy_source: binary
+		# REPO_HOST (its inventory sets fleet_repo_url): both packages from the repository.
+		envoy_agent_envoy_source: "{{ 'package' if fleet_repo_url is defined else 'binary' }}"
+		envoy_agent_repo_url: "{{ fleet_repo_url | default('') }}"
+		envoy_agent_repo_key: $work/repo/envoy-agent-archive-keyring.gpg
 		envoy_agent_envoy_binary_src: $share/envoy-first
 		envoy_agent_listen_port: 80
 		envoy_agent_example_body: ok
@@ -327,8 +342,38 @@ prepare_share() {
 	cp "$work"/upgrade/envoy-agent_*.deb "$share/envoy-agent-upgrade.deb" || return 1
 	envoy_from=$(envoy_version "$share/envoy-first")
 	envoy_to=$(envoy_version "$share/envoy-last")
+	# REPO_HOST's: the packages of both Envoy releases, the repository with this envoy-agent and
+	# the first Envoy.
+	envoy_deb_from=$DIST/envoy_${envoy_from}-1_$arch.deb
+	envoy_deb_to=$DIST/envoy_${envoy_to}-1_$arch.deb
+	[ -f "$envoy_deb_from" ] && [ -f "$envoy_deb_to" ] ||
+		{ echo "no Envoy $envoy_from or $envoy_to .deb in $DIST (make package-envoy ENVOY_VERSION=...)"; return 1; }
+	publish "$deb" "$envoy_deb_from" || return 1
 	write_vars
-	echo "detail: $(basename "$deb"), upgrade to $upversion, Envoy $envoy_from then $envoy_to"
+	echo "detail: $(basename "$deb"), upgrade to $upversion, Envoy $envoy_from then $envoy_to; $REPO_HOST from the repository"
+}
+
+# publish PACKAGE...: into the repository REPO_HOST installs from (packaging/repo/mkrepo.sh).
+publish() {
+	REPO_TEST_KEY=1 timeout 120 "$repo/packaging/repo/mkrepo.sh" "$work/repo" "$@" >"$work/mkrepo.log" 2>&1 ||
+		{ cat "$work/mkrepo.log"; return 1; }
+}
+
+# serve_repo: the repository over HTTP on REPO_HOST's loopback (this host's Python in its network
+# namespace). REPO_HOST has no network: Debian's sources go, so that apt fetches ours only.
+serve_repo() {
+	nsenter --target "${ct[$REPO_HOST]}" --net -- /usr/bin/python3 -m http.server "$REPO_PORT" --bind 127.0.0.1 \
+		--directory "$work/repo" >"$work/http.log" 2>&1 </dev/null &
+	echo $! >>"$work/bg.pids"
+	wait_for 10 on "$REPO_HOST" curl -sf -o /dev/null "http://127.0.0.1:$REPO_PORT/apt/dists/stable/InRelease" ||
+		{ cat "$work/http.log"; return 1; }
+	on_sh "$REPO_HOST" 'rm -f /etc/apt/sources.list /etc/apt/sources.list.d/debian.sources'
+}
+
+# from_repo WHAT: REPO_HOST fetched WHAT (a file name's start) from the repository (apt quotes a
+# "+" in a version as %2b).
+from_repo() {
+	grep -iF "\"GET /apt/pool/main/${1//+/%2b}" "$work/http.log" | grep -E '" 200 ' | tail -n 1
 }
 
 envoy_version() {
@@ -347,6 +392,11 @@ install() {
 	done
 	expect_version 1
 	echo "detail: $(on fleet-1 dpkg-query -W -f '${Version}' envoy-agent), $(on fleet-1 systemctl show -p StatusText --value envoy-agent)"
+	on "$REPO_HOST" grep -q "^Signed-By: /etc/apt/keyrings/envoy-agent-archive-keyring.gpg" /etc/apt/sources.list.d/envoy-agent.sources ||
+		fail "$REPO_HOST: no envoy-agent.sources with Signed-By"
+	from_repo envoy-agent_ | grep . && from_repo "envoy_$envoy_from" | grep . ||
+		fail "$REPO_HOST did not install envoy-agent and envoy $envoy_from from the repository"
+	echo "detail: $REPO_HOST from the repository: $(on "$REPO_HOST" dpkg-query -W -f '${Package} ${Version} ' envoy-agent envoy)"
 }
 
 config_change() {
@@ -442,6 +492,7 @@ served_envoy() { # served_envoy HOST: the version the serving Envoy reports
 envoy_upgrade() {
 	local h
 	for h in "${HOSTS[@]}"; do [ "$(served_envoy "$h")" = "$envoy_from" ] || fail "$h: not on Envoy $envoy_from before"; done
+	publish "$envoy_deb_to" || fail "publishing Envoy $envoy_to failed"
 	load_start envoy
 	playbook envoy -e envoy_agent_config_version=2 -e envoy_agent_envoy_upgrade=true \
 		-e "envoy_agent_envoy_binary_src=$share/envoy-last"
@@ -454,7 +505,8 @@ envoy_upgrade() {
 	for h in "${HOSTS[@]}"; do
 		[ "$(served_envoy "$h")" = "$envoy_to" ] || fail "$h: serving Envoy $(served_envoy "$h"), want $envoy_to"
 	done
-	echo "detail: every host serving Envoy $envoy_to"
+	from_repo "envoy_$envoy_to" | grep . || fail "$REPO_HOST did not fetch Envoy $envoy_to from the repository"
+	echo "detail: every host serving Envoy $envoy_to; $REPO_HOST's envoy package $(on "$REPO_HOST" dpkg-query -W -f '${Version}' envoy)"
 	expect_version 2
 	[ "$bad" -eq 0 ] || fail "$bad requests failed"
 }
@@ -468,6 +520,8 @@ agent_upgrade() {
 		pids+=("$(on "$h" systemctl show -p MainPID --value envoy-agent)")
 		envoys+=("$(on "$h" pgrep -n -f -- ' --restart-epoch [0-9]')")
 	done
+	# The file under its own name, as a release is published (the share's copy has another).
+	publish "$(ls "$work"/upgrade/envoy-agent_*.deb)" || fail "publishing the upgrade failed"
 	load_start agent
 	playbook agent -e envoy_agent_config_version=2 -e envoy_agent_upgrade=true \
 		-e "envoy_agent_deb=$share/envoy-agent-upgrade.deb" -e "envoy_agent_envoy_binary_src=$share/envoy-last"
@@ -488,7 +542,8 @@ agent_upgrade() {
 		i=$((i + 1))
 	done
 	expect_version 2
-	echo "detail: $bad failed requests in all; main PIDs ${pids[*]} kept, Envoy pids ${envoys[*]} kept"
+	from_repo "envoy-agent_$want" | grep . || fail "$REPO_HOST did not fetch envoy-agent $want from the repository"
+	echo "detail: $bad failed requests in all; main PIDs ${pids[*]} kept, Envoy pids ${envoys[*]} kept; $REPO_HOST upgraded from the repository"
 	[ "$bad" -eq 0 ] || fail "$bad requests failed"
 }
 
@@ -510,17 +565,18 @@ second_run() {
 if setup_step "setup: systemd-nspawn and ansible present" host_tools &&
 	setup_step "setup: packages, Envoy and load client staged" prepare_share &&
 	setup_step "setup: bookworm rootfs with python3" ensure_rootfs &&
-	setup_step "boot: three hosts, systemd PID 1, one network namespace each" boot; then
-	if step "install from scratch: packages, config v1, unit enabled, active and ready" install; then
+	setup_step "boot: three hosts, systemd PID 1, one network namespace each" boot &&
+	setup_step "setup: the package repository served over HTTP on $REPO_HOST's loopback" serve_repo; then
+	if step "install from scratch: packages ($REPO_HOST from the repository), config v1, unit enabled, active and ready" install; then
 		step "config change v1 -> v2 under load: one host after the other, 0 failed requests" config_change
 		step "broken bootstrap: validate stops it on the first host, nothing changed anywhere" broken_config
 		step "reload failing at run time on the first host: rollout stopped, old config still served" reload_fails
 		if [ "$envoy_from" != "$envoy_to" ]; then
-			step "Envoy upgrade $envoy_from -> $envoy_to under load (hot restart): 0 failed requests" envoy_upgrade
+			step "Envoy upgrade $envoy_from -> $envoy_to under load (hot restart; $REPO_HOST: the package published and upgraded from the repository): 0 failed requests" envoy_upgrade
 		else
 			echo "NOTE Envoy upgrade step left out: ENVOY_BIN_FROM not set (one Envoy version only)"
 		fi
-		step "envoy-agent package upgrade under load: handed over live, 0 failed, same main PID and Envoy" agent_upgrade
+		step "envoy-agent package upgrade under load ($REPO_HOST: from the repository): handed over live, 0 failed, same main PID and Envoy" agent_upgrade
 		step "second run: changed=0 on every host" second_run
 	else
 		skip "rollout steps" "the install failed"
