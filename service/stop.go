@@ -70,6 +70,7 @@ func (s *supervisor) drainNow() {
 func (s *supervisor) drainProgress(p envoy.DrainProgress) {
 	s.report.drainProgress(p)
 	s.metrics.drainSeconds.Set(p.Elapsed.Seconds())
+	s.metrics.drainEnded(s.metrics.drainsIncompleteStop, p)
 	conns := "unknown"
 	if p.ActiveConnections >= 0 {
 		conns = strconv.Itoa(p.ActiveConnections)
