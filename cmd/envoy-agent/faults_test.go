@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -315,6 +316,9 @@ func TestReloadTakesANewBinaryOfTheSameHotRestartVersion(t *testing.T) {
 // crash would) makes the agent's error name the signal, say whether a core
 // was dumped (none here: the test's RLIMIT_CORE, which Envoy inherits, is
 // set to 0) and give Envoy's last lines, its own crash report among them.
+// The agent records that end in its state directory ($STATE_DIRECTORY, as
+// systemd's StateDirectory= gives it), and the next agent's `envoy-agent
+// status` shows it as the last exit.
 func TestEnvoyCrashNamesSignal(t *testing.T) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_CORE, &lim); err != nil {
@@ -334,7 +338,9 @@ func TestEnvoyCrashNamesSignal(t *testing.T) {
 		name string
 	}{{syscall.SIGSEGV, "SIGSEGV"}, {syscall.SIGABRT, "SIGABRT"}} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := startAgent(t, procOptions{})
+			state := t.TempDir()
+			env := []string{"STATE_DIRECTORY=" + state, "INVOCATION_ID="} // not under systemd, whatever runs the test
+			p := startAgent(t, procOptions{env: env})
 			sent := time.Now()
 			if err := syscall.Kill(p.envoyPid, tc.sig); err != nil {
 				t.Fatal(err)
@@ -352,6 +358,20 @@ func TestEnvoyCrashNamesSignal(t *testing.T) {
 				if !strings.Contains(s, want) {
 					t.Errorf("stderr lacks %q:\n%s", want, s)
 				}
+			}
+			// The next run (systemd's restart) tells the operator how the last one ended.
+			next := startAgent(t, procOptions{env: env})
+			out, err := exec.Command(agentBin, "status", "--config", next.config).CombinedOutput()
+			if err != nil {
+				t.Fatalf("status: %v\n%s", err, out)
+			}
+			want := fmt.Sprintf("agent pid %d: envoy (pid %d, epoch 0) exited by itself after ", p.proc.Pid(), p.envoyPid)
+			if !strings.Contains(string(out), "  last exit:    ") || !strings.Contains(string(out), want) || !strings.Contains(string(out), "("+tc.name+"; no core dumped") {
+				t.Errorf("status lacks the last exit %q...%s:\n%s", want, tc.name, out)
+			}
+			t.Logf("status:\n%s", out)
+			if strings.Contains(string(out), "unit:") {
+				t.Errorf("status names a unit outside systemd:\n%s", out)
 			}
 		})
 	}
