@@ -234,30 +234,18 @@ func shortTempDir(t *testing.T) string {
 	return dir
 }
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-)
-
-// agentBinary builds envoy-agent once for the package's tests.
-func agentBinary(t *testing.T) string {
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "mon-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		builtBin = filepath.Join(dir, "envoy-agent")
-		out, err := exec.Command("go", "build", "-o", builtBin, "../cmd/envoy-agent").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+// agentBinary builds envoy-agent into dir, or takes $ENVOY_AGENT_BIN when
+// set (as cmd/envoy-agent's tests do).
+func agentBinary(t *testing.T, dir string) string {
+	t.Helper()
+	if bin := os.Getenv("ENVOY_AGENT_BIN"); bin != "" {
+		return bin
 	}
-	return builtBin
+	bin := filepath.Join(dir, "envoy-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/envoy-agent").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }
 
 type liveAgent struct {
@@ -314,7 +302,7 @@ const hcm = `{name: envoy.filters.network.http_connection_manager, typed_config:
 
 func startLiveAgent(t *testing.T, dir string) *liveAgent {
 	t.Helper()
-	a := &liveAgent{bin: agentBinary(t), bootstrap: filepath.Join(dir, "envoy.yaml"), config: filepath.Join(dir, "config.toml")}
+	a := &liveAgent{bin: agentBinary(t, dir), bootstrap: filepath.Join(dir, "envoy.yaml"), config: filepath.Join(dir, "config.toml")}
 	// The upstream: / answers 200, /fail 503, /healthz 200 unless failHealth (Envoy's health checks).
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
