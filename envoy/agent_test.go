@@ -354,3 +354,22 @@ func TestDisableDrainingCutsADrainShort(t *testing.T) {
 		t.Errorf("a cut drain took %s", took)
 	}
 }
+
+func TestCrashNote(t *testing.T) {
+	for _, tc := range []struct {
+		sig     syscall.Signal
+		core    bool
+		pattern string
+		want    string
+	}{
+		{syscall.SIGSEGV, false, "core", "SIGSEGV; no core dumped: core dumps are off (LimitCORE= in the unit, ulimit -c) or the signal dumps none"},
+		{syscall.SIGABRT, true, "|/usr/lib/systemd/systemd-coredump %P %u %g %s %t %c %h", "SIGABRT; core dumped: `coredumpctl info 42` shows it, `coredumpctl debug 42` opens it"},
+		{syscall.SIGBUS, true, "core.%p", `SIGBUS; core dumped where the kernel's core_pattern "core.%p" puts it (relative to Envoy's working directory)`},
+		{syscall.SIGQUIT, true, "", "SIGQUIT; core dumped"},
+		{syscall.Signal(77), false, "", "signal 77; no core dumped: core dumps are off (LimitCORE= in the unit, ulimit -c) or the signal dumps none"},
+	} {
+		if got := crashNote(tc.sig, tc.core, 42, tc.pattern); got != tc.want {
+			t.Errorf("crashNote(%v, %v, %q):\n got %s\nwant %s", tc.sig, tc.core, tc.pattern, got, tc.want)
+		}
+	}
+}

@@ -15,6 +15,9 @@ import (
 // connections and reports its progress.
 const DefaultDrainPollInterval = 250 * time.Millisecond
 
+// drainBoundReason is why a drain that ran to termination_drain_duration ended.
+const drainBoundReason = "termination drain duration reached"
+
 // DrainProgress is what a drain reports while it runs.
 type DrainProgress struct {
 	Elapsed   time.Duration // since the drain began
@@ -24,6 +27,9 @@ type DrainProgress struct {
 	ActiveConnections int
 	Done              bool   // the last report of this drain
 	Reason            string // why it ended, on the last report
+	// AtBound is set on the last report of a drain that ran to its bound
+	// (termination_drain_duration) rather than ending early.
+	AtBound bool
 }
 
 // DrainNow starts a drain with no end: listeners stay open, health checks
@@ -74,7 +80,8 @@ func (a *Agent) terminate() {
 		a.log.Warnf("drain: %v", err)
 	}
 	reason := a.waitDrain(start, termination, minDrain, exitOnZero)
-	a.onProgress(DrainProgress{Elapsed: time.Since(start), ActiveConnections: a.connections(), Done: true, Reason: reason})
+	a.onProgress(DrainProgress{Elapsed: time.Since(start), ActiveConnections: a.connections(), Done: true, Reason: reason,
+		AtBound: reason == drainBoundReason})
 	a.log.Infof("drain ended after %s: %s", time.Since(start).Round(time.Millisecond), reason)
 	a.abortCh <- errAbort
 }
@@ -93,7 +100,7 @@ func (a *Agent) waitDrain(start time.Time, termination, minDrain time.Duration, 
 		case <-a.cut:
 			return "drain cut short"
 		case <-end.C:
-			return "termination drain duration reached"
+			return drainBoundReason
 		case <-tick.C:
 		}
 		now := time.Now()

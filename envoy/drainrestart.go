@@ -173,7 +173,7 @@ func (e *Envoy) waitRestartDrain(ctx context.Context, old *process, start time.T
 		return n
 	}
 	done := func(reason string) string {
-		report(DrainProgress{Elapsed: time.Since(start), ActiveConnections: count(), Done: true, Reason: reason})
+		report(DrainProgress{Elapsed: time.Since(start), ActiveConnections: count(), Done: true, Reason: reason, AtBound: reason == drainBoundReason})
 		return reason
 	}
 	for {
@@ -183,7 +183,7 @@ func (e *Envoy) waitRestartDrain(ctx context.Context, old *process, start time.T
 		case <-ctx.Done():
 			return done("drain cut short")
 		case <-end.C:
-			return done("termination drain duration reached")
+			return done(drainBoundReason)
 		case <-tick.C:
 		}
 		now := time.Now()

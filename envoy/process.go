@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/envoy-agent/envoy-agent/envoy/output"
 )
 
@@ -177,6 +179,8 @@ func (e *ExitError) Error() string {
 	}
 	if e.Killed() {
 		b.WriteString(" (SIGKILL: the kernel's OOM killer or an operator's kill -9)")
+	} else if sig, core, ok := e.Signal(); ok {
+		b.WriteString(" (" + crashNote(sig, core, e.Pid, corePattern()) + ")")
 	}
 	if len(e.LastLines) > 0 {
 		b.WriteString("; its last log lines:\n  ")
@@ -186,6 +190,52 @@ func (e *ExitError) Error() string {
 }
 
 func (e *ExitError) Unwrap() error { return e.Err }
+
+// Signal reports the signal that ended Envoy and whether the kernel dumped
+// its core; ok is false when Envoy exited rather than died of a signal.
+func (e *ExitError) Signal() (sig syscall.Signal, coreDumped, ok bool) {
+	var ee *exec.ExitError
+	if !errors.As(e.Err, &ee) {
+		return 0, false, false
+	}
+	ws, isWS := ee.Sys().(syscall.WaitStatus)
+	if !isWS || !ws.Signaled() {
+		return 0, false, false
+	}
+	return ws.Signal(), ws.CoreDump(), true
+}
+
+// corePatternPath is the kernel's setting of where cores go.
+const corePatternPath = "/proc/sys/kernel/core_pattern"
+
+// corePattern reads the kernel's core_pattern, "" when it cannot.
+func corePattern() string {
+	b, err := os.ReadFile(corePatternPath)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// crashNote says which signal ended Envoy, whether a core was dumped and
+// where to find it: with systemd-coredump as the kernel's core_pattern,
+// coredumpctl has it under Envoy's pid.
+func crashNote(sig syscall.Signal, core bool, pid int, pattern string) string {
+	name := unix.SignalName(sig)
+	if name == "" {
+		name = fmt.Sprintf("signal %d", int(sig))
+	}
+	switch {
+	case !core:
+		return name + "; no core dumped: core dumps are off (LimitCORE= in the unit, ulimit -c) or the signal dumps none"
+	case strings.Contains(pattern, "systemd-coredump"):
+		return fmt.Sprintf("%s; core dumped: `coredumpctl info %d` shows it, `coredumpctl debug %d` opens it", name, pid, pid)
+	case pattern != "":
+		return fmt.Sprintf("%s; core dumped where the kernel's core_pattern %q puts it (relative to Envoy's working directory)", name, pattern)
+	default:
+		return name + "; core dumped"
+	}
+}
 
 // Killed reports whether Envoy died of SIGKILL.
 func (e *ExitError) Killed() bool {

@@ -69,6 +69,7 @@ func (s *supervisor) drainAndRestart(cfg *config.Config, copied, next string) (i
 	pc.DisableHotRestart = next == envoy.HotRestartDisabled
 	plan := envoy.RestartPlan{MinDrain: a.MinDrainDuration.D(), MaxDrain: a.TerminationDrainDuration.D(), StartTimeout: a.StartTimeout.D(),
 		Progress: func(p envoy.DrainProgress) {
+			s.metrics.drainEnded(s.metrics.drainsIncompleteRestart, p)
 			if !p.Done {
 				s.notify.Status(fmt.Sprintf("reloading: draining Envoy pid %d before restarting it: %d active connections, at most %s left (%s)",
 					old, p.ActiveConnections, p.Remaining.Round(time.Second), control.HotRestartOffNote))

@@ -7,8 +7,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"time"
 
@@ -36,6 +38,10 @@ const metricsContentType = "text/plain; version=0.0.4; charset=utf-8"
 //   - envoy_agent_reloads_total (counter): reloads that put a new Envoy epoch in service.
 //   - envoy_agent_reload_failures_total (counter): reloads refused or failed; the serving epoch kept serving.
 //   - envoy_agent_last_reload_seconds (gauge): how long the last reload took, from the request to READY=1.
+//   - envoy_agent_drains_incomplete_total{kind="stop"|"restart"} (counter): drains that ran to
+//     termination_drain_duration with downstream connections left (cut when Envoy stopped): the drain
+//     of a stop, or of a reload that restarts Envoy without hot restart. A stop's is seen only by a
+//     scrape in the seconds between the drain's end and the agent's exit.
 type metrics struct {
 	set          *vmetrics.Set
 	live         *vmetrics.Gauge
@@ -47,6 +53,9 @@ type metrics struct {
 	reloads        *vmetrics.Counter
 	reloadFailures *vmetrics.Counter
 	reloadSeconds  *vmetrics.Gauge
+
+	drainsIncompleteStop    *vmetrics.Counter
+	drainsIncompleteRestart *vmetrics.Counter
 }
 
 func newMetrics() *metrics {
@@ -64,6 +73,16 @@ func newMetrics() *metrics {
 		reloads:        set.NewCounter("envoy_agent_reloads_total"),
 		reloadFailures: set.NewCounter("envoy_agent_reload_failures_total"),
 		reloadSeconds:  set.NewGauge("envoy_agent_last_reload_seconds", nil),
+		// Both kinds from the start, at 0: an alert on increase() sees the first one.
+		drainsIncompleteStop:    set.NewCounter(`envoy_agent_drains_incomplete_total{kind="stop"}`),
+		drainsIncompleteRestart: set.NewCounter(`envoy_agent_drains_incomplete_total{kind="restart"}`),
+	}
+}
+
+// drainEnded counts a drain that ended at its bound with connections left.
+func (m *metrics) drainEnded(c *vmetrics.Counter, p envoy.DrainProgress) {
+	if p.Done && p.AtBound && p.ActiveConnections > 0 {
+		c.Inc()
 	}
 }
 
@@ -73,6 +92,18 @@ func (m *metrics) writeTo(w io.Writer) {
 	m.set.WritePrometheus(w)
 	vmetrics.WriteProcessMetrics(w)
 	vmetrics.WriteFDMetrics(w)
+}
+
+// envoyStatsBudget is how long a scrape waits for Envoy's stats: metricsScrapeTimeout, or less
+// when Prometheus says its scrape times out sooner (its X-Prometheus-Scrape-Timeout-Seconds
+// header): four fifths of that, so that the agent's own metrics (envoy_agent_envoy_live among
+// them) still reach Prometheus when Envoy's admin API hangs.
+func envoyStatsBudget(h http.Header) time.Duration {
+	secs, err := strconv.ParseFloat(h.Get("X-Prometheus-Scrape-Timeout-Seconds"), 64)
+	if err != nil || secs <= 0 || math.IsInf(secs, 0) || math.IsNaN(secs) {
+		return metricsScrapeTimeout
+	}
+	return min(metricsScrapeTimeout, time.Duration(secs*0.8*float64(time.Second)))
 }
 
 // mergedHandler serves Envoy's /stats/prometheus followed by the agent's own
@@ -91,7 +122,9 @@ func (m *metrics) mergedHandler(admin *envoy.AdminClient, log *logrus.Logger) ht
 			return
 		}
 		w.Header().Set("Content-Type", metricsContentType)
-		body, err := cache.get(r.Context())
+		ctx, cancel := context.WithTimeout(r.Context(), envoyStatsBudget(r.Header))
+		defer cancel()
+		body, err := cache.get(ctx)
 		if err != nil {
 			log.Debugf("metrics: %v", err)
 		} else {

@@ -179,6 +179,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	cfg, log := s.config(), s.log
 	s.stderr = stderr
 	s.report.agentStarted(version)
+	s.noteLastExit()
 	if s.proxy, err = s.newProxy(cfg); err != nil {
 		log.Errorf("upgrade: cannot adopt the running Envoy: %v", err)
 		return err
@@ -254,6 +255,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	}
 
 	if live, err := s.waitLive(ctx, started, runErr, stopAgent); !live {
+		s.recordExit(err)
 		return err
 	}
 	go s.watchInstalledEnvoy(serveCtx)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,7 +28,29 @@ type statusRecord struct {
 	counts     control.ReloadCounts
 	drain      *control.DrainStatus
 	drainStart time.Time
-	drainLimit time.Duration // termination_drain_duration of a stop's drain
+	drainLimit time.Duration         // termination_drain_duration of a stop's drain
+	unit       string                // the systemd unit the agent runs as
+	prevExit   *control.PreviousExit // how the previous run ended
+}
+
+// systemdUnit is the unit the agent runs as under systemd (INVOCATION_ID
+// set): the last element of its cgroup v2 path; "" otherwise.
+func systemdUnit() string {
+	if os.Getenv("INVOCATION_ID") == "" {
+		return ""
+	}
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return ""
+	}
+	for line := range strings.Lines(string(data)) {
+		if path, ok := strings.CutPrefix(strings.TrimSpace(line), "0::"); ok {
+			if unit := path[strings.LastIndexByte(path, '/')+1:]; strings.HasSuffix(unit, ".service") {
+				return unit
+			}
+		}
+	}
+	return ""
 }
 
 func (r *statusRecord) agentStarted(version string) {
@@ -89,7 +112,8 @@ func (s *supervisor) statusReport(ctx context.Context) control.StatusReport {
 		SchemaVersion: control.StatusSchemaVersion,
 		Agent: control.AgentStatus{Version: r.version, Pid: os.Getpid(), Instance: os.Getenv(EnvInstance), Config: absPath(cfg.File),
 			Started: r.started.UTC().Format(time.RFC3339Nano), UptimeSeconds: seconds(now.Sub(r.started)),
-			StatusAddress: net.JoinHostPort(cfg.Agent.Localhost, strconv.Itoa(int(cfg.Agent.StatusPort)))},
+			StatusAddress: net.JoinHostPort(cfg.Agent.Localhost, strconv.Itoa(int(cfg.Agent.StatusPort))),
+			Unit:          r.unit, PreviousExit: r.prevExit},
 		LastReload: r.lastReload,
 		Reloads:    r.counts,
 	}

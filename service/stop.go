@@ -9,10 +9,13 @@ package service
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/service/control"
+	"github.com/envoy-agent/envoy-agent/service/lastexit"
 	"github.com/sirupsen/logrus"
 )
 
@@ -48,6 +51,7 @@ func (s *supervisor) watchdogStop(stopAgent context.CancelFunc) {
 
 func (s *supervisor) finish(err error) error {
 	s.setLive(false)
+	s.recordExit(err)
 	if err != nil {
 		s.notify.Status("Envoy exited: " + firstLine(err.Error()))
 		return err
@@ -55,6 +59,29 @@ func (s *supervisor) finish(err error) error {
 	s.notify.Status("stopped")
 	s.log.Infof("envoy-agent stopped")
 	return nil
+}
+
+// noteLastExit reads how the previous run ended (for the status report)
+// and which unit this one runs as.
+func (s *supervisor) noteLastExit() {
+	rec, err := lastexit.Read(lastexit.Path(os.Getenv(EnvInstance)))
+	if err != nil {
+		s.log.Warnf("%v", err)
+	}
+	s.report.mu.Lock()
+	defer s.report.mu.Unlock()
+	s.report.unit = systemdUnit()
+	if rec != nil {
+		s.report.prevExit = &control.PreviousExit{At: rec.At, Pid: rec.Pid, Reason: rec.Reason}
+	}
+}
+
+// recordExit keeps why this run ends (err; nil for a clean stop) for the
+// next run's status report.
+func (s *supervisor) recordExit(err error) {
+	if werr := lastexit.Write(lastexit.Path(os.Getenv(EnvInstance)), err); werr != nil {
+		s.log.Warnf("%v", werr)
+	}
 }
 
 func (s *supervisor) drainNow() {
@@ -70,6 +97,7 @@ func (s *supervisor) drainNow() {
 func (s *supervisor) drainProgress(p envoy.DrainProgress) {
 	s.report.drainProgress(p)
 	s.metrics.drainSeconds.Set(p.Elapsed.Seconds())
+	s.metrics.drainEnded(s.metrics.drainsIncompleteStop, p)
 	conns := "unknown"
 	if p.ActiveConnections >= 0 {
 		conns = strconv.Itoa(p.ActiveConnections)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -308,5 +309,70 @@ func TestReloadTakesANewBinaryOfTheSameHotRestartVersion(t *testing.T) {
 	l.Stop()
 	if l.Failed() != 0 || l.Latest() != "new-binary" {
 		t.Fatalf("%d failed, latest %q", l.Failed(), l.Latest())
+	}
+}
+
+// TestEnvoyCrashNamesSignal: a real Envoy killed by SIGSEGV or SIGABRT (as a
+// crash would) makes the agent's error name the signal, say whether a core
+// was dumped (none here: the test's RLIMIT_CORE, which Envoy inherits, is
+// set to 0) and give Envoy's last lines, its own crash report among them.
+// The agent records that end in its state directory ($STATE_DIRECTORY, as
+// systemd's StateDirectory= gives it), and the next agent's `envoy-agent
+// status` shows it as the last exit.
+func TestEnvoyCrashNamesSignal(t *testing.T) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_CORE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if lim.Cur != 0 {
+		// An Envoy core is hundreds of megabytes: none in the test's folders.
+		saved := lim
+		lim.Cur = 0
+		if err := syscall.Setrlimit(syscall.RLIMIT_CORE, &lim); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_CORE, &saved) })
+	}
+	for _, tc := range []struct {
+		sig  syscall.Signal
+		name string
+	}{{syscall.SIGSEGV, "SIGSEGV"}, {syscall.SIGABRT, "SIGABRT"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			state := t.TempDir()
+			env := []string{"STATE_DIRECTORY=" + state, "INVOCATION_ID="} // not under systemd, whatever runs the test
+			p := startAgent(t, procOptions{env: env})
+			sent := time.Now()
+			if err := syscall.Kill(p.envoyPid, tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			if code, _ := p.wait(sent, 10*time.Second); code != 1 {
+				t.Fatalf("agent exited %d when Envoy died of %s, want 1", code, tc.name)
+			}
+			s := p.stderr.String()
+			for _, want := range []string{
+				fmt.Sprintf("envoy (pid %d, epoch 0) exited by itself", p.envoyPid),
+				"(" + tc.name + "; no core dumped: core dumps are off",
+				"its last log lines:",
+				"Caught ", // Envoy's own signal handler's report, among its last lines
+			} {
+				if !strings.Contains(s, want) {
+					t.Errorf("stderr lacks %q:\n%s", want, s)
+				}
+			}
+			// The next run (systemd's restart) tells the operator how the last one ended.
+			next := startAgent(t, procOptions{env: env})
+			out, err := exec.Command(agentBin, "status", "--config", next.config).CombinedOutput()
+			if err != nil {
+				t.Fatalf("status: %v\n%s", err, out)
+			}
+			want := fmt.Sprintf("agent pid %d: envoy (pid %d, epoch 0) exited by itself after ", p.proc.Pid(), p.envoyPid)
+			if !strings.Contains(string(out), "  last exit:    ") || !strings.Contains(string(out), want) || !strings.Contains(string(out), "("+tc.name+"; no core dumped") {
+				t.Errorf("status lacks the last exit %q...%s:\n%s", want, tc.name, out)
+			}
+			t.Logf("status:\n%s", out)
+			if strings.Contains(string(out), "unit:") {
+				t.Errorf("status names a unit outside systemd:\n%s", out)
+			}
+		})
 	}
 }

@@ -335,3 +335,36 @@ func TestHotRestartCompiledOutSurvivesAgentUpgrade(t *testing.T) {
 		t.Errorf("after the reload Envoy answers %q, want v1", v)
 	}
 }
+
+// TestDrainAtBoundCounted: a reload that drains and restarts Envoy, whose
+// drain reaches termination_drain_duration with a request still held, counts
+// in envoy_agent_drains_incomplete_total{kind="restart"} (the metric of the
+// EnvoyAgentDrainIncomplete alert); a drain that ends at zero does not.
+func TestDrainAtBoundCounted(t *testing.T) {
+	t.Parallel()
+	standIn := writeHotRestartOffStandIn(t, t.TempDir())
+	p := startAgent(t, procOptions{envoy: map[string]string{"binary_path": strconv.Quote(standIn)},
+		agent: map[string]string{"min_drain_duration": `"0s"`, "termination_drain_duration": `"2s"`}})
+	const restart, stop = `envoy_agent_drains_incomplete_total{kind="restart"}`, `envoy_agent_drains_incomplete_total{kind="stop"}`
+	if r, s := p.metric(restart), p.metric(stop); r != "0" || s != "0" {
+		t.Fatalf("before any drain: restart %q, stop %q; want both 0", r, s)
+	}
+	// Nothing held: the drain ends at zero connections.
+	if code, out := p.reload(); code != 0 {
+		t.Fatalf("reload: exit %d: %s", code, out)
+	}
+	if r := p.metric(restart); r != "0" {
+		t.Errorf("after a drain that ended at zero: %s %q, want 0", restart, r)
+	}
+	// A request held past the 2s bound.
+	held := p.slowRequest(false, 20*time.Second)
+	if code, out := p.reload(); code != 0 {
+		t.Fatalf("reload: exit %d: %s", code, out)
+	}
+	if r := p.metric(restart); r != "1" {
+		t.Errorf("after a drain cut at its bound with a request held: %s %q, want 1", restart, r)
+	}
+	if res := <-held; res.err == nil && res.code == 200 {
+		t.Errorf("the held request completed (%d after %s); the drain should have cut it", res.code, res.took)
+	}
+}

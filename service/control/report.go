@@ -45,6 +45,22 @@ type AgentStatus struct {
 	Started       string  `json:"started,omitempty"` // RFC 3339
 	UptimeSeconds float64 `json:"uptime_seconds,omitempty"`
 	StatusAddress string  `json:"status_address,omitempty"`
+	// Unit is the systemd unit the agent runs as, "" outside systemd.
+	Unit string `json:"unit,omitempty"`
+	// Restarts is systemd's NRestarts of Unit: how often systemd restarted
+	// it (its watchdog, or Restart=on-failure). `envoy-agent status` asks
+	// systemctl for it; null when it cannot.
+	Restarts *int `json:"restarts,omitempty"`
+	// PreviousExit is why the agent's previous run ended, as it recorded it
+	// in the unit's state directory; null outside systemd or before any end.
+	PreviousExit *PreviousExit `json:"previous_exit,omitempty"`
+}
+
+// PreviousExit is how an earlier run of the agent ended.
+type PreviousExit struct {
+	At     string `json:"at"`     // RFC 3339
+	Pid    int    `json:"pid"`    // that run's agent pid
+	Reason string `json:"reason"` // the first line of its error, or "stopped"
 }
 
 // EnvoyStatus is the serving Envoy as its admin API describes it; a field

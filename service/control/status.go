@@ -49,6 +49,8 @@ func RequestStatus(ctx context.Context, path string, asJSON bool, out io.Writer)
 	if err != nil {
 		rep = StatusReport{SchemaVersion: StatusSchemaVersion, State: StateStopped, Error: err.Error(),
 			Agent: AgentStatus{Config: path}, Epochs: []EpochStatus{}}
+	} else if rep.Agent.Restarts == nil {
+		rep.Agent.Restarts = unitRestarts(ctx, rep.Agent.Unit)
 	}
 	if asJSON {
 		enc := json.NewEncoder(out)
@@ -107,6 +109,16 @@ func FormatStatus(r StatusReport) string {
 		fmt.Fprintf(&b, "  %-13s %s\n", label+":", fmt.Sprintf(format, args...))
 	}
 	line("agent", "%s, pid %d, up %s, status server %s", r.Agent.Version, r.Agent.Pid, secs(r.Agent.UptimeSeconds), r.Agent.StatusAddress)
+	if r.Agent.Unit != "" {
+		restarts := "systemd's restart count unknown"
+		if r.Agent.Restarts != nil {
+			restarts = fmt.Sprintf("restarted %d times by systemd (NRestarts)", *r.Agent.Restarts)
+		}
+		line("unit", "%s, %s", r.Agent.Unit, restarts)
+	}
+	if pe := r.Agent.PreviousExit; pe != nil {
+		line("last exit", "%s, agent pid %d: %s", pe.At, pe.Pid, pe.Reason)
+	}
 	if e := r.Envoy; e != nil {
 		line("envoy", "%s, hot-restart version %s, base_id %d, admin %s", orUnknown(e.Version), orUnknown(e.HotRestartVersion), e.BaseID, e.Admin)
 		if e.HotRestartVersion == envoy.HotRestartDisabled {
