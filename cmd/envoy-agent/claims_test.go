@@ -83,34 +83,14 @@ func claimSquat() {
 func TestClaimsCannotBeSquatted(t *testing.T) {
 	baseID := testenvoy.BaseID()
 	claimsDir := os.Getenv(service.EnvClaimsDir)
-	squat := exec.Command(testBinCopy)
 	names := fmt.Sprintf("@envoy-agent/base-id/%d", baseID)
-	squat.Env = append(os.Environ(), helperEnv+"=squat", "NAMES="+names,
-		"CLAIM="+filepath.Join(claimsDir, fmt.Sprintf("base-id-%d", baseID)))
-	squat.SysProcAttr = &syscall.SysProcAttr{Credential: nobody}
-	stdin, err := squat.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
+	said := startSquatter(t, "NAMES="+names, "CLAIM="+filepath.Join(claimsDir, fmt.Sprintf("base-id-%d", baseID)))
+	t.Logf("the squatter (uid 65534):\n%s", said)
+	if !strings.Contains(said, "bind "+names+": ok") {
+		t.Fatalf("the squatter could not bind the abstract name; the test proves nothing:\n%s", said)
 	}
-	stdout, err := squat.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := squat.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); _ = squat.Wait() })
-	var said strings.Builder
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() && sc.Text() != "squatting" {
-		said.WriteString(sc.Text() + "\n")
-	}
-	t.Logf("the squatter (uid 65534):\n%s", said.String())
-	if !strings.Contains(said.String(), "bind "+names+": ok") {
-		t.Fatalf("the squatter could not bind the abstract name; the test proves nothing:\n%s", said.String())
-	}
-	if !strings.Contains(said.String(), "create claim file: errno 13") {
-		t.Fatalf("uid 65534 could write in the claims directory %s:\n%s", claimsDir, said.String())
+	if !strings.Contains(said, "create claim file: errno 13") {
+		t.Fatalf("uid 65534 could write in the claims directory %s:\n%s", claimsDir, said)
 	}
 
 	first := startAgent(t, procOptions{envoy: map[string]string{"base_id": fmt.Sprint(baseID)}})
@@ -145,28 +125,9 @@ func TestSquattedHotRestartNamesDoNotStopAStart(t *testing.T) {
 			names = append(names, fmt.Sprintf("envoy_domain_socket_%s_%d", role, uint64(baseID)*10+n))
 		}
 	}
-	squat := exec.Command(testBinCopy)
-	squat.Env = append(os.Environ(), helperEnv+"=squat", "DGRAM_NAMES="+strings.Join(names, ","))
-	squat.SysProcAttr = &syscall.SysProcAttr{Credential: nobody}
-	stdin, err := squat.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := squat.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := squat.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); _ = squat.Wait() })
-	var said strings.Builder
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() && sc.Text() != "squatting" {
-		said.WriteString(sc.Text() + "\n")
-	}
-	if !strings.Contains(said.String(), "bind dgram @"+names[0]+": ok") {
-		t.Fatalf("uid 65534 could not bind the abstract names; the test proves nothing:\n%s", said.String())
+	said := startSquatter(t, "DGRAM_NAMES="+strings.Join(names, ","))
+	if !strings.Contains(said, "bind dgram @"+names[0]+": ok") {
+		t.Fatalf("uid 65534 could not bind the abstract names; the test proves nothing:\n%s", said)
 	}
 	p := startAgent(t, procOptions{noWaitReady: true, envoy: map[string]string{"base_id": fmt.Sprint(baseID)}})
 	if !testenvoy.Eventually(30*time.Second, func() bool { return p.healthz() == 200 }) {
@@ -226,4 +187,32 @@ func TestSquattedClaimsDirDoesNotStopAStart(t *testing.T) {
 		t.Fatalf("the base id claim is not in %s: %v", claims, err)
 	}
 	t.Logf("uid 65534 squats %s; the agent keeps its claims in %s and serves", squatted, claims)
+}
+
+// startSquatter starts this test binary as the squat helper, as uid 65534,
+// with env added to its environment; it holds what it took until the test
+// ends. It returns what the helper said before "squatting".
+func startSquatter(t *testing.T, env ...string) string {
+	t.Helper()
+	squat := exec.Command(testBinCopy)
+	squat.Env = append(append(os.Environ(), helperEnv+"=squat"), env...)
+	squat.SysProcAttr = &syscall.SysProcAttr{Credential: nobody}
+	stdin, err := squat.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := squat.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := squat.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); _ = squat.Wait() })
+	var said strings.Builder
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() && sc.Text() != "squatting" {
+		said.WriteString(sc.Text() + "\n")
+	}
+	return said.String()
 }
