@@ -28,7 +28,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -358,7 +357,7 @@ min_drain_duration = "0s"
 		t.Fatal(err)
 	}
 	ns := testenvoy.NewNotifySocket(t)
-	var stderr syncBuffer
+	var stderr testenvoy.SyncBuffer
 	proc, err := envoykit.Start(a.bin, []string{"run", "--config", a.config}, &stderr,
 		"NOTIFY_SOCKET="+ns.Path, service.EnvClaimsDir+"="+claims)
 	if err != nil {
@@ -380,23 +379,6 @@ min_drain_duration = "0s"
 	a.envoyPid, _ = strconv.Atoi(sm[1])
 	t.Cleanup(func() { _ = syscall.Kill(a.envoyPid, syscall.SIGCONT) })
 	return a
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // writeCertificate writes a self-signed certificate for 127.0.0.1 that
@@ -467,7 +449,7 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	port := testenvoy.FreePort(t)
-	var out syncBuffer
+	var out testenvoy.SyncBuffer
 	proc, err := envoykit.Start(bin, []string{
 		"--config.file=" + filepath.Join(dir, "prometheus.yml"),
 		"--storage.tsdb.path=" + filepath.Join(dir, "tsdb"),

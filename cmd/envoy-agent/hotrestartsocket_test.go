@@ -166,7 +166,7 @@ func TestBareEnvoysHotRestartSocketsAreOpenToAnyUser(t *testing.T) {
 	ports.Upstream = up.Port
 	bootstrap := testenvoy.WriteBootstrap(t, dir, "envoy.yaml", testenvoy.BootstrapOptions{Ports: ports})
 	baseID := testenvoy.BaseID()
-	out := &syncBuffer{}
+	out := &testenvoy.SyncBuffer{}
 	p, err := envoykit.StartEnvoy(testenvoy.Binary(t), bootstrap, baseID, out)
 	if err != nil {
 		t.Fatal(err)

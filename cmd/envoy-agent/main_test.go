@@ -19,7 +19,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -87,24 +86,6 @@ func buildAgent(path string) error {
 	return build.Run()
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type procOptions struct {
 	envoy, agent  map[string]string // TOML values for [envoy] and [agent], over the defaults
 	bootstrap     testenvoy.BootstrapOptions
@@ -126,7 +107,7 @@ type agentProc struct {
 	upstream *testenvoy.Upstream
 	dir      string
 	config   string
-	stderr   *syncBuffer
+	stderr   *testenvoy.SyncBuffer
 	started  time.Time
 	done     <-chan struct{} // closed once the agent has exited
 	envoyPid int
@@ -175,7 +156,7 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := &agentProc{t: t, ports: ports, upstream: up, dir: dir, config: config, stderr: &syncBuffer{}}
+	p := &agentProc{t: t, ports: ports, upstream: up, dir: dir, config: config, stderr: &testenvoy.SyncBuffer{}}
 	p.ns = testenvoy.NewNotifySocket(t)
 	bin := agentBin
 	if o.binary != "" {

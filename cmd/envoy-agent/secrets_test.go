@@ -192,7 +192,7 @@ func TestEnvoyTraceAndDebugAreRefusedSoSecretsStayOut(t *testing.T) {
 	bootstrap := testenvoy.WriteBootstrap(t, dir, "envoy.yaml", testenvoy.BootstrapOptions{Ports: ports, ResponseHeader: secretToken})
 	writeFile(t, bootstrap, readFileT(t, bootstrap)+secrets)
 	baseID := testenvoy.BaseID()
-	var bare syncBuffer
+	var bare testenvoy.SyncBuffer
 	args := envoykit.BareArgs(bootstrap, baseID)
 	for i := range args {
 		if args[i] == "-l" {

@@ -26,7 +26,7 @@ func TestStderrReaderGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	copied := make(chan struct{})
-	var early syncBuffer
+	var early testenvoy.SyncBuffer
 	go func() { _, _ = io.Copy(&early, r); close(copied) }()
 	p := startAgent(t, procOptions{stderrFile: w})
 	w.Close()

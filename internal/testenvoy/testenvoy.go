@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -188,4 +189,25 @@ func WaitAnswers(t testing.TB, l *envoykit.Load, n int64) {
 	if !Eventually(10*time.Second, func() bool { return l.OK() >= from+n }) {
 		t.Fatalf("the load got fewer than %d answers in 10s (%s, last error: %s)", n, l, l.LastErr())
 	}
+}
+
+// SyncBuffer is a bytes.Buffer safe for a writer and a reader: a process's
+// output read while it runs.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String is what was written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
