@@ -6,9 +6,13 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -36,6 +40,15 @@ const (
 // accept queue, as before. A probe's connection is the newest, so the
 // flood's older connections go first, and the probe is answered as soon
 // as its request arrives.
+//
+// A connection whose request sits unread in the kernel is never closed
+// for a new one either: it is about to be answered, and only the agent's
+// own delay (cores busy) kept the server from reading it. Under 200
+// slowloris clients that reconnect as soon as they are cut, 64 new
+// connections came within milliseconds, and a probe whose request had
+// not been read yet was the longest-waiting and was reset, with its
+// request unanswered. A slowloris client's byte is read as it comes; an
+// idle connection has nothing to read.
 //
 // A connection whose answer has not moved for writeStall counts as waiting
 // too: a client that pipelines requests and never reads (or reads with a
@@ -115,16 +128,23 @@ func (l *connLimiter) add(lc *limitConn) bool {
 		return false
 	}
 	if len(l.conns) >= l.max {
-		var oldest time.Time
+		var waiting []*limitConn
 		var stalled *limitConn
 		var stalledSince int64
 		stallBefore := time.Now().Add(-writeStall).UnixNano()
 		for c, s := range l.conns {
-			if s.handling == 0 && (victim == nil || s.since.Before(oldest)) {
-				victim, oldest = c, s.since
+			if s.handling == 0 {
+				waiting = append(waiting, c)
 			}
 			if w := c.writing.Load(); s.handling > 0 && w != 0 && w <= stallBefore && (stalled == nil || w < stalledSince) {
 				stalled, stalledSince = c, w
+			}
+		}
+		slices.SortFunc(waiting, func(a, b *limitConn) int { return l.conns[a].since.Compare(l.conns[b].since) })
+		for _, c := range waiting {
+			if !hasUnreadInput(c.Conn) {
+				victim = c
+				break
 			}
 		}
 		if victim == nil {
@@ -235,3 +255,21 @@ func (c *limitConn) Close() error {
 
 // Unwrap returns the accepted connection.
 func (c *limitConn) Unwrap() net.Conn { return c.Conn }
+
+// hasUnreadInput reports whether c has bytes the server has not read yet
+// in its kernel receive queue (SIOCINQ); false when that cannot be asked.
+func hasUnreadInput(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	if err := raw.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); err != nil {
+		return false
+	}
+	return n > 0
+}

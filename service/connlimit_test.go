@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
 // TestLimitListenerClosesTheLongestWaiting: with two slots, a third
@@ -220,5 +222,57 @@ func TestLimitListenerClosesAStalledWriter(t *testing.T) {
 	ln.lim.mu.Unlock()
 	if !readingKept {
 		t.Fatal("the connection whose answer was being read was closed")
+	}
+}
+
+// TestLimitListenerKeepsAnUnreadRequest: a connection whose request sits
+// unread in the kernel (the server has not got to it yet) is not closed
+// for a new one although it waited longest; an idle one is, and the
+// request is then read whole. Closing it reset the client: under a
+// reconnecting slowloris flood with both cores busy, a probe was reset
+// before the server read its request.
+func TestLimitListenerKeepsAnUnreadRequest(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := newLimitListener(inner, 2, true)
+	defer ln.Close()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	accept := func() net.Conn {
+		c, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	const request = "GET /healthz/ready HTTP/1.1\r\nHost: x\r\n\r\n"
+	asking := dial()
+	served := accept()
+	if _, err := io.WriteString(asking, request); err != nil {
+		t.Fatal(err)
+	}
+	if !testenvoy.Eventually(5*time.Second, func() bool { return hasUnreadInput(served.(*limitConn).Conn) }) {
+		t.Fatal("the request never showed as unread input")
+	}
+	idle := dial()
+	accept()
+	dial()
+	accept() // the asking connection waited longest, but its request is unread
+	_ = idle.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := idle.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("the idle connection was not closed for the new one: %v", err)
+	}
+	got := make([]byte, len(request))
+	_ = served.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(served, got); err != nil || string(got) != request {
+		t.Fatalf("the unread request: %q, %v", got, err)
 	}
 }
