@@ -114,6 +114,19 @@ func (c *readyCache) get(ask func(context.Context) (bool, string)) (bool, string
 	return c.ok, c.why
 }
 
+// put records an answer learnt elsewhere: the start's own wait for LIVE.
+// A probe right after it is then answered at once, not by a first
+// question to an Envoy whose main thread may be busy (scrapers of a large
+// Envoy, both cores busy: the first probes after LIVE waited 2 s and
+// answered 503).
+func (c *readyCache) put(ok bool, why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() {
+		c.ok, c.why, c.at = ok, why, time.Now()
+	}
+}
+
 func (c *readyCache) refresh(ask func(context.Context) (bool, string), flight chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), readyQueryTimeout)
 	defer cancel()

@@ -206,3 +206,28 @@ func TestScrapeCacheSharesAndBounds(t *testing.T) {
 		t.Fatalf("old %d, %d spares after every body was handed back", c.old, len(c.spares))
 	}
 }
+
+// TestReadyCachePut: the start's LIVE, put in the cache, answers the first
+// probe at once, however long Envoy's admin takes to answer the question
+// the probe starts; an answer already asked is not overwritten.
+func TestReadyCachePut(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	ask := func(context.Context) (bool, string) { <-release; return false, "PRE_INITIALIZING" }
+	c := readyCache{}
+	c.put(true, "LIVE")
+	got := make(chan string, 1)
+	go func() { _, why := c.get(ask); got <- why }()
+	select {
+	case why := <-got:
+		if why != "LIVE" {
+			t.Fatalf("the first probe after put: %q, want LIVE", why)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first probe after put waited for Envoy's admin")
+	}
+	c.put(false, "DRAINING")
+	if _, why := c.get(ask); why != "LIVE" {
+		t.Fatalf("put overwrote an answer: %q", why)
+	}
+}

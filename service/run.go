@@ -258,6 +258,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 		s.recordExit(err)
 		return err
 	}
+	status.cache.put(true, "LIVE")
 	go s.watchInstalledEnvoy(serveCtx)
 	done := ctx.Done()
 	for {
