@@ -414,6 +414,33 @@ func (e *Envoy) ActiveConnections(ctx context.Context) (int, error) {
 	return 0, err
 }
 
+// epochListening reports whether process p still holds a listening TCP
+// socket, that is, whether it may still accept connections. A replaced
+// epoch closes its listening sockets when the new epoch, past LIVE, tells
+// it to drain; until then a connection can still land on it, and ending
+// it then cuts that connection's request.
+func (e *Envoy) epochListening(p *process) (bool, error) {
+	held, err := socketInodes(p.pid)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+		return false, nil // it has exited
+	}
+	if err != nil {
+		return false, err
+	}
+	e.conns.mu.Lock()
+	entries, err := e.conns.sockets([]int{p.pid})
+	e.conns.mu.Unlock()
+	if err != nil {
+		return false, err
+	}
+	for _, s := range entries {
+		if s.state == tcpListen && held[s.inode] {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // epochConnections counts the downstream connections process p holds.
 func (e *Envoy) epochConnections(p *process) (int, error) {
 	return e.countConnections(p)

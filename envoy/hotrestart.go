@@ -153,10 +153,11 @@ const drainingEpochPoll = 100 * time.Millisecond
 const replacedExitGrace = 5 * time.Second
 
 // DrainingEpoch is an epoch that a hot restart replaced and that still
-// holds downstream connections.
+// holds downstream connections, or still accepts new ones.
 type DrainingEpoch struct {
 	Epoch, Pid  int
 	Connections int           // -1 when they cannot be counted
+	Listening   bool          // it has not closed its listening sockets yet
 	Left        time.Duration // until Envoy ends it (its parent_shutdown_duration)
 }
 
@@ -177,7 +178,11 @@ func (e *Envoy) markReplaced(old *process, cfg ProxyConfig) {
 }
 
 // WaitForDrainingEpochs waits until no epoch that a hot restart replaced
-// still holds a downstream connection: each has closed them all or exited.
+// still holds a downstream connection or a listening socket: each has
+// stopped accepting and closed every connection, or exited. (A replaced
+// epoch stops accepting only when the new one, just past LIVE, tells it to
+// drain: counted at zero connections before that, it could still take a
+// connection and be ended with its request in flight.)
 // Call it before HotRestart: Envoy keeps two generations at most, so
 // starting epoch N+2 ends epoch N at once, cutting whatever it still
 // serves. The wait for an epoch ends at the latest when Envoy itself ends
@@ -228,8 +233,12 @@ func (e *Envoy) drainingEpoch() (DrainingEpoch, bool) {
 		if err != nil {
 			n = -1
 		}
-		if n != 0 {
-			return DrainingEpoch{Epoch: o.p.epoch, Pid: o.p.pid, Connections: n, Left: o.deadline.Sub(now)}, true
+		listening, err := e.epochListening(o.p)
+		if err != nil {
+			listening = true // unknown: wait, as for connections that cannot be counted
+		}
+		if n != 0 || listening {
+			return DrainingEpoch{Epoch: o.p.epoch, Pid: o.p.pid, Connections: n, Listening: listening, Left: o.deadline.Sub(now)}, true
 		}
 	}
 	return DrainingEpoch{}, false

@@ -167,3 +167,33 @@ func TestHotRestartWithoutSharedMemoryIsRefused(t *testing.T) {
 		t.Fatalf("the serving Envoy was touched: %+v %v, pid %d -> %d", r, err, pid, le.proxy.Pid())
 	}
 }
+
+// TestDrainWaitCoversAReplacedEpochStillAccepting: a serving epoch holds
+// its listening sockets; once replaced, WaitForDrainingEpochs returns only
+// when it has closed them (or exited), not merely when it has no
+// connection: between the new epoch's LIVE and its word to drain, the old
+// one still accepts, and a hot restart then would end it with a request
+// it had just taken.
+func TestDrainWaitCoversAReplacedEpochStillAccepting(t *testing.T) {
+	t.Parallel()
+	le := startAgent(t, agentOptions{termination: 5 * time.Second, minDrain: time.Second, drainDuration: time.Second})
+	old := le.proxy.serving()
+	if listening, err := le.proxy.epochListening(old); err != nil || !listening {
+		t.Fatalf("the serving epoch: listening %v, %v; want true", listening, err)
+	}
+	cfg := le.proxy.config()
+	cfg.ConfigPath = le.bootstrap(t, "v1.yaml", "v1")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := le.proxy.HotRestart(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	var reports []DrainingEpoch
+	if _, err := le.proxy.WaitForDrainingEpochs(ctx, func(d DrainingEpoch) { reports = append(reports, d) }); err != nil {
+		t.Fatal(err)
+	}
+	if listening, err := le.proxy.epochListening(old); err != nil || listening {
+		t.Fatalf("epoch 0 after the wait: listening %v, %v; want false", listening, err)
+	}
+	t.Logf("the wait reported %d times: %+v", len(reports), reports)
+}

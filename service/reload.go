@@ -430,8 +430,8 @@ func (s *supervisor) waitForDrainingEpochs(ctx context.Context, progress func(st
 	var last envoy.DrainingEpoch
 	waited, err := s.proxy.WaitForDrainingEpochs(ctx, func(d envoy.DrainingEpoch) {
 		if last.Pid == 0 {
-			msg := fmt.Sprintf("the configuration is valid; waiting for epoch %d (pid %d, %d active connections) to finish draining, at most %s (until its parent_shutdown_duration ends it), before starting a new epoch",
-				d.Epoch, d.Pid, d.Connections, d.Left.Round(time.Second))
+			msg := fmt.Sprintf("the configuration is valid; waiting for epoch %d (pid %d, %s) to finish draining, at most %s (until its parent_shutdown_duration ends it), before starting a new epoch",
+				d.Epoch, d.Pid, drainingWhat(d), d.Left.Round(time.Second))
 			s.log.WithFields(logrus.Fields{"event": "reload_wait", "epoch": d.Epoch, "pid": d.Pid, "connections": d.Connections, "left_ms": d.Left.Milliseconds()}).
 				Infof("reload: %s", msg)
 			s.notify.ExtendTimeout(d.Left + 2*s.config().Agent.StartTimeout.D() + config.ValidateTimeout)
@@ -440,8 +440,8 @@ func (s *supervisor) waitForDrainingEpochs(ctx context.Context, progress func(st
 			}
 		}
 		last = d
-		s.notify.Status(fmt.Sprintf("%s; reload waiting for epoch %d (pid %d) to finish draining: %d active connections, at most %s left",
-			s.liveStatus(), d.Epoch, d.Pid, d.Connections, d.Left.Round(time.Second)))
+		s.notify.Status(fmt.Sprintf("%s; reload waiting for epoch %d (pid %d) to finish draining: %s, at most %s left",
+			s.liveStatus(), d.Epoch, d.Pid, drainingWhat(d), d.Left.Round(time.Second)))
 	})
 	if last.Pid == 0 {
 		return 0, "", err
@@ -452,6 +452,15 @@ func (s *supervisor) waitForDrainingEpochs(ctx context.Context, progress func(st
 	}
 	s.log.WithFields(logrus.Fields{"event": "reload_wait", "epoch": last.Epoch, "pid": last.Pid, "waited_ms": waited.Milliseconds()}).Infof("reload: %s", note)
 	return waited, note, nil
+}
+
+// drainingWhat says what a draining epoch still holds.
+func drainingWhat(d envoy.DrainingEpoch) string {
+	what := fmt.Sprintf("%d active connections", d.Connections)
+	if d.Listening {
+		what += ", still accepting new ones"
+	}
+	return what
 }
 
 // requestReload asks for a reload and waits for its result; reloads are
