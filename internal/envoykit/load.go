@@ -143,6 +143,9 @@ func StartLoadUntilCleanup(t TestingT, o LoadOptions) *Load {
 	t.Cleanup(func() {
 		l.Stop()
 		t.Logf("load %s", l)
+		if errs := l.Errors(); len(errs) > 0 {
+			t.Logf("load failures: %s", strings.Join(errs, "; "))
+		}
 	})
 	return l
 }
@@ -163,7 +166,9 @@ func (l *Load) record(s Sample, why string) {
 	}
 	l.lastErr = why
 	if len(l.errs) < maxErrs {
-		l.errs = append(l.errs, why)
+		// When it was sent, on the wall clock, to set against the
+		// timestamps of the agent's and Envoy's logs.
+		l.errs = append(l.errs, fmt.Sprintf("%s (sent at %s, after %s)", why, l.start.Add(s.At).UTC().Format("15:04:05.000"), s.Latency.Round(time.Millisecond)))
 	}
 }
 
