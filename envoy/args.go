@@ -5,8 +5,8 @@ package envoy
 import (
 	"net/netip"
 	"strconv"
-	"strings"
 
+	"github.com/envoy-agent/envoy-agent/envoy/cli"
 	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 )
 
@@ -89,17 +89,4 @@ func ipVersion(nodeIPs []string) string {
 // SplitLogLevel splits an Istio-style level ("info" or
 // "warning,upstream:debug,http:trace") into the base level and the
 // component part.
-func SplitLogLevel(level string) (base, components string) {
-	var comps []string
-	for _, part := range strings.Split(level, ",") {
-		part = strings.TrimSpace(part)
-		switch {
-		case part == "":
-		case strings.Contains(part, ":"):
-			comps = append(comps, part)
-		default:
-			base = part
-		}
-	}
-	return base, strings.Join(comps, ",")
-}
+func SplitLogLevel(level string) (base, components string) { return cli.SplitLogLevel(level) }

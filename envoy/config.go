@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/envoy-agent/envoy-agent/envoy/cli"
 )
 
 // ProxyConfig describes one Envoy: how to launch it and how to reach its admin
@@ -114,8 +116,8 @@ func loggerOrNop(l Logger) Logger {
 
 // Defaults, matching Istio's where Istio has one.
 const (
-	DefaultDrainDuration          = 45 * time.Second
-	DefaultParentShutdownDuration = 60 * time.Second
+	DefaultDrainDuration          = cli.DefaultDrainDuration
+	DefaultParentShutdownDuration = cli.DefaultParentShutdownDuration
 	DefaultQuitGrace              = 5 * time.Second
 	defaultFileFlushInterval      = time.Second
 )

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
@@ -156,9 +157,36 @@ func (s *supervisor) setHotRestartVersion(v string) {
 	s.mu.Unlock()
 }
 
+// proxyConfigOf maps the configuration's [envoy] table (and the run
+// directory and localhost) onto the envoy package's ProxyConfig. It lives
+// here, not in the config package, so that the config package links
+// nothing of the envoy package.
+func proxyConfigOf(c *config.Config) envoy.ProxyConfig {
+	e := c.Envoy
+	return envoy.ProxyConfig{
+		LogLevel:               e.LogLevel,
+		ComponentLogLevel:      e.ComponentLogLevel,
+		NodeIPs:                e.NodeIPs,
+		Sidecar:                e.DrainInboundOnly,
+		LogAsJSON:              e.LogAsJSON,
+		BinaryPath:             e.BinaryPath,
+		ConfigPath:             e.ConfigPath,
+		AdminPort:              int32(e.AdminPort),
+		AdminSocket:            e.AdminSocket,
+		DrainDuration:          durationpb.New(e.DrainDuration.D()),
+		Concurrency:            e.Concurrency,
+		ParentShutdownDuration: durationpb.New(e.ParentShutdownDuration.D()),
+		BaseID:                 e.BaseID,
+		ExtraArgs:              e.ExtraArgs,
+		RunDir:                 c.RunDir(),
+		LocalHost:              c.Agent.Localhost,
+		AllowRemoteAdmin:       e.AllowRemoteAdmin,
+	}
+}
+
 // proxyConfig is cfg's ProxyConfig with the agent's logger and output.
 func (s *supervisor) proxyConfig(cfg *config.Config) envoy.ProxyConfig {
-	pc := cfg.ProxyConfig()
+	pc := proxyConfigOf(cfg)
 	pc.Logger = s.log
 	pc.Stderr = systemd.EnvoyOutputFor(s.stderr)
 	pc.Stdout = systemd.EnvoyOutputFor(s.stderr)

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
@@ -29,7 +28,7 @@ type bootstrapAdmin struct {
 // which words it better. A file too large to parse in bounded memory
 // (bootyaml.Decode) is an error.
 func readBootstrapAdmin(path string) (admin bootstrapAdmin, ok bool, err error) {
-	data, err := safefile.ReadRegular(path, envoy.MaxBootstrapSize)
+	data, err := safefile.ReadRegular(path, bootyaml.MaxSize)
 	if err != nil {
 		return bootstrapAdmin{}, false, err
 	}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/envoy/cli"
 	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/envoy/versions"
 )
@@ -156,7 +156,7 @@ func (c *Config) check(ps *problems) {
 	default:
 		c.warnTCPAdmin()
 	}
-	base, comps := envoy.SplitLogLevel(e.LogLevel)
+	base, comps := cli.SplitLogLevel(e.LogLevel)
 	if base != "" && !slices.Contains(envoyLogLevels, base) {
 		ps.add("envoy.log_level", "unknown level %q (one of %s)", base, strings.Join(envoyLogLevels, ", "))
 	}

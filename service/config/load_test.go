@@ -57,10 +57,9 @@ exit_on_zero_active_connections = true
 	if cfg.Envoy.ConfigPath != filepath.Join(dir, "envoy.yaml") {
 		t.Errorf("config_path = %q, want it resolved against the file's folder", cfg.Envoy.ConfigPath)
 	}
-	pc := cfg.ProxyConfig()
-	if pc.DrainDuration.AsDuration() != 10*time.Second || pc.ParentShutdownDuration.AsDuration() != 15*time.Second ||
-		pc.BaseID != 3 || pc.AdminPort != 15000 || pc.BinaryPath != bin || len(pc.NodeIPs) != 1 {
-		t.Errorf("ProxyConfig = %+v", pc)
+	if e := cfg.Envoy; e.DrainDuration.D() != 10*time.Second || e.ParentShutdownDuration.D() != 15*time.Second ||
+		e.BaseID != 3 || e.AdminPort != 15000 || e.BinaryPath != bin || len(e.NodeIPs) != 1 {
+		t.Errorf("[envoy] = %+v", e)
 	}
 	if cfg.Agent.TerminationDrainDuration.D() != 7*time.Second || cfg.Agent.MinDrainDuration.D() != 2*time.Second ||
 		!cfg.Agent.ExitOnZeroActiveConnections || cfg.Agent.StatusPort != 15020 || cfg.Agent.StartTimeout.D() != time.Minute {

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/envoy/cli"
 )
 
 // Config is the agent's configuration file, /etc/envoy-agent/config.toml.
@@ -142,8 +142,8 @@ func DefaultConfig() Config {
 			BinaryPath:             "envoy",
 			ConfigPath:             "/etc/envoy/envoy.yaml",
 			LogLevel:               "info",
-			DrainDuration:          Duration(envoy.DefaultDrainDuration),
-			ParentShutdownDuration: Duration(envoy.DefaultParentShutdownDuration),
+			DrainDuration:          Duration(cli.DefaultDrainDuration),
+			ParentShutdownDuration: Duration(cli.DefaultParentShutdownDuration),
 		},
 		Agent: AgentConfig{
 			Localhost:                "127.0.0.1",
