@@ -35,7 +35,7 @@ func (c ProxyConfig) args(epoch int, adminAddressPath, hotRestartSocket string) 
 		)
 		if hotRestartSocket != "" {
 			// Files private to the agent's user, not abstract names any
-			// local user can reach (hotrestartsocket.go).
+			// local user can reach (hostfiles.HotRestartSocketPrefix).
 			a = append(a, "--socket-path", hotRestartSocket, "--socket-mode", hostfiles.HotRestartSocketMode)
 		}
 	}

@@ -42,7 +42,7 @@ type Envoy struct {
 	runDir     string
 	runDirErr  error
 	ownRunDir  bool
-	// hotRestartSocket is Envoy's --socket-path (hotrestartsocket.go); ""
+	// hotRestartSocket is Envoy's --socket-path (hostfiles.HotRestartSocketPrefix); ""
 	// only for epochs adopted from an agent that ran Envoy with the
 	// abstract sockets, whose successors must find them there.
 	hotRestartSocket string

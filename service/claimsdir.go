@@ -14,7 +14,7 @@ import (
 )
 
 // EnvClaimsDir overrides where the agents of a host keep their claims
-// (clash.go). Every agent that is to see the others' claims must use the
+// (claims.go). Every agent that is to see the others' claims must use the
 // same directory.
 const EnvClaimsDir = "ENVOY_AGENT_CLAIMS_DIR"
 

@@ -19,7 +19,7 @@ import (
 // balancers: GET /healthz/ready answers 200 while Envoy is LIVE and not
 // draining, else 503. Peers that are not on loopback get 403. Everything
 // that changes the service (quit, drain, reload) is on the control socket
-// (controlServer), which only the service's operators can use.
+// (control.Server), which only the service's operators can use.
 type statusServer struct {
 	log   *logrus.Logger
 	ready func(context.Context) (bool, string)

@@ -39,8 +39,8 @@ func (e *StartError) Error() string {
 // readyPollMin for readyPollBrisk (most Envoys are LIVE by then), then
 // easing to readyPollMax. READY=1 comes on average half a poll after LIVE,
 // and a bare Envoy is LIVE about 50 ms after its exec: 2 ms keeps that
-// within the 5 % the start is held to (issue 22), for one admin GET per
-// poll on a kept connection.
+// within the 5 % the start is held to (make bench: READY against a bare
+// Envoy's LIVE), for one admin GET per poll on a kept connection.
 const (
 	readyPollMin   = 2 * time.Millisecond
 	readyPollMax   = 50 * time.Millisecond
