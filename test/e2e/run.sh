@@ -554,7 +554,14 @@ restarted_by_itself() {
 		{ ct_run journalctl -u "$UNIT" -n 20 --no-pager; fail "no restart within ${limit}s"; }
 	wait_for 60 unit_is active || fail "unit not active again"
 	echo "detail: restarted after $((SECONDS - start))s, NRestarts $n0 -> $(prop NRestarts), MainPID $pid0 -> $(prop MainPID)"
-	[ "$(prop MainPID)" != "$pid0" ] && expect_body
+	[ "$(prop MainPID)" != "$pid0" ] && expect_body || return 1
+	# envoy-agent status shows systemd's own restart count and how the previous run ended.
+	local st n
+	n=$(prop NRestarts)
+	st=$(ct_run envoy-agent status 2>&1) || true
+	echo "$st" | grep -q "restarted $n times by systemd (NRestarts)" || fail "status does not show NRestarts $n: $st"
+	echo "$st" | grep -q "last exit:" || fail "status does not show how the previous run ended: $st"
+	echo "detail: status: $(echo "$st" | grep -E 'unit:|last exit:' | tr -s ' ' | tr '\n' ';')"
 }
 
 kill9() {
