@@ -62,7 +62,7 @@ func (s *supervisor) reloadingStatus() string {
 func (s *supervisor) drainAndRestart(cfg *config.Config, copied, next string) (int, error) {
 	a := cfg.Agent
 	old := s.proxy.Pid()
-	s.notify.ExtendTimeout(a.TerminationDrainDuration.D() + 2*a.StartTimeout.D() + config.ValidateTimeout)
+	s.notify.ExtendTimeout(a.TerminationDrainDuration.D() + cfg.ReloadBound())
 	s.setRestarting(true)
 	defer s.setRestarting(false)
 	pc := s.proxyConfig(cfg)

@@ -249,7 +249,7 @@ func (s *supervisor) prepareReload(nested bool) (*preparedReload, control.Reload
 	from := s.proxy.Epoch()
 	if !nested {
 		s.notify.Reloading(s.reloadingStatus())
-		s.notify.ExtendTimeout(2*s.config().Agent.StartTimeout.D() + config.ValidateTimeout)
+		s.notify.ExtendTimeout(s.config().ReloadBound())
 	}
 	p, err := s.checkReload()
 	if err == nil {
@@ -434,7 +434,7 @@ func (s *supervisor) waitForDrainingEpochs(ctx context.Context, progress func(st
 				d.Epoch, d.Pid, drainingWhat(d), d.Left.Round(time.Second))
 			s.log.WithFields(logrus.Fields{"event": "reload_wait", "epoch": d.Epoch, "pid": d.Pid, "connections": d.Connections, "left_ms": d.Left.Milliseconds()}).
 				Infof("reload: %s", msg)
-			s.notify.ExtendTimeout(d.Left + 2*s.config().Agent.StartTimeout.D() + config.ValidateTimeout)
+			s.notify.ExtendTimeout(d.Left + s.config().ReloadBound())
 			if progress != nil {
 				progress(msg)
 			}

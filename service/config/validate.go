@@ -18,6 +18,15 @@ import (
 // ValidateTimeout bounds `envoy --mode validate`.
 const ValidateTimeout = 60 * time.Second
 
+// ReloadBound is the longest one reload takes once it has begun: the
+// validation (ValidateTimeout), the new epoch's start and, should that
+// fail, the start that restores the serving configuration (start_timeout
+// each). systemd's EXTEND_TIMEOUT_USEC during a reload and the reload
+// client's wait are made of it.
+func (c *Config) ReloadBound() time.Duration {
+	return 2*c.Agent.StartTimeout.D() + ValidateTimeout
+}
+
 // Validate checks the configuration file at path and has Envoy validate its
 // bootstrap (envoy --mode validate), without starting anything. It writes
 // each warning, then "OK" and a summary to out, or returns a *ConfigError listing every problem.

@@ -43,7 +43,9 @@ func RequestReload(ctx context.Context, path string, out io.Writer) error {
 		return err
 	}
 	sock := cfg.ControlSocketPath()
-	ctx, cancel := context.WithTimeout(ctx, 2*cfg.Agent.StartTimeout.D()+2*config.ValidateTimeout)
+	// One validation more than a reload takes: a reload may wait behind one
+	// whose validation is under way.
+	ctx, cancel := context.WithTimeout(ctx, cfg.ReloadBound()+config.ValidateTimeout)
 	defer cancel()
 	resp, server, err := controlRequest(ctx, sock, http.MethodPost, "/reload", reloadProgressType)
 	if ue := (*config.UntrustedControlError)(nil); errors.As(err, &ue) {
