@@ -79,34 +79,54 @@ func (a *Agent) terminate() {
 	if err := a.proxy.Drain(false); err != nil {
 		a.log.Warnf("drain: %v", err)
 	}
-	reason := a.waitDrain(start, termination, minDrain, exitOnZero)
-	a.onProgress(DrainProgress{Elapsed: time.Since(start), ActiveConnections: a.connections(), Done: true, Reason: reason,
-		AtBound: reason == drainBoundReason})
+	reason := drainWait{min: minDrain, max: termination, untilZero: exitOnZero, poll: a.pollInterval, count: a.connections,
+		exited: a.exited, cut: a.cut, report: func(p DrainProgress) { a.onProgress(p) }}.run(start)
 	a.log.Infof("drain ended after %s: %s", time.Since(start).Round(time.Millisecond), reason)
 	a.abortCh <- errAbort
 }
 
-func (a *Agent) waitDrain(start time.Time, termination, minDrain time.Duration, exitOnZero bool) string {
-	deadline := start.Add(termination)
-	earliest := start.Add(minDrain)
-	tick := time.NewTicker(a.pollInterval)
+// drainWait is the one wait of a drain, at a stop (Agent.terminate) and
+// before a restart (Envoy.waitRestartDrain): at least min, then, when
+// untilZero, until no connection is left, at most max; it ends early when
+// exited or cut is closed. Every poll is reported, and the last report has
+// Done and the reason run returns.
+type drainWait struct {
+	min, max  time.Duration
+	untilZero bool
+	poll      time.Duration
+	count     func() int // -1 when the connections cannot be counted
+	exited    <-chan struct{}
+	cut       <-chan struct{}
+	report    func(DrainProgress)
+}
+
+// run waits from start and returns why the wait ended.
+func (w drainWait) run(start time.Time) string {
+	reason := w.wait(start)
+	w.report(DrainProgress{Elapsed: time.Since(start), ActiveConnections: w.count(), Done: true, Reason: reason, AtBound: reason == drainBoundReason})
+	return reason
+}
+
+func (w drainWait) wait(start time.Time) string {
+	deadline, earliest := start.Add(w.max), start.Add(min(w.min, w.max))
+	tick := time.NewTicker(w.poll)
 	defer tick.Stop()
 	end := time.NewTimer(time.Until(deadline))
 	defer end.Stop()
 	for {
 		select {
-		case <-a.exited:
+		case <-w.exited:
 			return "envoy exited"
-		case <-a.cut:
+		case <-w.cut:
 			return "drain cut short"
 		case <-end.C:
 			return drainBoundReason
 		case <-tick.C:
 		}
 		now := time.Now()
-		n := a.connections()
-		a.onProgress(DrainProgress{Elapsed: now.Sub(start), Remaining: deadline.Sub(now), ActiveConnections: n})
-		if exitOnZero && n == 0 && !now.Before(earliest) {
+		n := w.count()
+		w.report(DrainProgress{Elapsed: now.Sub(start), Remaining: deadline.Sub(now), ActiveConnections: n})
+		if w.untilZero && n == 0 && !now.Before(earliest) {
 			return "no active connections left"
 		}
 	}

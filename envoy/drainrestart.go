@@ -153,16 +153,6 @@ func (e *Envoy) DrainAndRestartFrom(ctx context.Context, cfg ProxyConfig, copied
 // plan.MaxDrain; it ends early when Envoy exits or ctx ends. It returns why
 // it ended.
 func (e *Envoy) waitRestartDrain(ctx context.Context, old *process, start time.Time, plan RestartPlan) string {
-	deadline, earliest := start.Add(plan.MaxDrain), start.Add(min(plan.MinDrain, plan.MaxDrain))
-	tick := time.NewTicker(DefaultDrainPollInterval)
-	defer tick.Stop()
-	end := time.NewTimer(time.Until(deadline))
-	defer end.Stop()
-	report := func(p DrainProgress) {
-		if plan.Progress != nil {
-			plan.Progress(p)
-		}
-	}
 	count := func() int {
 		cctx, cancel := context.WithTimeout(ctx, drainPollTimeoutFloor)
 		defer cancel()
@@ -172,27 +162,13 @@ func (e *Envoy) waitRestartDrain(ctx context.Context, old *process, start time.T
 		}
 		return n
 	}
-	done := func(reason string) string {
-		report(DrainProgress{Elapsed: time.Since(start), ActiveConnections: count(), Done: true, Reason: reason, AtBound: reason == drainBoundReason})
-		return reason
-	}
-	for {
-		select {
-		case <-old.done:
-			return done("envoy exited")
-		case <-ctx.Done():
-			return done("drain cut short")
-		case <-end.C:
-			return done(drainBoundReason)
-		case <-tick.C:
-		}
-		now := time.Now()
-		n := count()
-		report(DrainProgress{Elapsed: now.Sub(start), Remaining: deadline.Sub(now), ActiveConnections: n})
-		if n == 0 && !now.Before(earliest) {
-			return done("no active connections left")
+	report := func(p DrainProgress) {
+		if plan.Progress != nil {
+			plan.Progress(p)
 		}
 	}
+	return drainWait{min: plan.MinDrain, max: plan.MaxDrain, untilZero: true, poll: DefaultDrainPollInterval, count: count,
+		exited: old.done, cut: ctx.Done(), report: report}.run(start)
 }
 
 // stopEpochs stops the serving epoch through its admin API and any epoch
