@@ -13,7 +13,7 @@ VERSION ?= $(or $(shell git describe --tags --always --dirty 2>/dev/null),0.0.0)
 GO      ?= go
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build run test lint fuzz envoy clean
+.PHONY: all build run test test-unit lint fuzz envoy clean
 
 all: build
 
@@ -43,6 +43,12 @@ endif
 test: envoy
 	@echo "test: -shuffle=$(SHUFFLE) (replay this order: make test SHUFFLE=$(SHUFFLE))"
 	$(GO) test -race -count=1 -shuffle=$(SHUFFLE) $(MODULE_PKGS)
+
+# The fast tier: every test that needs no real Envoy (parsers, caches, limits, checks, the
+# agent's logic with fakes), in about a minute; the tests that run Envoy skip (envoykit.UnitTier).
+# Not a replacement for make test, which runs them all.
+test-unit:
+	ENVOY_AGENT_TEST_TIER=unit $(GO) test -count=1 -shuffle=$(SHUFFLE) $(MODULE_PKGS)
 
 # Each fuzz target for a fixed number of inputs (a count, not a duration: a
 # -fuzztime duration can end while an input is being minimized, which Go

@@ -17,8 +17,8 @@ import (
 // table, results.json and reload.svg, with the numbers each scenario
 // promises.
 func TestBenchSmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the benchmark smoke run takes about 20 s")
+	if testing.Short() || envoykit.UnitTier() {
+		t.Skip("the benchmark smoke run takes about 20 s and runs the real Envoy: make test")
 	}
 	envoyBin, err := envoykit.FindEnvoy("")
 	if err != nil {

@@ -24,6 +24,14 @@ import (
 // the two equal).
 const PinnedEnvoyVersion = "1.40.0"
 
+// EnvTestTier, set to "unit" (make test-unit), makes every test that runs
+// the real Envoy skip, leaving the fast tier: parsers, caches, limits,
+// checks and the agent's logic with fakes.
+const EnvTestTier = "ENVOY_AGENT_TEST_TIER"
+
+// UnitTier reports whether only the fast tier runs (EnvTestTier=unit).
+func UnitTier() bool { return os.Getenv(EnvTestTier) == "unit" }
+
 // FindEnvoy returns the real Envoy to run, with the Makefile's precedence:
 // explicit when it is set (a flag), else $ENVOY_BIN, else an envoy on PATH,
 // else the pinned download (PinnedEnvoyPath). The

@@ -102,6 +102,9 @@ func TestLoadKindsOnAServerThatClosesIdleConnections(t *testing.T) {
 // Through a real Envoy, a steady load of each client kind all succeeds and
 // carries the bootstrap's x-config-version.
 func TestLoadThroughEnvoy(t *testing.T) {
+	if UnitTier() {
+		t.Skip("runs the real Envoy: make test")
+	}
 	bin, err := FindEnvoy("")
 	if err != nil {
 		t.Fatal(err)

@@ -21,9 +21,14 @@ import (
 )
 
 // Binary returns the real Envoy the tests run (envoykit.FindEnvoy). It fails
-// the test when there is none: these tests are not to be skipped.
+// the test when there is none: these tests are not to be skipped, except by
+// make test-unit, the fast tier (envoykit.UnitTier), which leaves them to
+// make test.
 func Binary(t testing.TB) string {
 	t.Helper()
+	if envoykit.UnitTier() {
+		t.Skip("runs the real Envoy: make test (this is make test-unit)")
+	}
 	p, err := envoykit.FindEnvoy("")
 	if err != nil {
 		t.Fatal(err)
