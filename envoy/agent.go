@@ -23,8 +23,6 @@ type Agent struct {
 	exitOnZeroActiveConnections bool
 	localhost                   string
 	adminPort                   int
-	statusPort                  int
-	prometheusPort              int
 
 	admin *AdminClient
 	log   Logger
@@ -62,9 +60,15 @@ func (a *Agent) drainSettings() (termination, minDrain time.Duration, exitOnZero
 // NewAgent returns an Agent for proxy. terminationDrainDuration bounds a stop's
 // drain; minDrainDuration is the least it waits before it may end early at
 // zero active connections (exitOnZeroActiveConnections). adminPort is Envoy's
-// admin port on localhost; statusPort and prometheusPort are the agent's own.
+// admin port on localhost.
+//
+// statusPort and prometheusPort keep Istio's signature and have no effect
+// here. Istio serves them through Envoy listeners and leaves those out of
+// the drain's connection count; envoy-agent serves both itself, so Envoy
+// never holds a connection on them, and the count (every epoch's sockets
+// on Envoy's listening addresses) has nothing of theirs to leave out.
 func NewAgent(proxy Proxy, terminationDrainDuration, minDrainDuration time.Duration, localhost string,
-	adminPort, statusPort, prometheusPort int, exitOnZeroActiveConnections bool) *Agent {
+	adminPort, _, _ int, exitOnZeroActiveConnections bool) *Agent {
 	return &Agent{
 		proxy:                       proxy,
 		terminationDrainDuration:    terminationDrainDuration,
@@ -72,8 +76,6 @@ func NewAgent(proxy Proxy, terminationDrainDuration, minDrainDuration time.Durat
 		exitOnZeroActiveConnections: exitOnZeroActiveConnections,
 		localhost:                   localhost,
 		adminPort:                   adminPort,
-		statusPort:                  statusPort,
-		prometheusPort:              prometheusPort,
 		admin:                       adminFor(proxy, localhost, adminPort),
 		log:                         nopLogger{},
 		abortCh:                     make(chan error, 1),
