@@ -148,27 +148,7 @@ func TestLimitListenerWithoutEvictionWaits(t *testing.T) {
 // (a client that never reads), and that connection is closed for it; an
 // answer a client reads is never closed for it.
 func TestLimitListenerClosesAStalledWriter(t *testing.T) {
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln := newLimitListener(inner, 2, true)
-	defer ln.Close()
-	dial := func() net.Conn {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	accept := func() *limitConn {
-		c, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.(*limitConn)
-	}
+	ln, dial, accept := twoSlots(t)
 	stalledClient, readingClient := dial(), dial()
 	stalled, reading := accept(), accept()
 	ln.lim.mark(stalled, 1)
@@ -232,34 +212,14 @@ func TestLimitListenerClosesAStalledWriter(t *testing.T) {
 // reconnecting slowloris flood with both cores busy, a probe was reset
 // before the server read its request.
 func TestLimitListenerKeepsAnUnreadRequest(t *testing.T) {
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln := newLimitListener(inner, 2, true)
-	defer ln.Close()
-	dial := func() net.Conn {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	accept := func() net.Conn {
-		c, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	_, dial, accept := twoSlots(t)
 	const request = "GET /healthz/ready HTTP/1.1\r\nHost: x\r\n\r\n"
 	asking := dial()
 	served := accept()
 	if _, err := io.WriteString(asking, request); err != nil {
 		t.Fatal(err)
 	}
-	if !testenvoy.Eventually(5*time.Second, func() bool { return hasUnreadInput(served.(*limitConn).Conn) }) {
+	if !testenvoy.Eventually(5*time.Second, func() bool { return hasUnreadInput(served.Conn) }) {
 		t.Fatal("the request never showed as unread input")
 	}
 	idle := dial()
@@ -275,4 +235,32 @@ func TestLimitListenerKeepsAnUnreadRequest(t *testing.T) {
 	if _, err := io.ReadFull(served, got); err != nil || string(got) != request {
 		t.Fatalf("the unread request: %q, %v", got, err)
 	}
+}
+
+// twoSlots is a limit listener of two slots with eviction, closed at the
+// test's end, and its dial and accept, which fail the test on an error.
+func twoSlots(t *testing.T) (*limitListener, func() net.Conn, func() *limitConn) {
+	t.Helper()
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := newLimitListener(inner, 2, true)
+	t.Cleanup(func() { ln.Close() })
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	accept := func() *limitConn {
+		c, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.(*limitConn)
+	}
+	return ln, dial, accept
 }
