@@ -41,9 +41,10 @@ const (
 // flood's older connections go first, and the probe is answered as soon
 // as its request arrives.
 //
-// A connection whose request sits unread in the kernel is never closed
-// for a new one either: it is about to be answered, and only the agent's
-// own delay (cores busy) kept the server from reading it. Under 200
+// A connection whose request sits unread in the kernel, or has been read
+// whole but not yet handed to its handler, is never closed for a new one
+// either: it is about to be answered, and only the agent's own delay
+// (cores busy) kept the server from getting to it. Under 200
 // slowloris clients that reconnect as soon as they are cut, 64 new
 // connections came within milliseconds, and a probe whose request had
 // not been read yet was the longest-waiting and was reset, with its
@@ -142,7 +143,7 @@ func (l *connLimiter) add(lc *limitConn) bool {
 		}
 		slices.SortFunc(waiting, func(a, b *limitConn) int { return l.conns[a].since.Compare(l.conns[b].since) })
 		for _, c := range waiting {
-			if !hasUnreadInput(c.Conn) {
+			if !c.headerIn.Load() && !hasUnreadInput(c.Conn) {
 				victim = c
 				break
 			}
@@ -181,6 +182,8 @@ func (l *connLimiter) connEvent(c net.Conn, state http.ConnState) {
 	if !ok || state != http.StateIdle {
 		return
 	}
+	lc.headerIn.Store(false)
+	lc.tail.Store(0)
 	l.mu.Lock()
 	if s := l.conns[lc]; s != nil {
 		s.since = time.Now()
@@ -230,6 +233,32 @@ type limitConn struct {
 	// writing is when the write of the current piece began (UnixNano), 0
 	// when none is under way.
 	writing atomic.Int64
+	// headerIn is set once a request's header has been read whole (its
+	// blank line), until the connection is idle again: its handler is
+	// about to run. tail holds the last bytes read, to find a blank line
+	// split across reads.
+	headerIn atomic.Bool
+	tail     atomic.Uint32
+}
+
+// Read notes when a request's header has arrived whole, so that the
+// connection is not closed for a new one between the server's read of the
+// request and its handler's start (with both cores busy, a scrape was
+// closed unanswered there after its request had been read).
+func (c *limitConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && !c.headerIn.Load() {
+		t := c.tail.Load()
+		for _, b := range p[:n] {
+			t = t<<8 | uint32(b)
+			if t == 0x0d0a0d0a || t&0xffff == 0x0a0a { // CRLF CRLF, or LF LF
+				c.headerIn.Store(true)
+				break
+			}
+		}
+		c.tail.Store(t)
+	}
+	return n, err
 }
 
 // Write writes p in pieces of writeChunk, noting when each began.
