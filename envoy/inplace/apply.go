@@ -215,7 +215,7 @@ func Apply(ctx context.Context, dir string, old, new *Bootstrap, admin Admin) (C
 		return c, err
 	}
 	type step struct {
-		kind kind
+		kind       kind
 		data, undo []byte
 	}
 	var steps []step
