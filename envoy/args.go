@@ -4,6 +4,7 @@ package envoy
 
 import (
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -102,4 +103,10 @@ func SplitLogLevel(level string) (base, components string) {
 		}
 	}
 	return base, strings.Join(comps, ",")
+}
+
+// SameCommandLine reports whether a and b run the same binary path with the
+// same command line: an in-place reload cannot change either.
+func SameCommandLine(a, b ProxyConfig) bool {
+	return a.BinaryPath == b.BinaryPath && slices.Equal(a.args(0, "", ""), b.args(0, "", ""))
 }

@@ -287,46 +287,79 @@ var (
 	cds = kind{ClustersFile, "cluster_manager.cds", "cluster", []string{"dynamic_active_clusters", "dynamic_warming_clusters"}}
 )
 
-// counters are a kind's update counters.
-type counters struct{ attempt, rejected, failure uint64 }
+// state is what Envoy's stats say of a kind: its update counters and the
+// version of the last file it took whole (version_text). A hot-restarted
+// Envoy adds its parent's counters to its own (they are merged, at its
+// start and at stats flushes while the parent runs), so only the version
+// tells for sure that a file was taken; a rise of update_rejected is
+// believed once config_dump shows the resource Envoy refused.
+type state struct {
+	attempt, rejected, failure uint64
+	version                    string
+}
 
-func readCounters(ctx context.Context, admin Admin, k kind) (counters, error) {
-	body, err := admin.Get(ctx, "/stats?filter="+url.QueryEscape(`^`+strings.ReplaceAll(k.stats, ".", `\.`)+`\.update_(attempt|rejected|failure)$`))
+func readState(ctx context.Context, admin Admin, k kind) (state, error) {
+	body, err := admin.Get(ctx, "/stats?filter="+url.QueryEscape(`^`+strings.ReplaceAll(k.stats, ".", `\.`)+`\.(update_(attempt|rejected|failure)|version_text)$`))
 	if err != nil {
-		return counters{}, err
+		return state{}, err
 	}
-	var c counters
+	var st state
 	seen := 0
 	for line := range strings.Lines(string(body)) {
 		name, v, ok := strings.Cut(strings.TrimSpace(line), ": ")
 		if !ok {
 			continue
 		}
+		name = strings.TrimPrefix(name, k.stats+".")
+		if name == "version_text" {
+			if u, err := strconv.Unquote(v); err == nil {
+				st.version = u
+			}
+			continue
+		}
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
 			continue
 		}
-		switch strings.TrimPrefix(name, k.stats+".") {
+		switch name {
 		case "update_attempt":
-			c.attempt, seen = n, seen+1
+			st.attempt, seen = n, seen+1
 		case "update_rejected":
-			c.rejected, seen = n, seen+1
+			st.rejected, seen = n, seen+1
 		case "update_failure":
-			c.failure, seen = n, seen+1
+			st.failure, seen = n, seen+1
 		}
 	}
 	if seen != 3 {
-		return c, fmt.Errorf("envoy's admin has no %s.update_* counters: does it read %s?", k.stats, k.file)
+		return st, fmt.Errorf("envoy's admin has no %s.update_* counters: does it read %s?", k.stats, k.file)
 	}
-	return c, nil
+	return st, nil
 }
 
+// fileVersion is the version_info of a resource file resourceFile made
+// (its first line).
+func fileVersion(data []byte) string {
+	line, _, _ := strings.Cut(string(data), "\n")
+	v, err := strconv.Unquote(strings.TrimPrefix(line, "version_info: "))
+	if err != nil {
+		return ""
+	}
+	return v
+}
+
+// rejectedGrace is how long a rise of update_rejected or update_failure
+// with no resource shown as refused in config_dump waits for the new
+// version before it is taken as a rejection of the whole file.
+const rejectedGrace = 200 * time.Millisecond
+
 // update puts data in place as k's file and waits until Envoy read it:
-// nil when it took every resource, else its reason.
+// nil when it took every resource (its version_text is the file's, and it
+// counted an attempt since), else its reason.
 func update(ctx context.Context, dir string, k kind, data []byte, admin Admin) error {
 	ctx, cancel := context.WithTimeout(ctx, ApplyTimeout)
 	defer cancel()
-	before, err := readCounters(ctx, admin, k)
+	want := fileVersion(data)
+	before, err := readState(ctx, admin, k)
 	if err != nil {
 		return err
 	}
@@ -335,34 +368,50 @@ func update(ctx context.Context, dir string, k kind, data []byte, admin Admin) e
 		return err
 	}
 	poll := 500 * time.Microsecond
+	var rose time.Time
 	for {
-		now, err := readCounters(ctx, admin, k)
+		now, err := readState(ctx, admin, k)
 		if err != nil {
 			if ctx.Err() != nil {
 				return fmt.Errorf("envoy did not read %s within %s", k.file, ApplyTimeout)
 			}
 			return err
 		}
-		if now.attempt > before.attempt || now.rejected > before.rejected || now.failure > before.failure {
-			if now.rejected == before.rejected && now.failure == before.failure {
-				return nil
+		switch {
+		case now.attempt > before.attempt && now.version == want && now.rejected == before.rejected && now.failure == before.failure:
+			return nil
+		case now.rejected > before.rejected || now.failure > before.failure:
+			if reason, ok := rejection(ctx, admin, k, written); ok {
+				return errors.New(reason)
 			}
-			return errors.New(rejection(ctx, admin, k, written))
+			if rose.IsZero() {
+				rose = time.Now()
+			}
+			if time.Since(rose) > rejectedGrace {
+				if now.version == want {
+					return nil // the rise was the parent's, merged
+				}
+				return errors.New(genericRejection(k))
+			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("envoy did not read %s within %s", k.file, ApplyTimeout)
+			return fmt.Errorf("envoy did not take %s within %s (its version is %q, the file's %q)", k.file, ApplyTimeout, now.version, want)
 		case <-time.After(poll):
 		}
 		poll = min(2*poll, 20*time.Millisecond)
 	}
 }
 
+func genericRejection(k kind) string {
+	return fmt.Sprintf("Envoy rejected %s (%s.update_rejected rose); its log says why", k.file, k.stats)
+}
+
 // rejection is Envoy's reason for rejecting k's file: the error_state
 // details that config_dump gives for each resource it refused since
-// written (never the failed configuration itself, which may hold secrets).
-func rejection(ctx context.Context, admin Admin, k kind, written time.Time) string {
-	generic := fmt.Sprintf("Envoy rejected %s (%s.update_rejected rose); its log says why", k.file, k.stats)
+// written (never the failed configuration itself, which may hold secrets);
+// false when config_dump shows none.
+func rejection(ctx context.Context, admin Admin, k kind, written time.Time) (string, bool) {
 	var reasons []string
 	for _, res := range k.dump {
 		body, err := admin.Get(ctx, "/config_dump?resource="+res)
@@ -396,10 +445,7 @@ func rejection(ctx context.Context, admin Admin, k kind, written time.Time) stri
 			}
 		}
 	}
-	if len(reasons) == 0 {
-		return generic
-	}
-	return strings.Join(reasons, "; ")
+	return strings.Join(reasons, "; "), len(reasons) > 0
 }
 
 func cmpOr(a, b string) string {
@@ -407,4 +453,33 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// Accepted checks that an Envoy just started from the resource files in
+// dir took every resource in them: Envoy reports LIVE with a listener it
+// could not bind, or a cluster it rejected, left out. The error gives
+// Envoy's reason.
+func Accepted(ctx context.Context, dir string, admin Admin) error {
+	var reasons []string
+	for _, k := range []kind{cds, lds} {
+		data, err := os.ReadFile(filepath.Join(dir, k.file))
+		if err != nil {
+			return err
+		}
+		st, err := readState(ctx, admin, k)
+		if err != nil {
+			return err
+		}
+		if want := fileVersion(data); st.version != want {
+			reason, ok := rejection(ctx, admin, k, time.Time{})
+			if !ok {
+				reason = fmt.Sprintf("Envoy has not taken %s whole (its version is %q, the file's %q)", k.file, st.version, want)
+			}
+			reasons = append(reasons, reason)
+		}
+	}
+	if len(reasons) > 0 {
+		return fmt.Errorf("Envoy rejected part of its configuration: %s", strings.Join(reasons, "; "))
+	}
+	return nil
 }

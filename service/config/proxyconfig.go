@@ -30,5 +30,6 @@ func (c *Config) ProxyConfig() envoy.ProxyConfig {
 		RunDir:                 c.RunDir(),
 		LocalHost:              c.Agent.Localhost,
 		AllowRemoteAdmin:       e.AllowRemoteAdmin,
+		ResourceFiles:          c.Agent.ReloadMethod == ReloadAuto,
 	}
 }

@@ -74,6 +74,7 @@ type AgentConfig struct {
 	LogFormat                   string   `toml:"log_format"`
 	RunDir                      string   `toml:"run_dir"`
 	ControlSocket               string   `toml:"control_socket"`
+	ReloadMethod                string   `toml:"reload_method"`
 }
 
 // Port is a TCP port number in a TOML file.
@@ -155,6 +156,16 @@ func DefaultConfig() Config {
 			StartTimeout:             Duration(60 * time.Second),
 			LogLevel:                 "info",
 			LogFormat:                "text",
+			ReloadMethod:             ReloadHotRestart,
 		},
 	}
 }
+
+// The values of agent.reload_method.
+const (
+	// ReloadAuto changes listeners and clusters in place when a reload
+	// changes only those, and hot restarts otherwise.
+	ReloadAuto = "auto"
+	// ReloadHotRestart hot restarts at every reload.
+	ReloadHotRestart = "hot_restart"
+)
