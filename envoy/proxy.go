@@ -244,6 +244,7 @@ func (e *Envoy) startEpochFrom(cfg ProxyConfig, snapshot string, epoch int) (*pr
 	}
 	args := runCfg.args(epoch, path, e.hotRestartSocket)
 	stdout, stderr := cfg.outputs()
+	binary, _ := os.Stat(cfg.BinaryPath)
 	p, err := startProcess(cfg.BinaryPath, args, cfg.Env, epoch, path, stdout, stderr)
 	if err != nil {
 		_ = os.Remove(snapshot)
@@ -252,7 +253,7 @@ func (e *Envoy) startEpochFrom(cfg ProxyConfig, snapshot string, epoch int) (*pr
 		}
 		return nil, err
 	}
-	p.snapshot, p.resources = snapshot, resources
+	p.snapshot, p.resources, p.binary = snapshot, resources, binary
 	e.log.Infof("started envoy epoch %d, pid %d: %s %s", epoch, p.pid, cfg.BinaryPath, strings.Join(args, " "))
 	e.track(p)
 	return p, nil

@@ -174,3 +174,15 @@ func (e *Envoy) resourcesAccepted(ctx context.Context, p *process) error {
 	}
 	return inplace.Accepted(ctx, p.resources, adminBodies{e.admin})
 }
+
+// ServingBinaryIs reports whether the binary at path is the very file
+// (same inode, size and modification time) the serving epoch was started
+// from: an in-place reload cannot change the binary.
+func (e *Envoy) ServingBinaryIs(path string) bool {
+	p := e.serving()
+	if p == nil || p.binary == nil {
+		return false
+	}
+	now, err := os.Stat(path)
+	return err == nil && os.SameFile(p.binary, now) && now.Size() == p.binary.Size() && now.ModTime().Equal(p.binary.ModTime())
+}

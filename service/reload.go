@@ -364,7 +364,7 @@ func (s *supervisor) planInPlace(old, cfg *config.Config, copied string) (*envoy
 	if !envoy.SameCommandLine(s.proxyConfig(old), s.proxyConfig(cfg)) {
 		return nil, "Envoy's command line changes"
 	}
-	if !sameBinary(s.proxy.Pid(), cfg.Envoy.BinaryPath) {
+	if !s.proxy.ServingBinaryIs(cfg.Envoy.BinaryPath) {
 		return nil, "the Envoy binary changed"
 	}
 	plan, err := s.proxy.PlanInPlace(copied)
@@ -376,16 +376,6 @@ func (s *supervisor) planInPlace(old, cfg *config.Config, copied string) (*envoy
 		return nil, err.Error()
 	}
 	return plan, ""
-}
-
-// sameBinary reports whether path is the file the process pid runs.
-func sameBinary(pid int, path string) bool {
-	running, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid))
-	if err != nil {
-		return false
-	}
-	now, err := os.Stat(path)
-	return err == nil && os.SameFile(running, now)
 }
 
 // discardReload removes the bootstrap copy of a prepared reload that will

@@ -269,7 +269,7 @@ func TestStopDuringReloadDrainsAndLeavesNoEnvoy(t *testing.T) {
 // inPlaceAgent is reload_method "auto" with quick drains.
 func inPlaceAgent(t *testing.T, bo testenvoy.BootstrapOptions) *agentProc {
 	t.Helper()
-	return startAgent(t, procOptions{envoy: quickDrain, agent: map[string]string{"reload_method": `"auto"`}, bootstrap: bo})
+	return startAgent(t, procOptions{envoy: quickDrain, agent: map[string]string{"reload_method": `"auto"`, "exit_on_zero_active_connections": "true"}, bootstrap: bo})
 }
 
 // writeBootstrapText replaces the agent's bootstrap with text, atomically.

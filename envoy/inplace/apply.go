@@ -479,7 +479,7 @@ func Accepted(ctx context.Context, dir string, admin Admin) error {
 		}
 	}
 	if len(reasons) > 0 {
-		return fmt.Errorf("Envoy rejected part of its configuration: %s", strings.Join(reasons, "; "))
+		return fmt.Errorf("envoy rejected part of its configuration: %s", strings.Join(reasons, "; "))
 	}
 	return nil
 }
