@@ -339,6 +339,9 @@ func TestReloadInPlace(t *testing.T) {
 	if code, out := p.reload(); code != 0 || !strings.Contains(out, "reloaded in place: nothing changed; epoch 0 keeps serving") {
 		t.Fatalf("reload of the same files: exit %d: %s", code, out)
 	}
+	if code, stdout, stderr := runAgent(t, "status", "--config", p.config); code != 0 || !strings.Contains(stdout, "ok in place in") || !strings.Contains(stdout, "(nothing changed), epoch 0 serving") {
+		t.Errorf("envoy-agent status: exit %d: %s%s", code, stdout, stderr)
+	}
 
 	// Rejected: a listener on a taken port, and the cluster changed.
 	held, err := net.Listen("tcp", "127.0.0.1:0")
