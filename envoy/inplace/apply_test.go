@@ -214,3 +214,81 @@ func TestApplyWithEnvoy(t *testing.T) {
 		t.Fatal("Envoy exited")
 	}
 }
+
+// TestExampleBootstrapRunsRewritten runs the repository's example
+// bootstrap (admin on a TCP port, free listener ports) as the agent runs it
+// with reload_method "auto": Envoy takes the rewritten bootstrap and both
+// files whole, and answers through the proxied listener.
+func TestExampleBootstrapRunsRewritten(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(testenvoy.RepoRoot(t), "envoy.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, front, back := testenvoy.FreePort(t), testenvoy.FreePort(t), testenvoy.FreePort(t)
+	text := strings.Replace(string(data), "pipe: { path: /tmp/envoy-agent-example-admin.sock, mode: 0600 }",
+		fmt.Sprintf("socket_address: { address: 127.0.0.1, port_value: %d }", admin), 1)
+	text = strings.ReplaceAll(text, "port_value: 10000", fmt.Sprintf("port_value: %d", front))
+	text = strings.ReplaceAll(text, "port_value: 10001", fmt.Sprintf("port_value: %d", back))
+	b, err := Parse("envoy.yaml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "r")
+	boot, err := Write(dir, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &testenvoy.SyncBuffer{}
+	p, err := envoykit.Start(testenvoy.Binary(t), append(envoykit.BareArgs(boot, 0), "--disable-hot-restart"), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	if err := p.WaitReady(admin, 10*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if err := Accepted(context.Background(), dir, httpAdmin(admin)); err != nil {
+		t.Errorf("Accepted: %v", err)
+	}
+	r, err := testenvoy.Get(testenvoy.URL(front, "/"), 5*time.Second)
+	if err != nil || r.Code != 200 || !strings.Contains(r.Body, "hello from the envoy-agent example backend") {
+		t.Errorf("GET through the example's listener: %+v %v", r, err)
+	}
+}
+
+// TestAcceptedSeesARejectedListener: Envoy is LIVE without a listener of
+// its LDS file that it could not bind; Accepted says so, with the reason.
+func TestAcceptedSeesARejectedListener(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	ports := testenvoy.NewPorts(t)
+	ports.Upstream = 1
+	text, err := envoykit.RenderBootstrap(envoykit.BootstrapOptions{Ports: ports, ExtraListeners: []int{held.Addr().(*net.TCPAddr).Port}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Parse("envoy.yaml", text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "r")
+	boot, err := Write(dir, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &testenvoy.SyncBuffer{}
+	p, err := envoykit.Start(testenvoy.Binary(t), append(envoykit.BareArgs(boot, 0), "--disable-hot-restart"), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	if err := p.WaitReady(ports.Admin, 10*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if err := Accepted(context.Background(), dir, httpAdmin(ports.Admin)); err == nil || !strings.Contains(err.Error(), "listener ingress_1: cannot bind") {
+		t.Errorf("Accepted = %v; want listener ingress_1's bind failure", err)
+	}
+}
