@@ -228,7 +228,7 @@ func (c *Config) check(ps *problems) {
 	if !slices.Contains(agentLogLevels, a.LogLevel) {
 		ps.add("agent.log_level", "unknown level %q (one of %s)", a.LogLevel, strings.Join(agentLogLevels, ", "))
 	}
-	if a.ReloadMethod != ReloadAuto && a.ReloadMethod != ReloadHotRestart {
+	if a.ReloadMethod != "" && a.ReloadMethod != ReloadAuto && a.ReloadMethod != ReloadHotRestart {
 		ps.add("agent.reload_method", "unknown method %q (auto or hot_restart)", a.ReloadMethod)
 	}
 	if a.LogFormat != "text" && a.LogFormat != "json" {

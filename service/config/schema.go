@@ -74,7 +74,10 @@ type AgentConfig struct {
 	LogFormat                   string   `toml:"log_format"`
 	RunDir                      string   `toml:"run_dir"`
 	ControlSocket               string   `toml:"control_socket"`
-	ReloadMethod                string   `toml:"reload_method"`
+	// ReloadMethod is "" (the default) or ReloadHotRestart, or ReloadAuto.
+	// Left out of the JSON when "": a live upgrade's state (handover.go)
+	// then stays readable by an agent that predates the key.
+	ReloadMethod string `toml:"reload_method" json:",omitempty"`
 }
 
 // Port is a TCP port number in a TOML file.
@@ -156,7 +159,6 @@ func DefaultConfig() Config {
 			StartTimeout:             Duration(60 * time.Second),
 			LogLevel:                 "info",
 			LogFormat:                "text",
-			ReloadMethod:             ReloadHotRestart,
 		},
 	}
 }
