@@ -365,7 +365,7 @@ func (s *supervisor) planInPlace(old, cfg *config.Config, copied string) (*envoy
 		return nil, "Envoy's command line changes"
 	}
 	if !s.proxy.ServingBinaryIs(cfg.Envoy.BinaryPath) {
-		return nil, "the Envoy binary changed"
+		return nil, "the Envoy binary changed (or the serving Envoy was adopted in a live upgrade)"
 	}
 	plan, err := s.proxy.PlanInPlace(copied)
 	if err != nil {
