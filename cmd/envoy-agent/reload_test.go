@@ -3,8 +3,11 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -290,7 +293,8 @@ func reloadTook(out string) string {
 
 var tookRE = regexp.MustCompile(`\((\d+) ms\)`)
 
-// TestReloadInPlace: with reload_method "auto", a route change is served
+// TestReloadInPlace: with reload_method "auto", a tcp_proxy listener is
+// added in place and its connection outlives the later reloads; a route change is served
 // by the same Envoy process under a load that does not retry, with 0
 // failed requests, and idle keep-alive connections to the other listener
 // keep answering; an unchanged bootstrap says so; a change Envoy rejects
@@ -305,9 +309,41 @@ func TestReloadInPlace(t *testing.T) {
 	p := inPlaceAgent(t, bo)
 	first := p.servingPid()
 	bo.Ports = p.ports
-	v0, err := envoykit.RenderBootstrap(bo)
+	kit, err := envoykit.RenderBootstrap(bo)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A listener added in place: tcp_proxy to the upstream.
+	tcpPort := testenvoy.FreePort(t)
+	v0 := []byte(strings.Replace(string(kit), "  clusters:\n", fmt.Sprintf(`  - name: tcp
+    address: { socket_address: { address: 127.0.0.1, port_value: %d } }
+    filter_chains: [{ filters: [{ name: envoy.filters.network.tcp_proxy, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy, stat_prefix: tcp, cluster: upstream } }] }]
+  clusters:
+`, tcpPort), 1))
+	p.writeBootstrapText(string(v0))
+	if code, out := p.reload(); code != 0 || !strings.Contains(out, "reloaded in place: listeners added tcp; epoch 0 keeps serving") {
+		t.Fatalf("reload adding a tcp_proxy listener: exit %d: %s", code, out)
+	}
+	tcp, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", tcpPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	tcpReader := bufio.NewReader(tcp)
+	tcpGet := func() error { // an HTTP/1.1 request to the upstream, through the kept TCP connection
+		_ = tcp.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(tcp, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(tcpReader, nil)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	}
+	if err := tcpGet(); err != nil {
+		t.Fatalf("through the tcp_proxy listener: %v", err)
 	}
 	// version i changes the first listener's route only.
 	version := func(text string, i int) string {
@@ -335,6 +371,9 @@ func TestReloadInPlace(t *testing.T) {
 	}
 	if pid := p.servingPid(); pid != first || !testenvoy.Alive(first) {
 		t.Fatalf("after in-place reloads Envoy pid %d serves; want pid %d", pid, first)
+	}
+	if err := tcpGet(); err != nil {
+		t.Errorf("the tcp_proxy connection on the unchanged listener after 5 in-place reloads: %v", err)
 	}
 	if code, out := p.reload(); code != 0 || !strings.Contains(out, "reloaded in place: nothing changed; epoch 0 keeps serving") {
 		t.Fatalf("reload of the same files: exit %d: %s", code, out)
@@ -401,8 +440,8 @@ func TestReloadInPlace(t *testing.T) {
 	if l.Failed() != 0 || idle.Failed() != 0 {
 		t.Errorf("failed requests: %d on the changed listener (last: %s), %d on the idle keep-alive connections (last: %s)", l.Failed(), l.LastErr(), idle.Failed(), idle.LastErr())
 	}
-	if got := p.metric(`envoy_agent_reloads_in_place_total{outcome="ok"}`); got != "7" {
-		t.Errorf(`envoy_agent_reloads_in_place_total{outcome="ok"} = %q, want 7`, got)
+	if got := p.metric(`envoy_agent_reloads_in_place_total{outcome="ok"}`); got != "8" {
+		t.Errorf(`envoy_agent_reloads_in_place_total{outcome="ok"} = %q, want 8`, got)
 	}
 	sent := p.signal(syscall.SIGTERM)
 	if code, _ := p.wait(sent, 20*time.Second); code != 0 {

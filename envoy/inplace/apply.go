@@ -368,7 +368,7 @@ func update(ctx context.Context, dir string, k kind, data []byte, admin Admin) e
 		return err
 	}
 	poll := 500 * time.Microsecond
-	var rose time.Time
+	var roseAt time.Time
 	for {
 		now, err := readState(ctx, admin, k)
 		if err != nil {
@@ -377,17 +377,22 @@ func update(ctx context.Context, dir string, k kind, data []byte, admin Admin) e
 			}
 			return err
 		}
+		// Envoy sets version_text only when it took a file whole; a rise
+		// of the rejections may be the parent's, merged, unless the
+		// version was the file's already (a put-back).
+		taken := now.attempt > before.attempt && now.version == want
+		rose := now.rejected > before.rejected || now.failure > before.failure
 		switch {
-		case now.attempt > before.attempt && now.version == want && now.rejected == before.rejected && now.failure == before.failure:
+		case taken && (!rose || before.version != want):
 			return nil
-		case now.rejected > before.rejected || now.failure > before.failure:
+		case rose:
 			if reason, ok := rejection(ctx, admin, k, written); ok {
 				return errors.New(reason)
 			}
-			if rose.IsZero() {
-				rose = time.Now()
+			if roseAt.IsZero() {
+				roseAt = time.Now()
 			}
-			if time.Since(rose) > rejectedGrace {
+			if time.Since(roseAt) > rejectedGrace {
 				if now.version == want {
 					return nil // the rise was the parent's, merged
 				}

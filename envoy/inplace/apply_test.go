@@ -292,3 +292,31 @@ func TestAcceptedSeesARejectedListener(t *testing.T) {
 		t.Errorf("Accepted = %v; want listener ingress_1's bind failure", err)
 	}
 }
+
+// TestEmptyResourceFiles: a bootstrap with no listeners or clusters runs
+// from empty files, and Envoy's version of each is theirs (a start is
+// accepted).
+func TestEmptyResourceFiles(t *testing.T) {
+	admin := testenvoy.FreePort(t)
+	b, err := Parse("e.yaml", fmt.Appendf(nil, "admin: { address: { socket_address: { address: 127.0.0.1, port_value: %d } } }\n", admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "r")
+	boot, err := Write(dir, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &testenvoy.SyncBuffer{}
+	p, err := envoykit.Start(testenvoy.Binary(t), append(envoykit.BareArgs(boot, 0), "--disable-hot-restart"), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	if err := p.WaitReady(admin, 10*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if err := Accepted(context.Background(), dir, httpAdmin(admin)); err != nil {
+		t.Errorf("Accepted: %v", err)
+	}
+}
