@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy/output"
 )
 
 // Delta is what changed in one kind of resource, by name.
@@ -444,13 +446,24 @@ func rejection(ctx context.Context, admin Admin, k kind, written time.Time) (str
 				continue
 			}
 			name := cmpOr(c.Name, e.FailedConfiguration.Name)
-			r := fmt.Sprintf("%s %s: %s", k.what, name, e.Details)
+			r := fmt.Sprintf("%s %s: %s", k.what, name, redactDetails(e.Details))
 			if !slices.Contains(reasons, r) {
 				reasons = append(reasons, r)
 			}
 		}
 	}
 	return strings.Join(reasons, "; "), len(reasons) > 0
+}
+
+// redactDetails is the first line of Envoy's error details, without the
+// configuration they may quote (a proto dump after "): ", which may hold
+// a key; a PEM block), as the agent relays Envoy's log (envoy/output).
+func redactDetails(d string) string {
+	first, _, _ := strings.Cut(d, "\n")
+	if i := strings.Index(first, "): "); i >= 0 {
+		first = first[:i+2] + " <configuration left out>"
+	}
+	return output.RedactLine(first)
 }
 
 func cmpOr(a, b string) string {

@@ -1,9 +1,12 @@
 package inplace
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -180,5 +183,39 @@ func TestSourceClustersStayStatic(t *testing.T) {
 	b := parse(t, text)
 	if got := strings.Join(b.Kept(), ","); got != "statsd,authz" {
 		t.Errorf("kept %s, want statsd,authz (authz is a gRPC service's cluster_name)", got)
+	}
+}
+
+// fakeDump is a stand-in for Envoy's admin answering /config_dump with a
+// refused listener whose details quote secrets (a real Envoy's text for
+// such a case is not at hand).
+type fakeDump string
+
+func (f fakeDump) Get(_ context.Context, path string) ([]byte, error) {
+	if strings.HasPrefix(path, "/config_dump?resource=dynamic_listeners") {
+		return []byte(f), nil
+	}
+	return []byte(`{"configs":[]}`), nil
+}
+
+func TestRejectionLeavesSecretsOut(t *testing.T) {
+	for _, tt := range []struct{ name, details, want string }{
+		{"proto dump", "Proto constraint validation failed (ListenerValidationError.Address: value is required):\nname: \"web\"\nfilter_chains {\n  inline_string: \"SECRETKEY\"\n}\n-----BEGIN PRIVATE KEY-----\nMIIsecret\n-----END PRIVATE KEY-----",
+			"listener web: Proto constraint validation failed (ListenerValidationError.Address: value is required):"},
+		{"one line", `Proto constraint validation failed (X): name: "web" inline_string: "SECRETKEY"`, "listener web: Proto constraint validation failed (X): <configuration left out>"},
+		{"pem", "Failed to load private key -----BEGIN PRIVATE KEY-----MIIsecret", "listener web: Failed to load private key <PEM block left out>"},
+		{"bind", "cannot bind '127.0.0.1:80': Address already in use", "listener web: cannot bind '127.0.0.1:80': Address already in use"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dump, err := json.Marshal(map[string]any{"configs": []any{map[string]any{"name": "web", "error_state": map[string]any{
+				"details": tt.details, "last_update_attempt": time.Now().UTC().Format(time.RFC3339Nano)}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reason, ok := rejection(context.Background(), fakeDump(dump), lds, time.Now())
+			if !ok || reason != tt.want {
+				t.Errorf("rejection = %q, %v; want %q", reason, ok, tt.want)
+			}
+		})
 	}
 }
