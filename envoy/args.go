@@ -4,6 +4,7 @@ package envoy
 
 import (
 	"net/netip"
+	"slices"
 	"strconv"
 
 	"github.com/envoy-agent/envoy-agent/envoy/cli"
@@ -90,3 +91,9 @@ func ipVersion(nodeIPs []string) string {
 // "warning,upstream:debug,http:trace") into the base level and the
 // component part.
 func SplitLogLevel(level string) (base, components string) { return cli.SplitLogLevel(level) }
+
+// SameCommandLine reports whether a and b run the same binary path with the
+// same command line: an in-place reload cannot change either.
+func SameCommandLine(a, b ProxyConfig) bool {
+	return a.BinaryPath == b.BinaryPath && slices.Equal(a.args(0, "", ""), b.args(0, "", ""))
+}

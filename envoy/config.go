@@ -64,6 +64,11 @@ type ProxyConfig struct {
 	// DisableHotRestart passes --disable-hot-restart instead of
 	// --base-id/--restart-epoch.
 	DisableHotRestart bool
+	// ResourceFiles runs each epoch with the bootstrap's static listeners
+	// and clusters moved to LDS and CDS files of its own (envoy/inplace),
+	// so that PlanInPlace and ApplyInPlace can change them in the serving
+	// Envoy. A bootstrap that cannot be rewritten runs as it is.
+	ResourceFiles bool
 	// ExtraArgs are appended to Envoy's command line, last.
 	ExtraArgs []string
 	// RunDir holds the files the proxy writes for Envoy (the admin address

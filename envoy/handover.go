@@ -159,6 +159,9 @@ func AdoptEnvoy(cfg ProxyConfig, st HandoverState) (*Envoy, error) {
 			return nil, fmt.Errorf("adopt envoy pid %d: %w", es.Pid, err)
 		}
 		p.proc = proc
+		if fi, err := os.Lstat(resourceDir(p.snapshot)); err == nil && fi.IsDir() {
+			p.resources = resourceDir(p.snapshot) // it ran with ProxyConfig.ResourceFiles
+		}
 		go p.reap()
 		e.track(p)
 		if es.Serving {

@@ -271,7 +271,7 @@ func (e *Envoy) waitEpochLive(ctx context.Context, p *process, cfg ProxyConfig) 
 		si, err := e.admin.ServerInfo(pollCtx)
 		cancel()
 		if err == nil && si.CommandLineOptions.RestartEpoch == p.epoch && si.State == "LIVE" {
-			return nil
+			return e.resourcesAccepted(ctx, p)
 		}
 	}
 }

@@ -25,7 +25,9 @@ type process struct {
 	started          time.Time
 	replaced         time.Time // when a newer epoch took over serving; guarded by Envoy.mu
 	adminAddressPath string
-	snapshot         string        // the copy of the bootstrap this epoch runs
+	snapshot         string        // the copy of the operator's bootstrap this epoch runs
+	binary           os.FileInfo   // the binary file as it was when this epoch started (nil: adopted)
+	resources        string        // with ProxyConfig.ResourceFiles: the folder of the bootstrap Envoy runs and its LDS and CDS files; "" when it runs snapshot as is
 	relay            *output.Relay // where outputs are copied; it keeps stderr's last lines
 	outputs          []*outputPipe // Envoy's output that the agent copies (kept across a re-exec)
 	done             chan struct{} // closed once Wait returned

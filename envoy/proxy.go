@@ -236,14 +236,24 @@ func (e *Envoy) startEpochFrom(cfg ProxyConfig, snapshot string, epoch int) (*pr
 	}
 	runCfg := cfg
 	runCfg.ConfigPath = snapshot
+	var resources string
+	if cfg.ResourceFiles {
+		if resources, runCfg.ConfigPath = e.writeResources(snapshot, cfg.ConfigPath, epoch); resources == "" {
+			runCfg.ConfigPath = snapshot
+		}
+	}
 	args := runCfg.args(epoch, path, e.hotRestartSocket)
 	stdout, stderr := cfg.outputs()
+	binary, _ := os.Stat(cfg.BinaryPath)
 	p, err := startProcess(cfg.BinaryPath, args, cfg.Env, epoch, path, stdout, stderr)
 	if err != nil {
 		_ = os.Remove(snapshot)
+		if resources != "" {
+			_ = os.RemoveAll(resources)
+		}
 		return nil, err
 	}
-	p.snapshot = snapshot
+	p.snapshot, p.resources, p.binary = snapshot, resources, binary
 	e.log.Infof("started envoy epoch %d, pid %d: %s %s", epoch, p.pid, cfg.BinaryPath, strings.Join(args, " "))
 	e.track(p)
 	return p, nil
@@ -259,6 +269,9 @@ func (e *Envoy) track(p *process) {
 	go func() {
 		<-p.done
 		_ = os.Remove(p.snapshot)
+		if p.resources != "" {
+			_ = os.RemoveAll(p.resources)
+		}
 		e.mu.Lock()
 		delete(e.procs, p)
 		e.mu.Unlock()

@@ -1,13 +1,20 @@
 //go:build linux
 
-// The private, per-epoch copies of the bootstrap that every epoch runs from.
+// The private, per-epoch copies of the bootstrap that every epoch runs from,
+// and, with ProxyConfig.ResourceFiles, the bootstrap and LDS and CDS files
+// Envoy runs instead (envoy/inplace), which a reload can change in place.
 
 package envoy
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"os"
 	"path/filepath"
 
+	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
@@ -34,4 +41,148 @@ func (e *Envoy) snapshotBootstrap(source, original string, epoch int) (string, e
 		return "", fmt.Errorf("copy envoy bootstrap: %w", err)
 	}
 	return path, nil
+}
+
+// resourceDir is the folder of an epoch's resource files, beside its
+// bootstrap copy (so a leftover of it goes with the copy: epoch-*-*).
+func resourceDir(snapshot string) string { return snapshot + ".d" }
+
+// writeResources writes, for the epoch that runs snapshot (the operator's
+// file original), the bootstrap Envoy runs and its LDS and CDS files into
+// a folder of the epoch's own, so that no two epochs share a file a reload
+// rewrites. It returns the folder and that bootstrap's path, or "" (run
+// snapshot as it is) when the bootstrap cannot be rewritten; it says why.
+func (e *Envoy) writeResources(snapshot, original string, epoch int) (dir, bootstrap string) {
+	data, err := safefile.ReadRegular(snapshot, MaxBootstrapSize)
+	var b *inplace.Bootstrap
+	if err == nil {
+		b, err = inplace.Parse(original, data)
+	}
+	if err == nil {
+		dir = resourceDir(snapshot)
+		if bootstrap, err = inplace.Write(dir, b); err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}
+	if err != nil {
+		e.log.Warnf("envoy epoch %d runs %s as it is (a reload will hot restart it): %v", epoch, original, err)
+		return "", ""
+	}
+	return dir, bootstrap
+}
+
+// InPlacePlan is a reload that the serving epoch can take in place: its
+// listeners and clusters change, nothing else (ApplyInPlace).
+type InPlacePlan struct {
+	// Change is what changes.
+	Change inplace.Change
+
+	p        *process
+	old, new *inplace.Bootstrap
+	copied   string
+}
+
+// ErrNoResourceFiles says that the serving epoch runs its bootstrap as it
+// is: it cannot change in place.
+var ErrNoResourceFiles = errors.New("the serving Envoy runs its bootstrap as it is (not from resource files)")
+
+// PlanInPlace compares copied, a bootstrap copy that CopyBootstrap made,
+// with the serving epoch's bootstrap. It returns the plan when only
+// listeners and clusters change; otherwise an error says why not:
+// ErrNoResourceFiles, an *inplace.NotRewritableError or an
+// *inplace.RestartError. The copy stays the caller's until ApplyInPlace.
+func (e *Envoy) PlanInPlace(copied string) (*InPlacePlan, error) {
+	p := e.serving()
+	if p == nil || p.resources == "" {
+		return nil, ErrNoResourceFiles
+	}
+	parse := func(path string) (*inplace.Bootstrap, error) {
+		data, err := safefile.ReadRegular(path, MaxBootstrapSize)
+		if err != nil {
+			return nil, fmt.Errorf("read envoy bootstrap: %w", err)
+		}
+		return inplace.Parse(e.config().ConfigPath, data)
+	}
+	old, err := parse(p.snapshot)
+	if err != nil {
+		return nil, err
+	}
+	b, err := parse(copied)
+	if err != nil {
+		return nil, err
+	}
+	c, err := inplace.Compare(old, b)
+	if err != nil {
+		return nil, err
+	}
+	return &InPlacePlan{Change: c, p: p, old: old, new: b, copied: copied}, nil
+}
+
+// ApplyInPlace changes the serving epoch's listeners and clusters as plan
+// says (inplace.Apply): nil once Envoy accepted every resource, and the
+// plan's bootstrap copy is then the epoch's (what a failed hot restart
+// later restores). When Envoy rejects a resource, the previous ones are
+// put back and the error is an *inplace.RejectedError with Envoy's reason.
+// The copy is removed on any error.
+func (e *Envoy) ApplyInPlace(ctx context.Context, plan *InPlacePlan) error {
+	e.restartMu.Lock()
+	defer e.restartMu.Unlock()
+	if e.serving() != plan.p || plan.p.exited() {
+		_ = os.Remove(plan.copied)
+		return errors.New("the serving epoch changed since the reload was planned")
+	}
+	if _, err := inplace.Apply(ctx, plan.p.resources, plan.old, plan.new, adminBodies{e.admin}); err != nil {
+		_ = os.Remove(plan.copied)
+		return err
+	}
+	if err := os.Rename(plan.copied, plan.p.snapshot); err != nil {
+		return fmt.Errorf("keep the new bootstrap copy: %w", err)
+	}
+	return nil
+}
+
+// DiscardPlan removes the bootstrap copy of a plan that will not be
+// applied.
+func (e *Envoy) DiscardPlan(plan *InPlacePlan) { _ = os.Remove(plan.copied) }
+
+// adminBodies is inplace.Admin over an AdminClient.
+type adminBodies struct{ c *AdminClient }
+
+func (a adminBodies) Get(ctx context.Context, path string) ([]byte, error) {
+	code, body, err := a.c.do(ctx, http.MethodGet, path)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("envoy admin GET %s: %s", path, statusText(code, body))
+	}
+	return body, err
+}
+
+// ResourcesAccepted checks, for a serving epoch that runs from resource
+// files, that Envoy took every listener and cluster in them (it reports
+// LIVE without one it rejected); nil for an epoch that runs its bootstrap
+// as it is.
+func (e *Envoy) ResourcesAccepted(ctx context.Context) error {
+	p := e.serving()
+	if p == nil {
+		return nil
+	}
+	return e.resourcesAccepted(ctx, p)
+}
+
+func (e *Envoy) resourcesAccepted(ctx context.Context, p *process) error {
+	if p.resources == "" {
+		return nil
+	}
+	return inplace.Accepted(ctx, p.resources, adminBodies{e.admin})
+}
+
+// ServingBinaryIs reports whether the binary at path is the very file
+// (same inode, size and modification time) the serving epoch was started
+// from: an in-place reload cannot change the binary.
+func (e *Envoy) ServingBinaryIs(path string) bool {
+	p := e.serving()
+	if p == nil || p.binary == nil {
+		return false
+	}
+	now, err := os.Stat(path)
+	return err == nil && os.SameFile(p.binary, now) && now.Size() == p.binary.Size() && now.ModTime().Equal(p.binary.ModTime())
 }

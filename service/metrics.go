@@ -36,6 +36,9 @@ const metricsContentType = "text/plain; version=0.0.4; charset=utf-8"
 //   - envoy_agent_start_seconds (gauge): seconds from starting Envoy to its admin API answering LIVE.
 //   - envoy_agent_drain_seconds (gauge): seconds the current or last drain has run.
 //   - envoy_agent_reloads_total (counter): reloads that put a new Envoy epoch in service.
+//   - envoy_agent_reloads_in_place_total{outcome="ok"|"failed"} (counter): reloads (with
+//     reload_method "auto") that changed listeners and clusters in the serving Envoy, or tried to
+//     (Envoy rejected a resource; the previous ones were put back).
 //   - envoy_agent_reload_failures_total (counter): reloads refused or failed; the serving epoch kept serving.
 //   - envoy_agent_last_reload_seconds (gauge): how long the last reload took, from the request to READY=1.
 //   - envoy_agent_drains_incomplete_total{kind="stop"|"restart"} (counter): drains that ran to
@@ -53,6 +56,9 @@ type metrics struct {
 	reloads        *vmetrics.Counter
 	reloadFailures *vmetrics.Counter
 	reloadSeconds  *vmetrics.Gauge
+
+	reloadsInPlace       *vmetrics.Counter
+	reloadsInPlaceFailed *vmetrics.Counter
 
 	drainsIncompleteStop    *vmetrics.Counter
 	drainsIncompleteRestart *vmetrics.Counter
@@ -73,6 +79,9 @@ func newMetrics() *metrics {
 		reloads:        set.NewCounter("envoy_agent_reloads_total"),
 		reloadFailures: set.NewCounter("envoy_agent_reload_failures_total"),
 		reloadSeconds:  set.NewGauge("envoy_agent_last_reload_seconds", nil),
+		// Both outcomes from the start, at 0.
+		reloadsInPlace:       set.NewCounter(`envoy_agent_reloads_in_place_total{outcome="ok"}`),
+		reloadsInPlaceFailed: set.NewCounter(`envoy_agent_reloads_in_place_total{outcome="failed"}`),
 		// Both kinds from the start, at 0: an alert on increase() sees the first one.
 		drainsIncompleteStop:    set.NewCounter(`envoy_agent_drains_incomplete_total{kind="stop"}`),
 		drainsIncompleteRestart: set.NewCounter(`envoy_agent_drains_incomplete_total{kind="restart"}`),

@@ -17,6 +17,7 @@ import (
 	"github.com/envoy-agent/envoy-agent/service/control"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 	"github.com/sirupsen/logrus"
 )
 
@@ -128,7 +129,7 @@ func (r *reloader) serve(batch []reloadRequest) {
 			tell(batch, msg)
 		}
 	}
-	for r.wait != nil {
+	for r.wait != nil && p.inPlace == nil { // an in-place reload starts no epoch: it cuts none
 		ctx, stop := context.WithCancel(r.ctx)
 		go func() {
 			select {
@@ -224,17 +225,26 @@ type preparedReload struct {
 	version string
 	restart bool // drain and restart instead of a hot restart (drainrestart.go)
 	steps   reloadSteps
+	// inPlace, with reload_method "auto", is the change the serving epoch
+	// takes in place; nil for a new epoch, and why says why then.
+	inPlace *envoy.InPlacePlan
+	why     string
 }
 
 // reloadSteps is how long each part of one reload took, for the log (the
 // breakdown README gives comes from it).
 type reloadSteps struct {
-	load, copy, validate, versions, hotRestart time.Duration
+	load, copy, validate, versions, hotRestart, inPlace time.Duration
 }
 
 func (st reloadSteps) fields() logrus.Fields {
-	return logrus.Fields{"load_ms": ms(st.load), "copy_ms": ms(st.copy), "validate_ms": ms(st.validate),
+	f := logrus.Fields{"load_ms": ms(st.load), "copy_ms": ms(st.copy), "validate_ms": ms(st.validate),
 		"versions_ms": ms(st.versions), "hot_restart_ms": ms(st.hotRestart)}
+	if st.inPlace > 0 {
+		f["in_place_ms"] = ms(st.inPlace)
+		delete(f, "hot_restart_ms")
+	}
+	return f
 }
 
 // ms is d in milliseconds, with a tenth.
@@ -341,7 +351,31 @@ func (s *supervisor) checkReload() (*preparedReload, error) {
 		return nil, err
 	}
 	p.version = v.version
+	if cfg.Agent.ReloadMethod == config.ReloadAuto {
+		p.inPlace, p.why = s.planInPlace(old, cfg, copied)
+	}
 	return p, nil
+}
+
+// planInPlace is the in-place change from old to cfg, whose bootstrap copy
+// is copied, or nil and why a new epoch is needed: the command line or the
+// binary changed, or the bootstrap outside its listeners and clusters.
+func (s *supervisor) planInPlace(old, cfg *config.Config, copied string) (*envoy.InPlacePlan, string) {
+	if !envoy.SameCommandLine(s.proxyConfig(old), s.proxyConfig(cfg)) {
+		return nil, "Envoy's command line changes"
+	}
+	if !s.proxy.ServingBinaryIs(cfg.Envoy.BinaryPath) {
+		return nil, "the Envoy binary changed (or the serving Envoy was adopted in a live upgrade)"
+	}
+	plan, err := s.proxy.PlanInPlace(copied)
+	if err != nil {
+		var restart *inplace.RestartError
+		if errors.As(err, &restart) {
+			return nil, restart.Reason
+		}
+		return nil, err.Error()
+	}
+	return plan, ""
 }
 
 // discardReload removes the bootstrap copy of a prepared reload that will
@@ -353,6 +387,9 @@ func (s *supervisor) discardReload(p *preparedReload) {
 // applyReload is a reload's second half: hot restart Envoy into the
 // prepared configuration, READY=1 whatever happened.
 func (s *supervisor) applyReload(p *preparedReload) control.ReloadResult {
+	if p.inPlace != nil {
+		return s.applyInPlace(p)
+	}
 	cfg := p.cfg
 	s.setReloading(true)
 	s.notify.Status(s.reloadingStatus())
@@ -375,6 +412,12 @@ func (s *supervisor) applyReload(p *preparedReload) control.ReloadResult {
 	took := p.steps.load + p.steps.copy + p.steps.validate + p.steps.hotRestart
 	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
 	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds(), Note: s.takeReloadNote()}
+	if cfg.Agent.ReloadMethod == config.ReloadAuto {
+		res.Path, res.Changed = control.PathHotRestart, p.why
+		if p.restart {
+			res.Path = control.PathDrainRestart
+		}
+	}
 	if err != nil {
 		res.Error = err.Error()
 		s.reloadFailed(p.start, res, err)
@@ -384,10 +427,44 @@ func (s *supervisor) applyReload(p *preparedReload) control.ReloadResult {
 	s.metrics.reloadSeconds.Set(took.Seconds())
 	s.metrics.reloads.Inc()
 	s.report.reloadDone(p.start, res)
-	s.log.WithFields(logrus.Fields{"event": "reload", "ok": true, "epoch": epoch, "pid": s.proxy.Pid(), "took_ms": took.Milliseconds()}).
-		WithFields(p.steps.fields()).
-		Infof("reloaded in %s: epoch %d is serving", took.Round(time.Millisecond), epoch)
+	log := s.log.WithFields(logrus.Fields{"event": "reload", "ok": true, "epoch": epoch, "pid": s.proxy.Pid(), "took_ms": took.Milliseconds()}).
+		WithFields(p.steps.fields())
+	if res.Path != "" {
+		log = log.WithFields(logrus.Fields{"path": res.Path, "why": res.Changed})
+	}
+	log.Infof("reloaded in %s: epoch %d is serving", took.Round(time.Millisecond), epoch)
 	s.notify.Ready(fmt.Sprintf("%s; reloaded %s", s.liveStatus(), time.Now().Format(time.RFC3339)))
+	return res
+}
+
+// applyInPlace changes the serving epoch's listeners and clusters as the
+// prepared plan says, READY=1 whatever happened. No epoch starts: nothing
+// drains but the listeners Envoy itself replaces.
+func (s *supervisor) applyInPlace(p *preparedReload) control.ReloadResult {
+	cfg := p.cfg
+	t := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Agent.StartTimeout.D())
+	err := s.proxy.ApplyInPlace(ctx, p.inPlace)
+	cancel()
+	p.steps.inPlace = time.Since(t)
+	took := p.steps.load + p.steps.copy + p.steps.validate + p.steps.inPlace
+	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds(),
+		Path: control.PathInPlace, Changed: p.inPlace.Change.String()}
+	if err != nil {
+		s.metrics.reloadsInPlaceFailed.Inc()
+		res.Error = err.Error()
+		s.reloadFailed(p.start, res, err)
+		s.notify.Ready(fmt.Sprintf("%s; last reload failed: %s", s.liveStatus(), firstLine(err.Error())))
+		return res
+	}
+	s.takeReloadedConfig(cfg, p.version)
+	s.metrics.reloadSeconds.Set(took.Seconds())
+	s.metrics.reloadsInPlace.Inc()
+	s.report.reloadDone(p.start, res)
+	s.log.WithFields(logrus.Fields{"event": "reload", "ok": true, "epoch": res.Epoch, "pid": s.proxy.Pid(), "took_ms": took.Milliseconds(),
+		"path": res.Path, "changed": res.Changed}).WithFields(p.steps.fields()).
+		Infof("reloaded in place in %s: %s; epoch %d keeps serving", took.Round(time.Millisecond), res.Changed, res.Epoch)
+	s.notify.Ready(fmt.Sprintf("%s; reloaded in place %s", s.liveStatus(), time.Now().Format(time.RFC3339)))
 	return res
 }
 

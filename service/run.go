@@ -181,6 +181,7 @@ func proxyConfigOf(c *config.Config) envoy.ProxyConfig {
 		RunDir:                 c.RunDir(),
 		LocalHost:              c.Agent.Localhost,
 		AllowRemoteAdmin:       e.AllowRemoteAdmin,
+		ResourceFiles:          c.Agent.ReloadMethod == config.ReloadAuto,
 	}
 }
 

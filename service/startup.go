@@ -153,6 +153,13 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 		cancel()
 		if err == nil {
 			if r.Live {
+				if err := s.checkResources(); err != nil {
+					lines := s.proxy.LastLines()
+					s.agent.DisableDraining()
+					stopAgent()
+					<-runErr
+					return false, &StartError{Reason: err.Error(), LastLines: lines}
+				}
 				took := time.Since(started)
 				s.metrics.startSeconds.Set(took.Seconds())
 				s.setLive(true)
@@ -172,6 +179,18 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 			poll = min(poll*5/4+time.Millisecond, readyPollMax)
 		}
 	}
+}
+
+// checkResources fails a start whose Envoy, LIVE, left out a listener or
+// cluster of its resource files (reload_method "auto"): a static bootstrap
+// with that listener would not have started at all.
+func (s *supervisor) checkResources() error {
+	ctx, cancel := context.WithTimeout(context.Background(), serverInfoTimeout)
+	defer cancel()
+	if err := s.proxy.ResourcesAccepted(ctx); err != nil {
+		return fmt.Errorf("envoy is LIVE without all of its listeners and clusters: %w", err)
+	}
+	return nil
 }
 
 // learnVersion records the serving Envoy's hot-restart version, which a

@@ -62,7 +62,8 @@ func (r *statusRecord) agentStarted(version string) {
 func (r *statusRecord) reloadDone(start time.Time, res control.ReloadResult) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.lastReload = &control.ReloadStatus{At: start.UTC().Format(time.RFC3339Nano), TookMs: res.TookMs, OK: res.OK, Epoch: res.Epoch, Error: res.Error}
+	r.lastReload = &control.ReloadStatus{At: start.UTC().Format(time.RFC3339Nano), TookMs: res.TookMs, OK: res.OK, Epoch: res.Epoch, Error: res.Error,
+		Path: res.Path, Changed: res.Changed}
 	if res.OK {
 		r.counts.OK++
 	} else {

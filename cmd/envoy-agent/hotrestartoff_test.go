@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
@@ -367,4 +368,38 @@ func TestDrainAtBoundCounted(t *testing.T) {
 	if res := <-held; res.err == nil && res.code == 200 {
 		t.Errorf("the held request completed (%d after %s); the drain should have cut it", res.code, res.took)
 	}
+}
+
+// With reload_method "auto", an Envoy without hot restart takes a route
+// change in place: the same process, no drain, no connection refused or
+// request failed under a load that does not retry.
+func TestHotRestartCompiledOutReloadsInPlace(t *testing.T) {
+	t.Parallel()
+	standIn := writeHotRestartOffStandIn(t, t.TempDir())
+	p := startAgent(t, procOptions{envoy: map[string]string{"binary_path": strconv.Quote(standIn)},
+		agent: map[string]string{"reload_method": `"auto"`}, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
+	p.waitStatus(30*time.Second, hotRestartOffNote)
+	first := p.servingPid()
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Client: envoykit.RawHTTP1,
+		Workers: []envoykit.Workers{{N: 4, Path: "/"}}})
+	defer l.Stop()
+	testenvoy.WaitAnswers(t, l, 20)
+	for i := 1; i <= 3; i++ {
+		p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: fmt.Sprintf("v%d", i)})
+		code, out := p.reload()
+		if code != 0 || !strings.Contains(out, "reloaded in place: listeners updated ingress; epoch 0 keeps serving") {
+			t.Fatalf("reload %d: exit %d: %s", i, code, out)
+		}
+		if !testenvoy.Eventually(5*time.Second, func() bool { return l.Latest() == fmt.Sprintf("v%d", i) }) {
+			t.Fatalf("after reload %d the listener answers %q", i, l.Latest())
+		}
+	}
+	l.Stop()
+	if pid := p.servingPid(); pid != first || !testenvoy.Alive(first) {
+		t.Fatalf("after in-place reloads Envoy pid %d serves; want pid %d", pid, first)
+	}
+	if l.Failed() != 0 {
+		t.Errorf("%d of %d requests failed (last: %s)", l.Failed(), l.OK()+l.Failed(), l.LastErr())
+	}
+	p.checkRunsWithoutHotRestart(first, true)
 }

@@ -3,10 +3,14 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -261,6 +265,214 @@ func TestStopDuringReloadDrainsAndLeavesNoEnvoy(t *testing.T) {
 	}
 	if out := <-reloaded; !strings.Contains(out, "reloaded: epoch 1") {
 		t.Errorf("the reload under way did not finish: %s", out)
+	}
+	assertNoEnvoyFor(t, p.dir)
+}
+
+// inPlaceAgent is reload_method "auto" with quick drains.
+func inPlaceAgent(t *testing.T, bo testenvoy.BootstrapOptions) *agentProc {
+	t.Helper()
+	return startAgent(t, procOptions{envoy: quickDrain, agent: map[string]string{"reload_method": `"auto"`, "exit_on_zero_active_connections": "true"}, bootstrap: bo})
+}
+
+// writeBootstrapText replaces the agent's bootstrap with text, atomically.
+func (p *agentProc) writeBootstrapText(text string) {
+	p.t.Helper()
+	if err := envoykit.WriteFileAtomic(filepath.Join(p.dir, "envoy.yaml"), []byte(text)); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// reloadTook is the time `envoy-agent reload` printed, "(N ms)".
+func reloadTook(out string) string {
+	if m := tookRE.FindStringSubmatch(out); m != nil {
+		return m[1] + " ms"
+	}
+	return "?"
+}
+
+var tookRE = regexp.MustCompile(`\((\d+) ms\)`)
+
+// TestReloadInPlace: with reload_method "auto", a tcp_proxy listener is
+// added in place and its connection outlives the later reloads; a route change is served
+// by the same Envoy process under a load that does not retry, with 0
+// failed requests, and idle keep-alive connections to the other listener
+// keep answering; an unchanged bootstrap says so; a change Envoy rejects
+// (a new listener on a port another socket holds, with a cluster changed
+// too) is refused with every resource as before; a change to the node
+// hot-restarts into a new epoch, which again changes in place, without
+// waiting for the replaced epoch's drain.
+func TestReloadInPlace(t *testing.T) {
+	t.Parallel()
+	other := testenvoy.FreePort(t)
+	bo := testenvoy.BootstrapOptions{ResponseHeader: "v0", ExtraListeners: []int{other}}
+	p := inPlaceAgent(t, bo)
+	first := p.servingPid()
+	bo.Ports = p.ports
+	kit, err := envoykit.RenderBootstrap(bo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A listener added in place: tcp_proxy to the upstream.
+	tcpPort := testenvoy.FreePort(t)
+	v0 := []byte(strings.Replace(string(kit), "  clusters:\n", fmt.Sprintf(`  - name: tcp
+    address: { socket_address: { address: 127.0.0.1, port_value: %d } }
+    filter_chains: [{ filters: [{ name: envoy.filters.network.tcp_proxy, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy, stat_prefix: tcp, cluster: upstream } }] }]
+  clusters:
+`, tcpPort), 1))
+	p.writeBootstrapText(string(v0))
+	if code, out := p.reload(); code != 0 || !strings.Contains(out, "reloaded in place: listeners added tcp; epoch 0 keeps serving") {
+		t.Fatalf("reload adding a tcp_proxy listener: exit %d: %s", code, out)
+	}
+	tcp, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", tcpPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	tcpReader := bufio.NewReader(tcp)
+	tcpGet := func() error { // an HTTP/1.1 request to the upstream, through the kept TCP connection
+		_ = tcp.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(tcp, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(tcpReader, nil)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	}
+	if err := tcpGet(); err != nil {
+		t.Fatalf("through the tcp_proxy listener: %v", err)
+	}
+	// version i changes the first listener's route only.
+	version := func(text string, i int) string {
+		return strings.Replace(text, `value: "v0"`, fmt.Sprintf(`value: "v%d"`, i), 1)
+	}
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Client: envoykit.RawHTTP1,
+		Workers: []envoykit.Workers{{N: 4, Path: "/"}}})
+	defer l.Stop()
+	idle := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(other, "/"), Client: envoykit.RawHTTP1,
+		Workers: []envoykit.Workers{{N: 4, Path: "/", Idle: 700 * time.Millisecond}}})
+	defer idle.Stop()
+	testenvoy.WaitAnswers(t, l, 20)
+	testenvoy.WaitAnswers(t, idle, 4)
+	var inPlace []string
+	for i := 1; i <= 5; i++ {
+		p.writeBootstrapText(version(string(v0), i))
+		code, out := p.reload()
+		if code != 0 || !strings.Contains(out, "reloaded in place: listeners updated ingress; epoch 0 keeps serving") {
+			t.Fatalf("reload %d: exit %d: %s", i, code, out)
+		}
+		inPlace = append(inPlace, reloadTook(out))
+		if !testenvoy.Eventually(5*time.Second, func() bool { return l.Latest() == fmt.Sprintf("v%d", i) }) {
+			t.Fatalf("after reload %d the listener answers %q", i, l.Latest())
+		}
+	}
+	if pid := p.servingPid(); pid != first || !testenvoy.Alive(first) {
+		t.Fatalf("after in-place reloads Envoy pid %d serves; want pid %d", pid, first)
+	}
+	if err := tcpGet(); err != nil {
+		t.Errorf("the tcp_proxy connection on the unchanged listener after 5 in-place reloads: %v", err)
+	}
+	if code, out := p.reload(); code != 0 || !strings.Contains(out, "reloaded in place: nothing changed; epoch 0 keeps serving") {
+		t.Fatalf("reload of the same files: exit %d: %s", code, out)
+	}
+	if code, stdout, stderr := runAgent(t, "status", "--config", p.config); code != 0 || !strings.Contains(stdout, "ok in place in") || !strings.Contains(stdout, "(nothing changed), epoch 0 serving") {
+		t.Errorf("envoy-agent status: exit %d: %s%s", code, stdout, stderr)
+	}
+
+	// Rejected: a listener on a taken port, and the cluster changed.
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	v5 := version(string(v0), 5)
+	bad := strings.Replace(v5, "connect_timeout: 1s", "connect_timeout: 2s", 1)
+	bad = strings.Replace(bad, "  clusters:\n", fmt.Sprintf(`  - name: taken
+    address: { socket_address: { address: 127.0.0.1, port_value: %d } }
+    filter_chains: [{ filters: [{ name: envoy.filters.network.tcp_proxy, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy, stat_prefix: t, cluster: upstream } }] }]
+  clusters:
+`, held.Addr().(*net.TCPAddr).Port), 1)
+	p.writeBootstrapText(bad)
+	if code, out := p.reload(); code == 0 || !strings.Contains(out, "listener taken: cannot bind") || !strings.Contains(out, "put back") {
+		t.Fatalf("reload with a listener on a taken port: exit %d: %s", code, out)
+	}
+	if r, err := testenvoy.Get(testenvoy.URL(p.ports.Admin, "/listeners"), 5*time.Second); err != nil || strings.Contains(r.Body, "taken") || !strings.Contains(r.Body, "ingress_1") {
+		t.Errorf("Envoy's listeners after the refused reload: %v\n%s", err, r.Body)
+	}
+	if r, err := testenvoy.Get(testenvoy.URL(p.ports.Admin, "/config_dump?resource=dynamic_active_clusters"), 5*time.Second); err != nil ||
+		!strings.Contains(r.Body, `"connect_timeout": "1s"`) || strings.Contains(r.Body, `"connect_timeout": "2s"`) {
+		t.Errorf("the upstream cluster after the refused reload is not as before: %v\n%s", err, r.Body)
+	}
+	if v := p.answer(); v != "v5" {
+		t.Errorf("after the refused reload Envoy answers %q, want v5", v)
+	}
+	if got := p.metric(`envoy_agent_reloads_in_place_total{outcome="failed"}`); got != "1" {
+		t.Errorf(`envoy_agent_reloads_in_place_total{outcome="failed"} = %q, want 1`, got)
+	}
+
+	// A change to the node is a hot restart; the new epoch changes in place again.
+	p.writeBootstrapText(strings.Replace(version(string(v0), 6), "id: envoy-agent-kit", "id: envoy-agent-kit-2", 1))
+	code, out := p.reload()
+	if code != 0 || !strings.Contains(out, "reloaded: epoch 1 is serving") || !strings.Contains(out, "hot restart: node changed") {
+		t.Fatalf("reload of a node change: exit %d: %s", code, out)
+	}
+	hotRestart := reloadTook(out)
+	second := p.servingPid()
+	if second == first {
+		t.Fatalf("the node change did not start a new Envoy (pid %d)", second)
+	}
+	p.writeBootstrapText(strings.Replace(version(string(v0), 7), "id: envoy-agent-kit", "id: envoy-agent-kit-2", 1))
+	code, out = p.reload()
+	if code != 0 || !strings.Contains(out, "reloaded in place: listeners updated ingress; epoch 1 keeps serving") || strings.Contains(out, "waiting for epoch 0") {
+		t.Fatalf("in-place reload after the hot restart: exit %d: %s", code, out)
+	}
+	inPlace = append(inPlace, reloadTook(out))
+	if !testenvoy.Eventually(5*time.Second, func() bool { return l.Latest() == "v7" }) {
+		t.Fatalf("after the last reload the listener answers %q", l.Latest())
+	}
+	l.Stop()
+	idle.Stop()
+	t.Logf("envoy-agent reload took in place %v, hot restart %s; load %d ok, %d failed %v; idle keep-alive load %d ok, %d failed",
+		inPlace, hotRestart, l.OK(), l.Failed(), l.Versions(), idle.OK(), idle.Failed())
+	if l.Failed() != 0 || idle.Failed() != 0 {
+		t.Errorf("failed requests: %d on the changed listener (last: %s), %d on the idle keep-alive connections (last: %s)", l.Failed(), l.LastErr(), idle.Failed(), idle.LastErr())
+	}
+	if got := p.metric(`envoy_agent_reloads_in_place_total{outcome="ok"}`); got != "8" {
+		t.Errorf(`envoy_agent_reloads_in_place_total{outcome="ok"} = %q, want 8`, got)
+	}
+	sent := p.signal(syscall.SIGTERM)
+	if code, _ := p.wait(sent, 20*time.Second); code != 0 {
+		t.Fatalf("stop exited %d", code)
+	}
+	assertNoEnvoyFor(t, p.dir)
+	if left, _ := filepath.Glob(filepath.Join(p.dir, "run", "epoch-*")); len(left) > 0 {
+		t.Errorf("the stop left %v", left)
+	}
+}
+
+// TestInPlaceStartWaitsForAcceptance: with reload_method "auto", Envoy is
+// LIVE even when it rejects a listener of its LDS file; the agent refuses
+// that start as a static bootstrap's start fails (port taken).
+func TestInPlaceStartWaitsForAcceptance(t *testing.T) {
+	t.Parallel()
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	p := startAgent(t, procOptions{agent: map[string]string{"reload_method": `"auto"`}, noWaitReady: true,
+		bootstrap: testenvoy.BootstrapOptions{ExtraListeners: []int{held.Addr().(*net.TCPAddr).Port}}})
+	code, _ := p.wait(p.started, 30*time.Second)
+	if code != 1 || !strings.Contains(p.stderr.String(), "without all of its listeners and clusters") || !strings.Contains(p.stderr.String(), "cannot bind") {
+		t.Fatalf("start with a listener on a taken port exited %d:\n%s", code, p.stderr)
+	}
+	for _, m := range p.ns.Messages() {
+		if testenvoy.HasAssignment(m.Text, "READY=1") {
+			t.Errorf("READY=1 sent: %q", m.Text)
+		}
 	}
 	assertNoEnvoyFor(t, p.dir)
 }

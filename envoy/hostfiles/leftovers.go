@@ -50,7 +50,7 @@ func ClearLeftovers(l Leftovers, log Logger) error {
 		for _, pattern := range leftoverPatterns {
 			matches, _ := filepath.Glob(filepath.Join(l.RunDir, pattern))
 			for _, m := range matches {
-				if err := os.Remove(m); err != nil && !errors.Is(err, os.ErrNotExist) {
+				if err := os.RemoveAll(m); err != nil && !errors.Is(err, os.ErrNotExist) { // a folder: an epoch's resource files
 					return fmt.Errorf("remove %s, left by an earlier agent of this run folder: %w", m, err)
 				}
 				log.Infof("removed %s, left by an earlier agent of this run folder", m)
@@ -70,7 +70,7 @@ func RemoveRunFiles(runDir string) {
 	for _, pattern := range leftoverPatterns {
 		matches, _ := filepath.Glob(filepath.Join(runDir, pattern))
 		for _, m := range matches {
-			_ = os.Remove(m)
+			_ = os.RemoveAll(m)
 		}
 	}
 }

@@ -228,6 +228,9 @@ func (c *Config) check(ps *problems) {
 	if !slices.Contains(agentLogLevels, a.LogLevel) {
 		ps.add("agent.log_level", "unknown level %q (one of %s)", a.LogLevel, strings.Join(agentLogLevels, ", "))
 	}
+	if a.ReloadMethod != "" && a.ReloadMethod != ReloadAuto && a.ReloadMethod != ReloadHotRestart {
+		ps.add("agent.reload_method", "unknown method %q (auto or hot_restart)", a.ReloadMethod)
+	}
 	if a.LogFormat != "text" && a.LogFormat != "json" {
 		ps.add("agent.log_format", "unknown format %q (text or json)", a.LogFormat)
 	}

@@ -3,6 +3,7 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -349,5 +350,26 @@ func TestHostileKeysAreRefusedInBoundedMemory(t *testing.T) {
 		"t = {a.b = 1.5, c = 2.5}\n[envoy.x.y]\n" + strings.Repeat("z", 1000) + " = \"" + strings.Repeat("v", 100000) + "\"\n"
 	if err := checkNesting([]byte(ok)); err != nil {
 		t.Fatalf("checkNesting refused a plain file: line %d: %s: %v", err.line, err.key, err)
+	}
+}
+
+// A live upgrade hands the serving configuration over as JSON, which the
+// new binary decodes with unknown fields refused: reload_method, unset,
+// must not be in it, so that an agent that predates the key (a rollback)
+// can still adopt.
+func TestUnsetReloadMethodLeftOutOfTheJSON(t *testing.T) {
+	for _, tt := range []struct {
+		method string
+		inJSON bool
+	}{{"", false}, {ReloadHotRestart, true}, {ReloadAuto, true}} {
+		c := DefaultConfig()
+		c.Agent.ReloadMethod = tt.method
+		b, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(string(b), "ReloadMethod"); got != tt.inJSON {
+			t.Errorf("reload_method %q: in the JSON %v, want %v: %s", tt.method, got, tt.inJSON, b)
+		}
 	}
 }

@@ -74,6 +74,10 @@ type AgentConfig struct {
 	LogFormat                   string   `toml:"log_format"`
 	RunDir                      string   `toml:"run_dir"`
 	ControlSocket               string   `toml:"control_socket"`
+	// ReloadMethod is "" (the default) or ReloadHotRestart, or ReloadAuto.
+	// Left out of the JSON when "": a live upgrade's state (handover.go)
+	// then stays readable by an agent that predates the key.
+	ReloadMethod string `toml:"reload_method" json:",omitempty"`
 }
 
 // Port is a TCP port number in a TOML file.
@@ -158,3 +162,12 @@ func DefaultConfig() Config {
 		},
 	}
 }
+
+// The values of agent.reload_method.
+const (
+	// ReloadAuto changes listeners and clusters in place when a reload
+	// changes only those, and hot restarts otherwise.
+	ReloadAuto = "auto"
+	// ReloadHotRestart hot restarts at every reload.
+	ReloadHotRestart = "hot_restart"
+)

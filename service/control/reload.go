@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/envoy-agent/envoy-agent/service/config"
 )
@@ -86,7 +87,14 @@ func RequestReload(ctx context.Context, path string, out io.Writer) error {
 		}
 		return &ReloadError{Result: res}
 	}
-	fmt.Fprintf(out, "reloaded: epoch %d is serving (%d ms)\n", res.Epoch, res.TookMs)
+	switch {
+	case res.Path == PathInPlace:
+		fmt.Fprintf(out, "reloaded in place: %s; epoch %d keeps serving (%d ms)\n", res.Changed, res.Epoch, res.TookMs)
+	case res.Path != "" && res.Changed != "":
+		fmt.Fprintf(out, "reloaded: epoch %d is serving (%d ms); %s: %s\n", res.Epoch, res.TookMs, strings.ReplaceAll(res.Path, "_", " "), res.Changed)
+	default:
+		fmt.Fprintf(out, "reloaded: epoch %d is serving (%d ms)\n", res.Epoch, res.TookMs)
+	}
 	if res.Note != "" {
 		fmt.Fprintf(out, "  (%s)\n", res.Note)
 	}
@@ -204,4 +212,17 @@ type ReloadResult struct {
 	WaitedMs int64 `json:"waited_ms,omitempty"`
 	// Note says what the reload waited for, for `envoy-agent reload`.
 	Note string `json:"note,omitempty"`
+	// Path is how the reload changed Envoy (PathInPlace, PathHotRestart,
+	// PathDrainRestart); set with reload_method "auto" only.
+	Path string `json:"path,omitempty"`
+	// Changed says, in place, what changed ("listeners updated ingress",
+	// "nothing changed"); for a new epoch, why one was needed.
+	Changed string `json:"changed,omitempty"`
 }
+
+// The paths of a reload (ReloadResult.Path).
+const (
+	PathInPlace      = "in_place"
+	PathHotRestart   = "hot_restart"
+	PathDrainRestart = "drain_restart"
+)

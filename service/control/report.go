@@ -109,6 +109,9 @@ type ReloadStatus struct {
 	OK     bool   `json:"ok"`
 	Epoch  int    `json:"epoch"`           // the serving epoch afterwards
 	Error  string `json:"error,omitempty"` // why it failed
+	// Path and Changed are ReloadResult's (reload_method "auto" only).
+	Path    string `json:"path,omitempty"`
+	Changed string `json:"changed,omitempty"`
 }
 
 // ReloadCounts counts the reloads since the agent started.

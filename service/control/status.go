@@ -173,7 +173,9 @@ func FormatStatus(r StatusReport) string {
 		}
 	}
 	if lr := r.LastReload; lr != nil {
-		if lr.OK {
+		if lr.OK && lr.Path == PathInPlace {
+			line("last reload", "%s: ok in place in %d ms (%s), epoch %d serving", lr.At, lr.TookMs, lr.Changed, lr.Epoch)
+		} else if lr.OK {
 			line("last reload", "%s: ok in %d ms, epoch %d serving", lr.At, lr.TookMs, lr.Epoch)
 		} else {
 			line("last reload", "%s: FAILED after %d ms, epoch %d kept serving: %s", lr.At, lr.TookMs, lr.Epoch, firstLine(lr.Error))

@@ -1,0 +1,322 @@
+//go:build linux
+
+package inplace
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
+	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+)
+
+// httpAdmin is Admin over Envoy's admin port.
+type httpAdmin int
+
+func (a httpAdmin) Get(ctx context.Context, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", int(a), path), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return body, err
+}
+
+// keepAlive is an HTTP/1.1 connection kept open between requests.
+type keepAlive struct {
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+func dialKeepAlive(t *testing.T, port int) *keepAlive {
+	t.Helper()
+	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &keepAlive{conn: c, r: bufio.NewReader(c)}
+}
+
+// get asks for / and returns the x-config-version header of the answer.
+func (k *keepAlive) get() (string, error) {
+	_ = k.conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(k.conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		return "", err
+	}
+	resp, err := http.ReadResponse(k.r, nil)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", errors.New(resp.Status)
+	}
+	return resp.Header.Get("x-config-version"), nil
+}
+
+// version is what a fresh connection to port is answered with.
+func version(port int) string {
+	r, err := testenvoy.Get(testenvoy.URL(port, "/"), 2*time.Second)
+	if err != nil || r.Code != http.StatusOK {
+		return fmt.Sprintf("error %v (%d)", err, r.Code)
+	}
+	return r.Header.Get("x-config-version")
+}
+
+// TestApplyWithEnvoy changes a real Envoy's listeners and clusters through
+// the files: a route change is served by the same process and an idle
+// keep-alive connection on the other listener still answers; a change that
+// Envoy rejects (a listener whose port another socket holds, with a cluster
+// updated in the same change) leaves every file and resource as it was;
+// a cluster is added, then removed.
+func TestApplyWithEnvoy(t *testing.T) {
+	bin := testenvoy.Binary(t)
+	up := testenvoy.NewUpstream(t)
+	ports := testenvoy.NewPorts(t)
+	ports.Upstream = up.Port
+	other := testenvoy.FreePort(t)
+	v1, err := envoykit.RenderBootstrap(envoykit.BootstrapOptions{Ports: ports, ExtraListeners: []int{other}, ResponseHeader: "v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := Parse("envoy.yaml", v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "epoch-0-1-envoy.yaml.d")
+	boot, err := Write(dir, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &testenvoy.SyncBuffer{}
+	p, err := envoykit.Start(bin, append(envoykit.BareArgs(boot, 0), "--disable-hot-restart"), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	if err := p.WaitReady(ports.Admin, 10*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if v := version(ports.Listener); v != "v1" {
+		t.Fatalf("first answer %q, want v1", v)
+	}
+	idle := dialKeepAlive(t, other)
+	if v, err := idle.get(); err != nil || v != "v1" {
+		t.Fatalf("idle connection: %q %v", v, err)
+	}
+	admin := httpAdmin(ports.Admin)
+	ctx := context.Background()
+
+	// apply moves the Envoy serving cur to text, which must parse.
+	cur := old
+	apply := func(text string) (Change, error) {
+		t.Helper()
+		next, err := Parse("envoy.yaml", []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		c, err := Apply(ctx, dir, cur, next, admin)
+		t.Logf("apply %s: %v in %s", c, err, time.Since(start).Round(time.Microsecond))
+		if err == nil {
+			cur = next
+		}
+		return c, err
+	}
+
+	// The first listener's route only (its header is the first "v1").
+	v2 := strings.Replace(string(v1), `value: "v1"`, `value: "v2"`, 1)
+	if c, err := apply(v2); err != nil || c.String() != "listeners updated ingress" {
+		t.Fatalf("Apply = %q, %v", c, err)
+	}
+	if v := version(ports.Listener); v != "v2" {
+		t.Errorf("after the change the listener answers %q, want v2", v)
+	}
+	if v, err := idle.get(); err != nil || v != "v1" {
+		t.Errorf("the idle connection on the unchanged listener: %q %v, want v1", v, err)
+	}
+	if !p.Running() {
+		t.Fatal("Envoy exited")
+	}
+
+	// A listener on a taken port, and the upstream cluster changed.
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	heldPort := held.Addr().(*net.TCPAddr).Port
+	ldsBefore, _ := os.ReadFile(filepath.Join(dir, ListenersFile))
+	cdsBefore, _ := os.ReadFile(filepath.Join(dir, ClustersFile))
+	bad := strings.Replace(v2, "connect_timeout: 1s", "connect_timeout: 2s", 1)
+	bad = strings.Replace(bad, "  clusters:\n", fmt.Sprintf(`  - name: taken
+    address: { socket_address: { address: 127.0.0.1, port_value: %d } }
+    filter_chains: [{ filters: [{ name: envoy.filters.network.tcp_proxy, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy, stat_prefix: t, cluster: upstream } }] }]
+  clusters:
+`, heldPort), 1)
+	c, err := apply(bad)
+	var rej *RejectedError
+	if !errors.As(err, &rej) || !rej.Restored || !strings.Contains(rej.Reason, "listener taken: cannot bind") {
+		t.Fatalf("Apply of a listener on a taken port = %q, %v; want a RejectedError naming the bind", c, err)
+	}
+	if c.String() != "listeners added taken; clusters updated upstream" {
+		t.Errorf("change %q", c)
+	}
+	ldsAfter, _ := os.ReadFile(filepath.Join(dir, ListenersFile))
+	cdsAfter, _ := os.ReadFile(filepath.Join(dir, ClustersFile))
+	if string(ldsAfter) != string(ldsBefore) || string(cdsAfter) != string(cdsBefore) {
+		t.Error("the files were not put back")
+	}
+	body, err := admin.Get(ctx, "/config_dump?resource=dynamic_active_clusters")
+	if err != nil || !strings.Contains(string(body), `"connect_timeout": "1s"`) || strings.Contains(string(body), `"connect_timeout": "2s"`) {
+		t.Errorf("the upstream cluster is not back at 1s: %v\n%s", err, body)
+	}
+	if v := version(ports.Listener); v != "v2" {
+		t.Errorf("after the rejection the listener answers %q, want v2", v)
+	}
+
+	// A cluster added, then removed.
+	spare := strings.Replace(v2, "  clusters:\n", "  clusters:\n  - { name: spare, type: STATIC, load_assignment: { cluster_name: spare } }\n", 1)
+	if c, err := apply(spare); err != nil || c.String() != "clusters added spare" {
+		t.Fatalf("Apply = %q, %v", c, err)
+	}
+	if c, err := apply(v2); err != nil || c.String() != "clusters removed spare" {
+		t.Fatalf("Apply = %q, %v", c, err)
+	}
+	body, _ = admin.Get(ctx, "/config_dump?resource=dynamic_active_clusters")
+	if strings.Contains(string(body), "spare") {
+		t.Errorf("the removed cluster is still active:\n%s", body)
+	}
+	if c, err := apply(v2); err != nil || !c.Empty() {
+		t.Errorf("Apply of the same bootstrap = %q, %v; want nothing changed", c, err)
+	}
+	if !p.Running() {
+		t.Fatal("Envoy exited")
+	}
+}
+
+// TestExampleBootstrapRunsRewritten runs the repository's example
+// bootstrap (admin on a TCP port, free listener ports) as the agent runs it
+// with reload_method "auto": Envoy takes the rewritten bootstrap and both
+// files whole, and answers through the proxied listener.
+func TestExampleBootstrapRunsRewritten(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(testenvoy.RepoRoot(t), "envoy.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, front, back := testenvoy.FreePort(t), testenvoy.FreePort(t), testenvoy.FreePort(t)
+	text := strings.Replace(string(data), "pipe: { path: /tmp/envoy-agent-example-admin.sock, mode: 0600 }",
+		fmt.Sprintf("socket_address: { address: 127.0.0.1, port_value: %d }", admin), 1)
+	text = strings.ReplaceAll(text, "port_value: 10000", fmt.Sprintf("port_value: %d", front))
+	text = strings.ReplaceAll(text, "port_value: 10001", fmt.Sprintf("port_value: %d", back))
+	b, err := Parse("envoy.yaml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "r")
+	boot, err := Write(dir, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &testenvoy.SyncBuffer{}
+	p, err := envoykit.Start(testenvoy.Binary(t), append(envoykit.BareArgs(boot, 0), "--disable-hot-restart"), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	if err := p.WaitReady(admin, 10*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if err := Accepted(context.Background(), dir, httpAdmin(admin)); err != nil {
+		t.Errorf("Accepted: %v", err)
+	}
+	r, err := testenvoy.Get(testenvoy.URL(front, "/"), 5*time.Second)
+	if err != nil || r.Code != 200 || !strings.Contains(r.Body, "hello from the envoy-agent example backend") {
+		t.Errorf("GET through the example's listener: %+v %v", r, err)
+	}
+}
+
+// TestAcceptedSeesARejectedListener: Envoy is LIVE without a listener of
+// its LDS file that it could not bind; Accepted says so, with the reason.
+func TestAcceptedSeesARejectedListener(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	ports := testenvoy.NewPorts(t)
+	ports.Upstream = 1
+	text, err := envoykit.RenderBootstrap(envoykit.BootstrapOptions{Ports: ports, ExtraListeners: []int{held.Addr().(*net.TCPAddr).Port}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Parse("envoy.yaml", text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "r")
+	boot, err := Write(dir, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &testenvoy.SyncBuffer{}
+	p, err := envoykit.Start(testenvoy.Binary(t), append(envoykit.BareArgs(boot, 0), "--disable-hot-restart"), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	if err := p.WaitReady(ports.Admin, 10*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if err := Accepted(context.Background(), dir, httpAdmin(ports.Admin)); err == nil || !strings.Contains(err.Error(), "listener ingress_1: cannot bind") {
+		t.Errorf("Accepted = %v; want listener ingress_1's bind failure", err)
+	}
+}
+
+// TestEmptyResourceFiles: a bootstrap with no listeners or clusters runs
+// from empty files, and Envoy's version of each is theirs (a start is
+// accepted).
+func TestEmptyResourceFiles(t *testing.T) {
+	admin := testenvoy.FreePort(t)
+	b, err := Parse("e.yaml", fmt.Appendf(nil, "admin: { address: { socket_address: { address: 127.0.0.1, port_value: %d } } }\n", admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "r")
+	boot, err := Write(dir, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &testenvoy.SyncBuffer{}
+	p, err := envoykit.Start(testenvoy.Binary(t), append(envoykit.BareArgs(boot, 0), "--disable-hot-restart"), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	if err := p.WaitReady(admin, 10*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if err := Accepted(context.Background(), dir, httpAdmin(admin)); err != nil {
+		t.Errorf("Accepted: %v", err)
+	}
+}

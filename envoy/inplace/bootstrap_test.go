@@ -1,0 +1,221 @@
+package inplace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// base is a bootstrap with two listeners, two clusters and a stats sink
+// that names a third cluster.
+const base = `# the operator's comment
+node: { id: n1, cluster: c1 }
+admin:
+  address: { socket_address: { address: 127.0.0.1, port_value: 15000 } }
+stats_sinks:
+- name: envoy.stat_sinks.statsd
+  typed_config:
+    "@type": type.googleapis.com/envoy.config.metrics.v3.StatsdSink
+    tcp_cluster_name: statsd
+static_resources:
+  listeners:
+  - name: web
+    address: { socket_address: { address: 127.0.0.1, port_value: 10000 } }
+    filter_chains: [{ filters: [{ name: envoy.filters.network.tcp_proxy, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy, stat_prefix: web, cluster: app } }] }]
+  - name: other
+    address: { socket_address: { address: 127.0.0.1, port_value: 10001 } }
+    filter_chains: [{ filters: [{ name: envoy.filters.network.tcp_proxy, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy, stat_prefix: other, cluster: app } }] }]
+  clusters:
+  - name: app
+    type: STATIC
+    load_assignment: { cluster_name: app, endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 9000 } } } }] }] }
+  - name: statsd
+    type: STATIC
+    load_assignment: { cluster_name: statsd, endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 8125 } } } }] }] }
+  - name: authz
+    type: STATIC
+    load_assignment: { cluster_name: authz, endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 9001 } } } }] }] }
+`
+
+func parse(t *testing.T, text string) *Bootstrap {
+	t.Helper()
+	b, err := Parse("envoy.yaml", []byte(text))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	return b
+}
+
+func TestParseSplitsListenersAndClusters(t *testing.T) {
+	b := parse(t, base)
+	if got := strings.Join(b.Listeners(), ","); got != "web,other" {
+		t.Errorf("listeners %s, want web,other", got)
+	}
+	if got := strings.Join(b.Clusters(), ","); got != "app,authz" {
+		t.Errorf("dynamic clusters %s, want app,authz", got)
+	}
+	if got := strings.Join(b.Kept(), ","); got != "statsd" {
+		t.Errorf("kept clusters %s, want statsd (the stats sink's)", got)
+	}
+	run, err := b.Runnable("/run/x/epoch-0-1-envoy.yaml.d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := yaml.Unmarshal(run, &got); err != nil {
+		t.Fatalf("runnable bootstrap: %v\n%s", err, run)
+	}
+	sr := got["static_resources"].(map[string]any)
+	if _, ok := sr["listeners"]; ok {
+		t.Errorf("the runnable bootstrap still has static listeners:\n%s", run)
+	}
+	if cl := sr["clusters"].([]any); len(cl) != 1 || cl[0].(map[string]any)["name"] != "statsd" {
+		t.Errorf("static clusters %v, want statsd only", cl)
+	}
+	dr := got["dynamic_resources"].(map[string]any)
+	if p := dr["lds_config"].(map[string]any)["path_config_source"].(map[string]any)["path"]; p != "/run/x/epoch-0-1-envoy.yaml.d/lds.yaml" {
+		t.Errorf("lds path %v", p)
+	}
+	if strings.Contains(string(run), "operator's comment") {
+		t.Errorf("comments are kept:\n%s", run)
+	}
+	lds, err := b.ListenerFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Version   string           `yaml:"version_info"`
+		Resources []map[string]any `yaml:"resources"`
+	}
+	if err := yaml.Unmarshal(lds, &file); err != nil {
+		t.Fatal(err)
+	}
+	if file.Version == "" || len(file.Resources) != 2 || file.Resources[0]["@type"] != listenerType || file.Resources[1]["name"] != "other" {
+		t.Errorf("lds file:\n%s", lds)
+	}
+}
+
+func TestParseDefaultsTheNode(t *testing.T) {
+	b := parse(t, "admin: {}\nstatic_resources: {}\n")
+	run, err := b.Runnable("/d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(run), `id: "`+DefaultNode+`"`) || !strings.Contains(string(run), `cluster: "`+DefaultNode+`"`) {
+		t.Errorf("no default node (quoted):\n%s", run)
+	}
+	b = parse(t, base)
+	run, _ = b.Runnable("/d")
+	if strings.Contains(string(run), DefaultNode) {
+		t.Errorf("the operator's node was replaced:\n%s", run)
+	}
+}
+
+func TestParseRefuses(t *testing.T) {
+	for _, tt := range []struct {
+		name, file, text, reason string
+	}{
+		{"dynamic", "e.yaml", "dynamic_resources: {}\n", "dynamic_resources"},
+		{"proto", "e.pb", "x", "YAML or JSON"},
+		{"anchors", "e.yaml", "a: &x {b: 1}\nc: *x\n", "anchors"},
+		{"unnamed listener", "e.yaml", "static_resources: { listeners: [ { address: {} } ] }\n", "listeners[0] has no name"},
+		{"twice", "e.yaml", "static_resources: { clusters: [ { name: a }, { name: a } ] }\n", "two named"},
+		{"not a mapping", "e.yaml", "[1]\n", "not a mapping"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse(tt.file, []byte(tt.text))
+			var nr *NotRewritableError
+			if !errors.As(err, &nr) || !strings.Contains(nr.Reason, tt.reason) {
+				t.Errorf("Parse = %v, want a NotRewritableError saying %q", err, tt.reason)
+			}
+		})
+	}
+}
+
+func TestCompare(t *testing.T) {
+	for _, tt := range []struct {
+		name, from, to string
+		want           string // Change.String, or the RestartError's reason
+		restart        bool
+	}{
+		{"nothing", "port_value: 9000", "port_value: 9000", "nothing changed", false},
+		{"comment only", "# the operator's comment", "# another comment", "nothing changed", false},
+		{"cluster updated", "port_value: 9000", "port_value: 9100", "clusters updated app", false},
+		{"listener updated", "stat_prefix: web", "stat_prefix: web2", "listeners updated web", false},
+		{"listener removed", "  - name: other\n", "  - name: gone\n", "listeners added gone; listeners removed other", false},
+		{"admin", "port_value: 15000", "port_value: 15001", "admin changed", true},
+		{"node", "id: n1", "id: n2", "node changed", true},
+		{"kept cluster", "port_value: 8125", "port_value: 8126", "static_resources changed (clusters named outside the listeners and clusters stay static: statsd)", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			to := strings.Replace(base, tt.from, tt.to, 1)
+			if to == base && tt.from != tt.to {
+				t.Fatalf("%q is not in the bootstrap", tt.from)
+			}
+			c, err := Compare(parse(t, base), parse(t, to))
+			var re *RestartError
+			switch {
+			case tt.restart && (!errors.As(err, &re) || re.Reason != tt.want):
+				t.Errorf("Compare = %v, %v; want a hot restart: %s", c, err, tt.want)
+			case !tt.restart && (err != nil || c.String() != tt.want):
+				t.Errorf("Compare = %q, %v; want %q", c, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestAddedAndRemovedCluster(t *testing.T) {
+	to := strings.Replace(base, "name: authz", "name: authz2", 1)
+	to = strings.Replace(to, "cluster_name: authz", "cluster_name: authz2", 1)
+	c, err := Compare(parse(t, base), parse(t, to))
+	if err != nil || c.String() != "clusters added authz2; clusters removed authz" {
+		t.Errorf("Compare = %q, %v", c, err)
+	}
+}
+
+func TestSourceClustersStayStatic(t *testing.T) {
+	text := strings.Replace(base, "stat_prefix: web,", "stat_prefix: web, access_log: [{ name: als, typed_config: { common_config: { grpc_service: { envoy_grpc: { cluster_name: authz } } } } }],", 1)
+	b := parse(t, text)
+	if got := strings.Join(b.Kept(), ","); got != "statsd,authz" {
+		t.Errorf("kept %s, want statsd,authz (authz is a gRPC service's cluster_name)", got)
+	}
+}
+
+// fakeDump is a stand-in for Envoy's admin answering /config_dump with a
+// refused listener whose details quote secrets (a real Envoy's text for
+// such a case is not at hand).
+type fakeDump string
+
+func (f fakeDump) Get(_ context.Context, path string) ([]byte, error) {
+	if strings.HasPrefix(path, "/config_dump?resource=dynamic_listeners") {
+		return []byte(f), nil
+	}
+	return []byte(`{"configs":[]}`), nil
+}
+
+func TestRejectionLeavesSecretsOut(t *testing.T) {
+	for _, tt := range []struct{ name, details, want string }{
+		{"proto dump", "Proto constraint validation failed (ListenerValidationError.Address: value is required):\nname: \"web\"\nfilter_chains {\n  inline_string: \"SECRETKEY\"\n}\n-----BEGIN PRIVATE KEY-----\nMIIsecret\n-----END PRIVATE KEY-----",
+			"listener web: Proto constraint validation failed (ListenerValidationError.Address: value is required):"},
+		{"one line", `Proto constraint validation failed (X): name: "web" inline_string: "SECRETKEY"`, "listener web: Proto constraint validation failed (X): <configuration left out>"},
+		{"pem", "Failed to load private key -----BEGIN PRIVATE KEY-----MIIsecret", "listener web: Failed to load private key <PEM block left out>"},
+		{"bind", "cannot bind '127.0.0.1:80': Address already in use", "listener web: cannot bind '127.0.0.1:80': Address already in use"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dump, err := json.Marshal(map[string]any{"configs": []any{map[string]any{"name": "web", "error_state": map[string]any{
+				"details": tt.details, "last_update_attempt": time.Now().UTC().Format(time.RFC3339Nano)}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reason, ok := rejection(context.Background(), fakeDump(dump), lds, time.Now())
+			if !ok || reason != tt.want {
+				t.Errorf("rejection = %q, %v; want %q", reason, ok, tt.want)
+			}
+		})
+	}
+}
