@@ -207,3 +207,44 @@ func writeSDS(s Secret, m *material) error {
 	}
 	return nil
 }
+
+// ExpiryWarning is how close to its end a certificate in use is warned
+// about (`envoy-agent validate`).
+const ExpiryWarning = 14 * 24 * time.Hour
+
+// Inspect reads the certificates and CA bundles that the bootstrap data
+// (name is its file name) names by file, as a Manager would serve them,
+// and writes nothing. It returns those it could read and, for the others,
+// an error naming the file.
+func Inspect(data []byte, name string) ([]Certificate, error) {
+	res, err := Rewrite(data, name, os.TempDir())
+	if err != nil {
+		return nil, err
+	}
+	var out []Certificate
+	var errs []error
+	for _, s := range res.Secrets {
+		m, err := load(s)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, m.info)
+	}
+	return out, errors.Join(errs...)
+}
+
+// ExpiryWarnings are the warnings `validate` gives for certificates that
+// have expired or expire within ExpiryWarning of now.
+func ExpiryWarnings(cs []Certificate, now time.Time) []string {
+	var out []string
+	for _, c := range cs {
+		switch left := c.NotAfter.Sub(now); {
+		case left <= 0:
+			out = append(out, fmt.Sprintf("certificate %s (%s) expired on %s", c.File, c.Subject, c.NotAfter.UTC().Format(time.RFC3339)))
+		case left < ExpiryWarning:
+			out = append(out, fmt.Sprintf("certificate %s (%s) expires on %s, in %d days", c.File, c.Subject, c.NotAfter.UTC().Format(time.RFC3339), c.DaysLeft(now)))
+		}
+	}
+	return out
+}

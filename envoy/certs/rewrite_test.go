@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -173,5 +174,49 @@ func writeFile(t testing.TB, path string, data []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestExpiryWarnings(t *testing.T) {
+	now := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	cases := []struct {
+		name     string
+		notAfter time.Time
+		want     string // "" for no warning
+	}{
+		{"90 days left", now.Add(90 * 24 * time.Hour), ""},
+		{"14 days left", now.Add(14 * 24 * time.Hour), ""},
+		{"13 days left", now.Add(13*24*time.Hour + time.Hour), "expires on 2026-12-18T01:00:00Z, in 13 days"},
+		{"expired", now.Add(-time.Hour), "expired on 2026-12-04T23:00:00Z"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := certs.ExpiryWarnings([]certs.Certificate{{File: "/c.pem", Subject: "CN=x", NotAfter: c.notAfter}}, now)
+			switch {
+			case c.want == "" && len(got) != 0:
+				t.Fatalf("warned: %v", got)
+			case c.want != "" && (len(got) != 1 || !strings.Contains(got[0], c.want) || !strings.Contains(got[0], "/c.pem")):
+				t.Fatalf("got %v, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+// Inspect reads what the bootstrap names, and names the file it cannot.
+func TestInspect(t *testing.T) {
+	dir := t.TempDir()
+	p := newPair(t, farFuture)
+	writeFile(t, filepath.Join(dir, "c.pem"), p.cert)
+	writeFile(t, filepath.Join(dir, "k.pem"), p.key)
+	cs, err := certs.Inspect(tlsBootstrap(filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem"), 1, 2), "envoy.yaml")
+	if err != nil || len(cs) != 1 || cs[0].Serial != p.serial || cs[0].Subject != "CN=localhost,O=envoy-agent test" {
+		t.Fatalf("%+v, %v", cs, err)
+	}
+	_, err = certs.Inspect(tlsBootstrap(filepath.Join(dir, "c.pem"), filepath.Join(dir, "missing.pem"), 1, 2), "envoy.yaml")
+	if err == nil || !strings.Contains(err.Error(), "missing.pem") {
+		t.Fatalf("error %v, want one naming missing.pem", err)
+	}
+	if matches, _ := filepath.Glob(filepath.Join(os.TempDir(), "sds-*")); len(matches) != 0 {
+		t.Fatalf("Inspect wrote %v", matches)
 	}
 }
