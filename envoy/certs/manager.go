@@ -45,7 +45,8 @@ type Manager struct {
 	OnChange func()
 
 	mu      sync.Mutex
-	secrets map[string]Secret    // by name: those of the latest bootstrap
+	secrets map[string]Secret    // by name: every secret served, kept up to date
+	inUse   map[string]bool      // by name: those of the latest bootstrap
 	served  map[string]*material // by name: what the SDS file holds
 	failed  map[string]string    // by name: the refusal logged last
 	kick    chan struct{}        // the set of files changed: watch again
@@ -58,6 +59,7 @@ func NewManager(log Logger) *Manager {
 		Settle:  DefaultSettle,
 		Poll:    DefaultPoll,
 		secrets: map[string]Secret{},
+		inUse:   map[string]bool{},
 		served:  map[string]*material{},
 		failed:  map[string]string{},
 		kick:    make(chan struct{}, 1),
@@ -92,9 +94,12 @@ func (m *Manager) RewriteBootstrap(data []byte, name, runDir string) ([]byte, er
 			return nil, err
 		}
 	}
-	m.secrets = map[string]Secret{}
+	// Secrets the previous bootstrap had stay watched: an epoch still
+	// draining, or the serving one after a refused reload, may read them.
+	m.inUse = map[string]bool{}
 	for _, s := range res.Secrets {
 		m.secrets[s.Name] = s
+		m.inUse[s.Name] = true
 	}
 	select {
 	case m.kick <- struct{}{}:
@@ -164,14 +169,15 @@ func (m *Manager) sortedLocked() []Secret {
 	return out
 }
 
-// Certificates lists the certificates in use, sorted by file.
+// Certificates lists the certificates of the latest bootstrap, sorted by
+// file.
 func (m *Manager) Certificates() []Certificate {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []Certificate
 	for _, s := range m.sortedLocked() {
 		mat := m.served[s.Name]
-		if mat == nil {
+		if mat == nil || !m.inUse[s.Name] {
 			continue
 		}
 		c := mat.info

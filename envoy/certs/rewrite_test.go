@@ -220,3 +220,27 @@ func TestInspect(t *testing.T) {
 		t.Fatalf("Inspect wrote %v", matches)
 	}
 }
+
+// Certificates lists those of the latest bootstrap only.
+func TestCertificatesFollowTheLatestBootstrap(t *testing.T) {
+	dir, run := t.TempDir(), t.TempDir()
+	for _, n := range []string{"a", "b"} {
+		p := newPair(t, farFuture)
+		writeFile(t, filepath.Join(dir, n+".pem"), p.cert)
+		writeFile(t, filepath.Join(dir, n+".key"), p.key)
+	}
+	m := certs.NewManager(&logs{t: t})
+	for _, n := range []string{"a", "b"} {
+		if _, err := m.RewriteBootstrap(tlsBootstrap(filepath.Join(dir, n+".pem"), filepath.Join(dir, n+".key"), 1, 2), "envoy.yaml", run); err != nil {
+			t.Fatal(err)
+		}
+		cs := m.Certificates()
+		if len(cs) != 1 || cs[0].File != filepath.Join(dir, n+".pem") {
+			t.Fatalf("after the bootstrap of %s: %+v", n, cs)
+		}
+		fi, err := os.Stat(filepath.Join(run, "sds-"+cs[0].Secret+".yaml"))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("SDS file: %v, %v", fi, err)
+		}
+	}
+}
