@@ -19,6 +19,7 @@ import (
 	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/envoy/versions"
 	"github.com/envoy-agent/envoy-agent/internal/childenv"
+	"github.com/envoy-agent/envoy-agent/internal/safefile"
 	"github.com/envoy-agent/envoy-agent/service/config"
 	"github.com/envoy-agent/envoy-agent/service/control"
 	"github.com/envoy-agent/envoy-agent/service/systemd"
@@ -207,7 +208,7 @@ func (s *supervisor) proxyConfig(cfg *config.Config) envoy.ProxyConfig {
 func (s *supervisor) watchCertificates(ctx context.Context, adopting bool) {
 	if adopting {
 		cfg := s.config()
-		if data, err := os.ReadFile(cfg.Envoy.ConfigPath); err == nil {
+		if data, err := safefile.ReadRegular(cfg.Envoy.ConfigPath, envoy.MaxBootstrapSize); err == nil {
 			if _, err := s.certs.RewriteBootstrap(data, cfg.Envoy.ConfigPath, cfg.RunDir()); err != nil {
 				s.log.Errorf("%v", err)
 			}

@@ -420,3 +420,117 @@ func TestHalfDoneRenewalKeepsThePairInUse(t *testing.T) {
 		})
 	}
 }
+
+// caBootstrap: listener "front" (plain HTTP) proxies to cluster "back",
+// which reaches the TLS listener over TLS, one request per connection,
+// trusting the CA file and checking the DNS name as well (so the rewrite
+// makes a combined_validation_context).
+func caBootstrap(certFile, keyFile, caFile string, front, back, admin int) []byte {
+	b := string(tlsBootstrap(certFile, keyFile, back, admin))
+	b = strings.Replace(b, "static_resources:\n  listeners:\n", fmt.Sprintf(`static_resources:
+  clusters:
+  - name: back
+    type: STATIC
+    connect_timeout: 1s
+    max_requests_per_connection: 1
+    load_assignment:
+      cluster_name: back
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: %d}}}
+    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        sni: localhost
+        common_tls_context:
+          validation_context:
+            trusted_ca: {filename: %q}
+            match_typed_subject_alt_names: [{san_type: DNS, matcher: {exact: localhost}}]
+  listeners:
+  - name: front
+    address: {socket_address: {address: 127.0.0.1, port_value: %d}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: front
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/"}
+                route: {cluster: back}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
+`, back, caFile, front), 1)
+	return []byte(b)
+}
+
+// A trusted CA named by file in a cluster is served as a secret too (with
+// the validation context's other checks kept): replacing the file changes
+// which upstream certificates new connections accept, with the same Envoy.
+func TestTrustedCARenewal(t *testing.T) {
+	bin := testenvoy.Binary(t)
+	dir, run := t.TempDir(), t.TempDir()
+	server, other := newPair(t, farFuture), newPair(t, farFuture)
+	certFile, keyFile, caFile := filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem"), filepath.Join(dir, "ca.pem")
+	writeFile(t, certFile, server.cert)
+	writeFile(t, keyFile, server.key)
+	writeFile(t, caFile, server.cert) // self-signed: its own CA
+	front, back, admin := testenvoy.FreePort(t), testenvoy.FreePort(t), testenvoy.FreePort(t)
+	m := certs.NewManager(&logs{t: t})
+	m.Poll = time.Hour
+	data, err := m.RewriteBootstrap(caBootstrap(certFile, keyFile, caFile, front, back, admin), "envoy.yaml", run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "combined_validation_context") {
+		t.Fatalf("no combined_validation_context in:\n%s", data)
+	}
+	copyPath := filepath.Join(run, "envoy.yaml")
+	writeFile(t, copyPath, data)
+	out := &testenvoy.SyncBuffer{}
+	p, err := envoykit.Start(bin, []string{"-c", copyPath, "--disable-hot-restart", "--concurrency", "1", "-l", "warning"}, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	if err := p.WaitReady(admin, 10*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = m.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	status := func() int {
+		r, err := testenvoy.Get(testenvoy.URL(front, "/"), 5*time.Second)
+		if err != nil {
+			return 0
+		}
+		return r.Code
+	}
+	if c := status(); c != 200 {
+		t.Fatalf("through the cluster trusting the server's certificate: %d", c)
+	}
+	steps := []struct {
+		ca   []byte
+		want int
+	}{
+		{other.cert, 503}, // a CA that did not sign the server's certificate
+		{server.cert, 200},
+	}
+	for _, s := range steps {
+		renameInto(t, caFile, s.ca)
+		var got int
+		if !testenvoy.Eventually(2*time.Second, func() bool { got = status(); return got == s.want }) {
+			t.Fatalf("2 s after the CA file changed: %d, want %d", got, s.want)
+		}
+	}
+	if !p.Running() {
+		t.Fatal("Envoy exited")
+	}
+}

@@ -260,7 +260,16 @@ func SecretName(k Kind, certFile, keyFile string) string {
 	if k == KindTrustedCA {
 		prefix = "ca-"
 	}
-	return prefix + strings.TrimSuffix(filepath.Base(certFile), filepath.Ext(certFile)) + "-" + hex.EncodeToString(h[:6])
+	base := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-' {
+			return r
+		}
+		return '_'
+	}, strings.TrimSuffix(filepath.Base(certFile), filepath.Ext(certFile)))
+	if len(base) > 40 {
+		base = base[:40]
+	}
+	return prefix + base + "-" + hex.EncodeToString(h[:6])
 }
 
 func (r *rewriter) add(k Kind, certFile, keyFile string) Secret {
