@@ -38,12 +38,13 @@ const domain = "envoy-agent.test"
 var agentBin string
 
 // TestMain builds the agent (or takes $ENVOY_AGENT_BIN, as the other
-// packages' tests do), unless certbot or pebble is missing: the test then
-// skips.
+// packages' tests do), unless pebble or both clients are missing: the test
+// then skips.
 func TestMain(m *testing.M) {
 	_, errCertbot := exec.LookPath("certbot")
+	_, errLego := exec.LookPath("lego")
 	_, errPebble := exec.LookPath("pebble")
-	if errCertbot != nil || errPebble != nil || envoykit.UnitTier() {
+	if errCertbot != nil && errLego != nil || errPebble != nil || envoykit.UnitTier() {
 		os.Exit(m.Run())
 	}
 	if agentBin = os.Getenv("ENVOY_AGENT_BIN"); agentBin != "" {
@@ -66,17 +67,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// tools finds certbot and pebble (`make acme-tools` installs Debian's).
-func tools(t *testing.T) (certbot, pebble string) {
+// tool finds one of the ACME programs (`make acme-tools` installs
+// Debian's certbot, lego and pebble); the test skips without it.
+func tool(t *testing.T, name string) string {
 	t.Helper()
-	var err error
-	if certbot, err = exec.LookPath("certbot"); err != nil {
-		t.Skip("certbot is not installed (make acme-tools installs Debian's certbot and pebble)")
+	path, err := exec.LookPath(name)
+	if err != nil {
+		t.Skipf("%s is not installed (make acme-tools installs Debian's certbot, lego and pebble)", name)
 	}
-	if pebble, err = exec.LookPath("pebble"); err != nil {
-		t.Skip("pebble is not installed (make acme-tools installs Debian's certbot and pebble)")
-	}
-	return certbot, pebble
+	return path
 }
 
 // selfSigned writes a key and a self-signed certificate for 127.0.0.1:
@@ -111,21 +110,19 @@ func writeFile(t *testing.T, path, text string) {
 	}
 }
 
-// acme is pebble running, and certbot's command line against it.
+// acme is pebble running, and what its clients need to reach it.
 type acme struct {
 	t            *testing.T
-	certbot      string
 	dir, caFile  string
 	dirURL, mgmt string
 	httpPort     int
 	env          []string
 	api          *http.Client
-	certbotDirs  []string
 }
 
 func startPebble(t *testing.T) *acme {
 	t.Helper()
-	certbot, pebble := tools(t)
+	pebble := tool(t, "pebble")
 	_ = testenvoy.Binary(t) // skips in make test-unit
 	dir := t.TempDir()
 	caFile, keyFile := selfSigned(t, dir)
@@ -155,7 +152,7 @@ func startPebble(t *testing.T) *acme {
 	pool := x509.NewCertPool()
 	caPEM, _ := os.ReadFile(caFile)
 	pool.AppendCertsFromPEM(caPEM)
-	a := &acme{t: t, certbot: certbot, dir: dir, caFile: caFile, dirURL: fmt.Sprintf("https://127.0.0.1:%d/dir", listen),
+	a := &acme{t: t, dir: dir, caFile: caFile, dirURL: fmt.Sprintf("https://127.0.0.1:%d/dir", listen),
 		mgmt: fmt.Sprintf("https://127.0.0.1:%d", mgmt), httpPort: httpPort,
 		api: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}}
 	if !testenvoy.Eventually(10*time.Second, func() bool {
@@ -167,23 +164,73 @@ func startPebble(t *testing.T) *acme {
 	}) {
 		t.Fatalf("pebble's directory %s did not answer", a.dirURL)
 	}
-	a.env = []string{"REQUESTS_CA_BUNDLE=" + caFile}
-	a.certbotDirs = []string{"--config-dir", filepath.Join(dir, "etc"), "--work-dir", filepath.Join(dir, "work"), "--logs-dir", filepath.Join(dir, "logs")}
+	// certbot trusts pebble's API through REQUESTS_CA_BUNDLE, lego
+	// through LEGO_CA_CERTIFICATES.
+	a.env = []string{"REQUESTS_CA_BUNDLE=" + caFile, "LEGO_CA_CERTIFICATES=" + caFile}
 	return a
 }
 
-// run runs certbot with args (and its folders, pebble's URL).
-func (a *acme) run(args ...string) {
-	a.t.Helper()
-	args = append(args, a.certbotDirs...)
-	args = append(args, "--server", a.dirURL, "--non-interactive", "--agree-tos", "--register-unsafely-without-email",
-		"--standalone", "--http-01-port", strconv.Itoa(a.httpPort), "--http-01-address", "127.0.0.1")
-	cmd := exec.Command(a.certbot, args...)
+// run runs an ACME client.
+func (a *acme) run(t *testing.T, bin string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), a.env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		a.t.Fatalf("certbot %s: %v\n%s", strings.Join(args[:2], " "), err, out)
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
 	}
+}
+
+// acmeClient is a renewal tool as an operator runs it.
+type acmeClient struct {
+	name string
+	// obtain gets the first certificate; renew forces a renewal. Both
+	// return the files the bootstrap names.
+	obtain, renew func(t *testing.T, a *acme, bin, dir string)
+	files         func(dir string) (certFile, keyFile string)
+}
+
+var clients = []acmeClient{
+	{
+		// certbot re-points its live/ links one at a time (docs of this
+		// machine: a reader sees a new key beside an old certificate).
+		name: "certbot",
+		obtain: func(t *testing.T, a *acme, bin, dir string) {
+			a.run(t, bin, append([]string{"certonly", "-d", domain}, certbotArgs(a, dir)...)...)
+		},
+		renew: func(t *testing.T, a *acme, bin, dir string) {
+			a.run(t, bin, append([]string{"renew", "--force-renewal", "--no-random-sleep-on-renew"}, certbotArgs(a, dir)...)...)
+		},
+		files: func(dir string) (string, string) {
+			live := filepath.Join(dir, "etc", "live", domain)
+			return filepath.Join(live, "fullchain.pem"), filepath.Join(live, "privkey.pem")
+		},
+	},
+	{
+		// lego writes its files in place, the certificate before the key.
+		name: "lego",
+		obtain: func(t *testing.T, a *acme, bin, dir string) {
+			a.run(t, bin, append(legoArgs(a, dir), "run")...)
+		},
+		renew: func(t *testing.T, a *acme, bin, dir string) {
+			a.run(t, bin, append(legoArgs(a, dir), "renew", "--days", "100000", "--no-random-sleep")...)
+		},
+		files: func(dir string) (string, string) {
+			certs := filepath.Join(dir, "lego", "certificates")
+			return filepath.Join(certs, domain+".crt"), filepath.Join(certs, domain+".key")
+		},
+	},
+}
+
+func certbotArgs(a *acme, dir string) []string {
+	return []string{"--config-dir", filepath.Join(dir, "etc"), "--work-dir", filepath.Join(dir, "work"), "--logs-dir", filepath.Join(dir, "logs"),
+		"--server", a.dirURL, "--non-interactive", "--agree-tos", "--register-unsafely-without-email",
+		"--standalone", "--http-01-port", strconv.Itoa(a.httpPort), "--http-01-address", "127.0.0.1"}
+}
+
+func legoArgs(a *acme, dir string) []string {
+	return []string{"--server", a.dirURL, "--email", "ops@" + domain, "--accept-tos", "--domains", domain,
+		"--http", "--http.port", "127.0.0.1:" + strconv.Itoa(a.httpPort), "--path", filepath.Join(dir, "lego")}
 }
 
 // roots are the issuing chain's roots, from pebble's management API.
@@ -202,10 +249,6 @@ func (a *acme) roots() *x509.CertPool {
 		}
 	}
 	return pool
-}
-
-func (a *acme) live(name string) string {
-	return filepath.Join(a.dir, "etc", "live", domain, name)
 }
 
 func bootstrap(certFile, keyFile string, admin, port int) string {
@@ -271,19 +314,44 @@ func (c client) request() (string, error) {
 	return conn.ConnectionState().PeerCertificates[0].SerialNumber.Text(16), nil
 }
 
-// TestCertbotRenewalUnderLoad: a certificate certbot obtained from pebble
-// serves through the agent; each `certbot renew --force-renewal` reaches
-// new handshakes within 2 s with the same Envoy, a connection opened
-// before goes on, and clients that do not retry see no failure.
-func TestCertbotRenewalUnderLoad(t *testing.T) {
+// TestRenewalUnderLoad: a certificate certbot (or lego) obtained from
+// pebble serves through the agent; each forced renewal reaches new
+// handshakes within 2 s of the new pair being whole on disk, with the same
+// Envoy, a connection opened before goes on, and clients that do not retry
+// see no failure.
+func TestRenewalUnderLoad(t *testing.T) {
 	a := startPebble(t)
-	a.run("certonly", "-d", domain)
+	for _, cl := range clients {
+		t.Run(cl.name, func(t *testing.T) {
+			renewUnderLoad(t, a, cl)
+		})
+	}
+}
+
+// pairSerial is the serial of the pair on disk, or "" while it is not
+// whole.
+func pairSerial(certFile, keyFile string) string {
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return ""
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return ""
+	}
+	return leaf.SerialNumber.Text(16)
+}
+
+func renewUnderLoad(t *testing.T, a *acme, cl acmeClient) {
+	bin := tool(t, cl.name)
+	dir := t.TempDir()
+	cl.obtain(t, a, bin, dir)
+	certFile, keyFile := cl.files(dir)
 	roots := a.roots()
 
-	dir := t.TempDir()
 	admin, port, status := testenvoy.FreePort(t), testenvoy.FreePort(t), testenvoy.FreePort(t)
 	bootFile := filepath.Join(dir, "envoy.yaml")
-	writeFile(t, bootFile, bootstrap(a.live("fullchain.pem"), a.live("privkey.pem"), admin, port))
+	writeFile(t, bootFile, bootstrap(certFile, keyFile, admin, port))
 	baseID := testenvoy.BaseID()
 	config := filepath.Join(dir, "config.toml")
 	writeFile(t, config, fmt.Sprintf("[envoy]\nbinary_path = %q\nconfig_path = %q\nadmin_port = %d\nbase_id = %d\nconcurrency = 1\nlog_level = \"warning\"\n[agent]\nstatus_port = %d\nrun_dir = %q\n",
@@ -304,9 +372,9 @@ func TestCertbotRenewalUnderLoad(t *testing.T) {
 	c := client{addr: "127.0.0.1:" + strconv.Itoa(port), cfg: &tls.Config{RootCAs: roots, ServerName: domain}}
 	var serial string
 	if !testenvoy.Eventually(30*time.Second, func() bool { serial, err = c.request(); return err == nil }) {
-		t.Fatalf("no TLS answer with the certificate certbot obtained: %v", err)
+		t.Fatalf("no TLS answer with the certificate %s obtained: %v", cl.name, err)
 	}
-	pid := envoyPid(t, config)
+	pid := envoyPid(t, config, certFile)
 
 	// The load: clients that do not retry, each request a new connection
 	// and handshake; one connection kept open across every renewal.
@@ -326,6 +394,7 @@ func TestCertbotRenewalUnderLoad(t *testing.T) {
 			}
 		})
 	}
+	defer func() { stop(); wg.Wait() }()
 	kept, err := tls.Dial("tcp", c.addr, c.cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -352,28 +421,35 @@ func TestCertbotRenewalUnderLoad(t *testing.T) {
 
 	var took []time.Duration
 	for i := range 3 {
-		before, _ := os.Readlink(a.live("fullchain.pem"))
-		// When certbot re-points the last of its links (cert, privkey,
-		// chain, fullchain, in that order): the pair is whole from then on.
-		changed := make(chan time.Time, 1)
+		// When the new pair is whole on disk (certbot re-points its links
+		// one at a time, lego writes the certificate before the key).
+		whole := make(chan time.Time, 1)
+		watchCtx, stopWatch := context.WithCancel(context.Background())
 		go func() {
-			for {
-				if now, err := os.Readlink(a.live("fullchain.pem")); err == nil && now != before {
-					changed <- time.Now()
+			for watchCtx.Err() == nil {
+				if s := pairSerial(certFile, keyFile); s != "" && s != serial {
+					whole <- time.Now()
 					return
 				}
 				time.Sleep(time.Millisecond)
 			}
 		}()
-		a.run("renew", "--force-renewal", "--no-random-sleep-on-renew")
-		at := <-changed
+		cl.renew(t, a, bin, dir)
+		var at time.Time
+		select {
+		case at = <-whole:
+		case <-time.After(5 * time.Second):
+			stopWatch()
+			t.Fatalf("renewal %d: no new whole pair on disk", i+1)
+		}
+		stopWatch()
 		var got string
 		if !testenvoy.Eventually(5*time.Second, func() bool { got, err = c.request(); return err == nil && got != serial }) {
 			t.Fatalf("renewal %d: new handshakes still see serial %s, %v", i+1, got, err)
 		}
 		d := time.Since(at)
 		took = append(took, d)
-		t.Logf("renewal %d: serial %s -> %s; first new handshake %s after certbot's last link", i+1, serial, got, d.Round(time.Millisecond))
+		t.Logf("renewal %d: serial %s -> %s; first new handshake %s after the new pair was whole on disk", i+1, serial, got, d.Round(time.Millisecond))
 		if d > 2*time.Second {
 			t.Errorf("renewal %d took %s to reach new handshakes, more than 2 s", i+1, d)
 		}
@@ -384,15 +460,15 @@ func TestCertbotRenewalUnderLoad(t *testing.T) {
 		if s := kept.ConnectionState().PeerCertificates[0].SerialNumber.Text(16); s != first {
 			t.Fatalf("the kept connection's certificate changed to %s", s)
 		}
-		if p := envoyPid(t, config); p != pid {
+		if p := envoyPid(t, config, certFile); p != pid {
 			t.Fatalf("renewal %d: Envoy pid %d serves, want %d (no new Envoy)", i+1, p, pid)
 		}
 	}
 	stop()
 	wg.Wait()
 	slices.Sort(took)
-	t.Logf("certbot renew --force-renewal x%d: first new handshake median %s, max %s after the last link; %d requests (each a new TLS connection), %d failed",
-		len(took), took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), ok.Load(), failed.Load())
+	t.Logf("%s: %d forced renewals, first new handshake median %s, max %s after the new pair was whole; %d requests (each a new TLS connection), %d failed",
+		cl.name, len(took), took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), ok.Load(), failed.Load())
 	if failed.Load() != 0 {
 		var errs []string
 		failures.Range(func(k, _ any) bool { errs = append(errs, k.(string)); return true })
@@ -404,13 +480,13 @@ func TestCertbotRenewalUnderLoad(t *testing.T) {
 	if strings.Contains(log.String(), "BEGIN") {
 		t.Fatal("PEM in the agent's log")
 	}
-	// certbot re-points its links one at a time; the agent's settle should
-	// have hidden the moments of a new key beside the old chain.
+	// The renewal tools write a pair in several steps; the agent's settle
+	// should have hidden the moments it was not whole.
 	t.Logf("renewals refused as half-done in the agent's log: %d", strings.Count(log.String(), "renewal not taken"))
 }
 
 // envoyPid is the serving Envoy's pid, from `envoy-agent status --json`.
-func envoyPid(t *testing.T, config string) int {
+func envoyPid(t *testing.T, config, certFile string) int {
 	t.Helper()
 	out, err := exec.Command(agentBin, "status", "--config", config, "--json").Output()
 	if err != nil {
@@ -428,7 +504,7 @@ func envoyPid(t *testing.T, config string) int {
 	if err := json.Unmarshal(out, &st); err != nil {
 		t.Fatalf("status --json: %v", err)
 	}
-	if len(st.Certificates) != 1 || !strings.HasSuffix(st.Certificates[0].File, "/live/"+domain+"/fullchain.pem") {
+	if len(st.Certificates) != 1 || st.Certificates[0].File != certFile {
 		t.Fatalf("status --json certificates: %+v", st.Certificates)
 	}
 	for _, e := range st.Epochs {
