@@ -215,7 +215,7 @@ func (s *supervisor) watchCertificates(ctx context.Context, adopting bool) {
 		}
 	}
 	if err := s.certs.Run(ctx); err != nil {
-		s.log.Errorf("%v: renewed certificates are taken at the next reload only", err)
+		s.log.Errorf("%v", err)
 	}
 }
 

@@ -221,36 +221,41 @@ const watchMask = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_MOVED_FROM | unix.
 	unix.IN_DELETE | unix.IN_ATTRIB | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_MODIFY
 
 // Run watches the files of the secrets until ctx ends: inotify on their
-// folders, and a read of every file each Poll. A change is read once the
-// folder has been quiet for Settle (at most 4*Settle after the first).
+// folders, and a read of every file each Poll (alone, logged, when inotify
+// cannot be had). A change is read once the folders have been quiet for
+// Settle (at most 4*Settle after the first). It returns nil when ctx ends.
 func (m *Manager) Run(ctx context.Context) error {
+	events := make(chan struct{}, 1)
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
-		return fmt.Errorf("certificates: inotify: %w", err)
+		// No inotify (fs.inotify.max_user_instances reached, say): the
+		// poll alone takes renewals, Poll after they happen.
+		m.log.Errorf("certificates: inotify: %v: renewals are read every %s instead of at once", err, m.Poll)
+		fd = -1
+	} else {
+		f := os.NewFile(uintptr(fd), "inotify")
+		defer f.Close()
+		go func() {
+			buf := make([]byte, 64<<10)
+			for {
+				if _, err := f.Read(buf); err != nil {
+					if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
+						continue
+					}
+					return // closed as Run ends
+				}
+				select {
+				case events <- struct{}{}:
+				default:
+				}
+			}
+		}()
 	}
-	f := os.NewFile(uintptr(fd), "inotify")
-	defer f.Close()
-	events := make(chan struct{}, 1)
-	go func() {
-		buf := make([]byte, 64<<10)
-		for {
-			if _, err := f.Read(buf); err != nil {
-				if errors.Is(err, os.ErrClosed) {
-					return
-				}
-				if !errors.Is(err, unix.EINTR) && !errors.Is(err, unix.EAGAIN) {
-					return
-				}
-				continue
-			}
-			select {
-			case events <- struct{}{}:
-			default:
-			}
-		}
-	}()
 	watched := map[string]int{} // folder -> watch descriptor
 	rewatch := func() {
+		if fd < 0 {
+			return
+		}
 		want := map[string]bool{}
 		for _, d := range m.watchDirs() {
 			want[d] = true
