@@ -73,6 +73,11 @@ func Rewrite(data []byte, name, runDir string) (Result, error) {
 	if ext != ".yaml" && ext != ".yml" && ext != ".json" {
 		return res, nil
 	}
+	// Most bootstraps name no file at all: they are not parsed again (a
+	// start and a reload pay nothing for this).
+	if !bytes.Contains(data, []byte("filename")) {
+		return res, nil
+	}
 	var doc yaml.Node
 	if err := bootyaml.Decode(data, &doc); err != nil {
 		return res, fmt.Errorf("parse bootstrap: %w", err)
