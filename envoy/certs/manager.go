@@ -50,6 +50,8 @@ type Manager struct {
 	served  map[string]*material // by name: what the SDS file holds
 	failed  map[string]string    // by name: the refusal logged last
 	kick    chan struct{}        // the set of files changed: watch again
+
+	noInotify bool // the tests' stand-in for inotify that cannot be had
 }
 
 // NewManager returns a Manager that logs to log.
@@ -188,37 +190,46 @@ func (m *Manager) Certificates() []Certificate {
 	return out
 }
 
-// watchDirs are the folders whose changes can change what a file reads:
-// its own (a rename into place, a re-pointed link), its parent (a swapped
-// folder link), and the folder of the file it resolves to (cp over a
-// link's target).
-func (m *Manager) watchDirs() []string {
+// Masks of the folders a Manager watches: a file's own folder for any
+// change to its entries (a rename into place, a re-pointed link, cp), and
+// every folder above it for entries made, removed or renamed (a swapped
+// folder link anywhere on the way).
+const (
+	fileDirMask = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_MOVED_FROM | unix.IN_CLOSE_WRITE |
+		unix.IN_DELETE | unix.IN_ATTRIB | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_MODIFY
+	ancestorMask = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_MOVED_FROM | unix.IN_DELETE |
+		unix.IN_DELETE_SELF | unix.IN_MOVE_SELF
+)
+
+// watchDirs are the folders whose changes can change what a file reads,
+// with what to watch in each: the folder of the file as named and of the
+// file it resolves to (links followed), and every folder above either.
+func (m *Manager) watchDirs() map[string]uint32 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	set := map[string]bool{}
+	want := map[string]uint32{}
+	add := func(f string) {
+		want[filepath.Dir(f)] |= fileDirMask
+		for d := filepath.Dir(filepath.Dir(f)); ; d = filepath.Dir(d) {
+			want[d] |= ancestorMask
+			if d == "/" || d == "." {
+				break
+			}
+		}
+	}
 	for _, s := range m.secrets {
 		for _, f := range []string{s.CertFile, s.KeyFile} {
 			if f == "" {
 				continue
 			}
-			d := filepath.Dir(f)
-			set[d] = true
-			set[filepath.Dir(d)] = true
-			if r, err := filepath.EvalSymlinks(f); err == nil {
-				set[filepath.Dir(r)] = true
+			add(f)
+			if r, err := filepath.EvalSymlinks(f); err == nil && r != f {
+				add(r)
 			}
 		}
 	}
-	out := make([]string, 0, len(set))
-	for d := range set {
-		out = append(out, d)
-	}
-	sort.Strings(out)
-	return out
+	return want
 }
-
-const watchMask = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_MOVED_FROM | unix.IN_CLOSE_WRITE |
-	unix.IN_DELETE | unix.IN_ATTRIB | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_MODIFY
 
 // Run watches the files of the secrets until ctx ends: inotify on their
 // folders, and a read of every file each Poll (alone, logged, when inotify
@@ -227,6 +238,10 @@ const watchMask = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_MOVED_FROM | unix.
 func (m *Manager) Run(ctx context.Context) error {
 	events := make(chan struct{}, 1)
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err == nil && m.noInotify {
+		_ = unix.Close(fd)
+		err = unix.EMFILE
+	}
 	if err != nil {
 		// No inotify (fs.inotify.max_user_instances reached, say): the
 		// poll alone takes renewals, Poll after they happen.
@@ -256,21 +271,22 @@ func (m *Manager) Run(ctx context.Context) error {
 		if fd < 0 {
 			return
 		}
-		want := map[string]bool{}
-		for _, d := range m.watchDirs() {
-			want[d] = true
-			wd, err := unix.InotifyAddWatch(fd, d, watchMask)
+		// Two paths may name one folder (through a link): one watch,
+		// their masks added; removed only when no path wants it.
+		now, used := map[string]int{}, map[int]bool{}
+		for d, mask := range m.watchDirs() {
+			wd, err := unix.InotifyAddWatch(fd, d, mask|unix.IN_MASK_ADD)
 			if err != nil {
 				continue // a folder that is not there yet: the poll covers it
 			}
-			watched[d] = wd
+			now[d], used[wd] = wd, true
 		}
-		for d, wd := range watched {
-			if !want[d] {
+		for _, wd := range watched {
+			if !used[wd] {
 				_, _ = unix.InotifyRmWatch(fd, uint32(wd))
-				delete(watched, d)
 			}
 		}
+		watched = now
 	}
 	rewatch()
 	poll := time.NewTicker(m.Poll)
