@@ -107,6 +107,9 @@ func (m *Manager) RewriteBootstrap(data []byte, name, runDir string) ([]byte, er
 	case m.kick <- struct{}{}:
 	default:
 	}
+	if m.OnChange != nil {
+		go m.OnChange() // the certificates in use may be others
+	}
 	return res.Data, nil
 }
 
@@ -144,7 +147,7 @@ func (m *Manager) refreshLocked(s Secret, must bool) error {
 		return nil
 	}
 	m.served[s.Name] = mat
-	if old != nil {
+	if old != nil && old.sum != mat.sum {
 		m.log.Infof("certificates: %s renewed: serial %s, not after %s (new handshakes use it; open connections go on)", s.CertFile, mat.info.Serial, mat.info.NotAfter.UTC().Format(time.RFC3339))
 	}
 	if m.OnChange != nil {
