@@ -96,6 +96,12 @@ type ProxyConfig struct {
 	Env []string
 	// Logger receives the proxy's and agent's log lines; nil discards them.
 	Logger Logger
+	// RewriteBootstrap, when set, rewrites the bootstrap as each private
+	// copy an epoch runs is made (data is the operator's file, name its
+	// path, runDir the run folder the copy goes to;
+	// certs.Manager.RewriteBootstrap serves its certificates as secrets).
+	// An error refuses the copy, and with it the start or reload.
+	RewriteBootstrap func(data []byte, name, runDir string) ([]byte, error)
 }
 
 // Logger is what the package logs through; *logrus.Logger and

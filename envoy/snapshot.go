@@ -35,6 +35,11 @@ func (e *Envoy) snapshotBootstrap(source, original string, epoch int) (string, e
 	if err != nil {
 		return "", fmt.Errorf("read envoy bootstrap: %w", err)
 	}
+	if rewrite := e.config().RewriteBootstrap; rewrite != nil {
+		if data, err = rewrite(data, original, e.runDir); err != nil {
+			return "", fmt.Errorf("envoy bootstrap %s: %w", original, err)
+		}
+	}
 	seq := e.snapshots.Add(1)
 	path := filepath.Join(e.runDir, fmt.Sprintf("epoch-%d-%d-%s", epoch, seq, filepath.Base(original)))
 	if err := safefile.CreatePrivate(path, data); err != nil {

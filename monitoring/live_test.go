@@ -86,7 +86,10 @@ func TestLivePrometheusAlerts(t *testing.T) {
 				t.Errorf("rule %s: health %q: %s", r.Name, r.Health, r.LastError)
 			}
 		}
-		if alerts := p.alerts(t); len(alerts) != 0 {
+		// The TLS listener's certificate expires in 3 days on purpose: its
+		// alert is the near-expiry check's, below.
+		alerts := slices.DeleteFunc(p.alerts(t), func(a alert) bool { return a.Labels["alertname"] == "EnvoyAgentCertificateExpiringSoon" })
+		if len(alerts) != 0 {
 			t.Errorf("a healthy agent has alerts: %+v", alerts)
 		}
 	})

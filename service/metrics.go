@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/envoy/certs"
 )
 
 // metricsContentType is the Prometheus text exposition format, version 0.0.4.
@@ -62,7 +64,34 @@ type metrics struct {
 
 	drainsIncompleteStop    *vmetrics.Counter
 	drainsIncompleteRestart *vmetrics.Counter
+
+	certMu    sync.Mutex
+	certNames map[string]bool // the expiry gauges registered
 }
+
+// certificatesChanged returns what sets the expiry gauges to the
+// certificates m has in use, dropping those no longer in use.
+func (m *metrics) certificatesChanged(c *certs.Manager) func() {
+	return func() {
+		m.certMu.Lock()
+		defer m.certMu.Unlock()
+		now := map[string]bool{}
+		for _, cert := range c.Certificates() {
+			name := `envoy_agent_certificate_expiry_timestamp_seconds{file="` + labelEscaper.Replace(cert.File) + `"}`
+			now[name] = true
+			m.set.GetOrCreateGauge(name, nil).Set(float64(cert.NotAfter.Unix()))
+		}
+		for name := range m.certNames {
+			if !now[name] {
+				m.set.UnregisterMetric(name)
+			}
+		}
+		m.certNames = now
+	}
+}
+
+// labelEscaper escapes a Prometheus label value.
+var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 
 func newMetrics() *metrics {
 	// Global in the package, but the agent is its only user: `# TYPE` lines for

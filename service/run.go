@@ -15,9 +15,11 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/envoy/certs"
 	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/envoy/versions"
 	"github.com/envoy-agent/envoy-agent/internal/childenv"
+	"github.com/envoy-agent/envoy-agent/internal/safefile"
 	"github.com/envoy-agent/envoy-agent/service/config"
 	"github.com/envoy-agent/envoy-agent/service/control"
 	"github.com/envoy-agent/envoy-agent/service/systemd"
@@ -80,8 +82,9 @@ func Run(ctx context.Context, opts Options) error {
 	for _, w := range cfg.Warnings() {
 		log.Warn(w)
 	}
-	s := &supervisor{cfg: cfg, log: log, notify: systemd.NewNotifier(log), metrics: newMetrics(), sigs: sigs, handover: handover, version: opts.Version}
+	s := &supervisor{cfg: cfg, log: log, notify: systemd.NewNotifier(log), metrics: newMetrics(), sigs: sigs, handover: handover, version: opts.Version, certs: certs.NewManager(log)}
 	s.selfPath, _ = os.Executable()
+	s.certs.OnChange = s.metrics.certificatesChanged(s.certs)
 	return s.run(ctx, opts.Version, stderr)
 }
 
@@ -117,6 +120,7 @@ type supervisor struct {
 	restarting bool   // a reload drains and restarts Envoy (drainrestart.go)
 	reloadNote string // what the reload under way has to add to its answer
 
+	certs     *certs.Manager // the bootstrap's certificates, served as secrets and watched
 	installed installedEnvoy // is the Envoy at binary_path the running one? (installedenvoy.go)
 	versions  versions.Cache // what the binaries at binary_path said of themselves, per file
 }
@@ -194,7 +198,26 @@ func (s *supervisor) proxyConfig(cfg *config.Config) envoy.ProxyConfig {
 	// Envoy must not answer on systemd's notify socket or take its sockets.
 	pc.Env = childenv.Clean(os.Environ())
 	pc.DisableHotRestart = s.hotRestartOff()
+	pc.RewriteBootstrap = s.certs.RewriteBootstrap
 	return pc
+}
+
+// watchCertificates keeps the secrets of the bootstrap's certificates up
+// to date with their files until ctx ends (envoy/certs). An adopted Envoy
+// (a live upgrade) already runs a rewritten copy: the operator's bootstrap
+// is rewritten once more, only to learn which files to watch.
+func (s *supervisor) watchCertificates(ctx context.Context, adopting bool) {
+	if adopting {
+		cfg := s.config()
+		if data, err := safefile.ReadRegular(cfg.Envoy.ConfigPath, envoy.MaxBootstrapSize); err == nil {
+			if _, err := s.certs.RewriteBootstrap(data, cfg.Envoy.ConfigPath, cfg.RunDir()); err != nil {
+				s.log.Errorf("%v", err)
+			}
+		}
+	}
+	if err := s.certs.Run(ctx); err != nil {
+		s.log.Errorf("%v", err)
+	}
 }
 
 // applyLogSettings takes the agent's log level and format from cfg.
@@ -270,6 +293,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	started := time.Now()
 	runErr := make(chan error, 1)
 	go func() { runErr <- s.agent.Run(agentCtx) }()
+	go s.watchCertificates(serveCtx, adopting)
 
 	// The watchdog runs from the start: systemd arms it when it forks us,
 	// not at READY. Until Envoy is LIVE the agent vouches for itself (the

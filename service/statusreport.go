@@ -132,6 +132,11 @@ func (s *supervisor) statusReport(ctx context.Context) control.StatusReport {
 		rep.Drain = &d
 	}
 	r.mu.Unlock()
+	for _, c := range s.certs.Certificates() {
+		rep.Certificates = append(rep.Certificates, control.CertificateStatus{File: c.File, KeyFile: c.KeyFile, CA: c.CA,
+			Subject: c.Subject, DNSNames: c.DNSNames, Serial: c.Serial, NotAfter: c.NotAfter.UTC().Format(time.RFC3339),
+			DaysLeft: c.DaysLeft(now), Error: c.Error})
+	}
 
 	switch {
 	case s.agent.Draining():

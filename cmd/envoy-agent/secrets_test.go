@@ -3,15 +3,22 @@
 package main
 
 import (
+	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -264,4 +271,209 @@ func TestEnvoyTraceAndDebugAreRefusedSoSecretsStayOut(t *testing.T) {
 		t.Errorf("the agent's output holds the token %d times", n)
 	}
 	assertNoSecret(t, "the agent's output", printed.String(), keyPEM)
+}
+
+// servingPair is a fresh certificate for localhost, valid until notAfter,
+// with its key (PEM) and serial (hex).
+func servingPair(t *testing.T, notAfter time.Time) (certPEM, keyPEM, serial string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: n, Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
+		string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd})), n.Text(16)
+}
+
+// tlsBootstrap is a bootstrap whose listener serves TLS with the
+// certificate and key named by file, and answers 200.
+func tlsBootstrap(certFile, keyFile string, ports testenvoy.Ports) string {
+	return fmt.Sprintf(`admin:
+  address: {socket_address: {address: 127.0.0.1, port_value: %d}}
+static_resources:
+  listeners:
+  - name: tls
+    address: {socket_address: {address: 127.0.0.1, port_value: %d}}
+    filter_chains:
+    - transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+          common_tls_context:
+            tls_certificates:
+            - certificate_chain: {filename: %q}
+              private_key: {filename: %q}
+      filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: tls
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/"}
+                direct_response: {status: 200, body: {inline_string: ok}}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
+`, ports.Admin, ports.Listener, certFile, keyFile)
+}
+
+// tlsSerial is the serial of the certificate a new TLS handshake on port
+// sees.
+func tlsSerial(port int) (string, error) {
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", "127.0.0.1:"+strconv.Itoa(port), &tls.Config{InsecureSkipVerify: true, ServerName: "localhost"})
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	return c.ConnectionState().PeerCertificates[0].SerialNumber.Text(16), nil
+}
+
+// renameInto replaces path by a rename, as renewal tools do.
+func renameInto(t *testing.T, path, text string) {
+	t.Helper()
+	writeFile(t, path+".new", text)
+	if err := os.Rename(path+".new", path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A certificate the bootstrap names by file is served as a secret: a
+// renewal reaches new handshakes within 2 s with the same Envoy process and
+// no reload, a connection opened before goes on, and `systemctl reload`
+// after it (the deploy hooks operators have) serves it too; status, the
+// metrics and validate show its expiry. The same with an Envoy whose hot
+// restart is compiled out (a stand-in, hotrestartoff_test.go), whose reload
+// drains and restarts.
+func TestRenewedCertificateServedWithoutReload(t *testing.T) {
+	t.Parallel()
+	for _, hotRestart := range []bool{true, false} {
+		t.Run(fmt.Sprintf("hot restart %v", hotRestart), func(t *testing.T) {
+			t.Parallel()
+			certDir := t.TempDir()
+			certFile, keyFile := filepath.Join(certDir, "cert.pem"), filepath.Join(certDir, "key.pem")
+			c1, k1, s1 := servingPair(t, time.Now().Add(90*24*time.Hour))
+			writeFile(t, certFile, c1)
+			writeFile(t, keyFile, k1)
+			bootstrap := filepath.Join(t.TempDir(), "envoy.yaml")
+			o := procOptions{bootstrapFile: bootstrap, agent: map[string]string{"min_drain_duration": `"0s"`}}
+			if !hotRestart {
+				o.envoy = map[string]string{"binary_path": strconv.Quote(writeHotRestartOffStandIn(t, t.TempDir()))}
+			}
+			p := startAgentWith(t, o, func(ports testenvoy.Ports) { writeFile(t, bootstrap, tlsBootstrap(certFile, keyFile, ports)) })
+			if !hotRestart {
+				p.waitStatus(30*time.Second, hotRestartOffNote)
+			}
+			pid := p.envoyPid
+			if got, err := tlsSerial(p.ports.Listener); err != nil || got != s1 {
+				t.Fatalf("first handshake: %s, %v; want serial %s", got, err, s1)
+			}
+
+			// What is in use: status, status --json, the metric.
+			code, stdout, stderr := runAgent(t, "status", "--config", p.config, "--json")
+			var st struct {
+				Certificates []struct {
+					File     string   `json:"file"`
+					Subject  string   `json:"subject"`
+					DNSNames []string `json:"dns_names"`
+					Serial   string   `json:"serial"`
+					NotAfter string   `json:"not_after"`
+					DaysLeft int      `json:"days_left"`
+				} `json:"certificates"`
+			}
+			if err := json.Unmarshal([]byte(stdout), &st); code != 0 || err != nil {
+				t.Fatalf("status --json: exit %d, %v: %s%s", code, err, stdout, stderr)
+			}
+			if cs := st.Certificates; len(cs) != 1 || cs[0].File != certFile || cs[0].Subject != "CN=localhost" || !slices.Equal(cs[0].DNSNames, []string{"localhost"}) ||
+				cs[0].Serial != s1 || cs[0].DaysLeft < 89 || cs[0].DaysLeft > 90 || cs[0].NotAfter == "" {
+				t.Fatalf("status --json certificates: %+v", cs)
+			}
+			code, stdout, _ = runAgent(t, "status", "--config", p.config)
+			if code != 0 || !strings.Contains(stdout, "certificates: "+certFile+": CN=localhost, DNS localhost, not after ") || !strings.Contains(stdout, "days left)") {
+				t.Fatalf("status: exit %d:\n%s", code, stdout)
+			}
+			metric := fmt.Sprintf(`envoy_agent_certificate_expiry_timestamp_seconds{file=%q} `, certFile)
+			if !testenvoy.Eventually(5*time.Second, func() bool {
+				r, err := testenvoy.Get(testenvoy.URL(p.ports.Prometheus, "/metrics"), 5*time.Second)
+				return err == nil && strings.Contains(r.Body, metric)
+			}) {
+				t.Fatalf("metrics: no %s", metric)
+			}
+
+			// A renewal by rename: new handshakes, same Envoy, no reload.
+			old, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(p.ports.Listener), &tls.Config{InsecureSkipVerify: true, ServerName: "localhost"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer old.Close()
+			br := bufio.NewReader(old)
+			get := func(what string) {
+				t.Helper()
+				_ = old.SetDeadline(time.Now().Add(5 * time.Second))
+				if _, err := old.Write([]byte("GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")); err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil || resp.StatusCode != 200 {
+					t.Fatalf("%s: %v", what, err)
+				}
+				resp.Body.Close()
+			}
+			get("the connection opened before the renewal")
+			c2, k2, s2 := servingPair(t, time.Now().Add(90*24*time.Hour))
+			renewed := time.Now()
+			renameInto(t, keyFile, k2)
+			renameInto(t, certFile, c2)
+			var got string
+			if !testenvoy.Eventually(2*time.Second, func() bool { got, err = tlsSerial(p.ports.Listener); return got == s2 }) {
+				t.Fatalf("2 s after the renewal new handshakes see %s, %v; want serial %s", got, err, s2)
+			}
+			t.Logf("renewal to the first new handshake with the new certificate: %s", time.Since(renewed).Round(time.Millisecond))
+			if p.servingPid() != pid || !testenvoy.Alive(pid) {
+				t.Fatalf("Envoy pid %d no longer serves after the renewal", pid)
+			}
+			get("the connection opened before the renewal, after it")
+			if old.ConnectionState().PeerCertificates[0].SerialNumber.Text(16) != s1 {
+				t.Fatal("the open connection's certificate changed")
+			}
+			if strings.Contains(p.stderr.String(), "BEGIN") {
+				t.Fatal("PEM in the agent's log")
+			}
+
+			// A renewal then a reload, as a deploy hook does; the new
+			// certificate expires in 5 days, which validate warns about.
+			old.Close() // a reload without hot restart would wait for it
+			c3, k3, s3 := servingPair(t, time.Now().Add(5*24*time.Hour))
+			renameInto(t, keyFile, k3)
+			renameInto(t, certFile, c3)
+			if code, out := p.reload(); code != 0 {
+				t.Fatalf("reload after the renewal: exit %d: %s", code, out)
+			}
+			if got, err := tlsSerial(p.ports.Listener); err != nil || got != s3 {
+				t.Fatalf("after the reload new handshakes see %s, %v; want serial %s", got, err, s3)
+			}
+			p.envoyPid = p.servingPid()
+			code, stdout, stderr = runAgent(t, "validate", "--config", p.config)
+			if code != 0 || !strings.Contains(stdout, "warning: certificate "+certFile+" (CN=localhost) expires on ") {
+				t.Fatalf("validate: exit %d: %s%s", code, stdout, stderr)
+			}
+		})
+	}
 }

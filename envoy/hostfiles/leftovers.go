@@ -14,8 +14,9 @@ import (
 
 // leftoverPatterns are the run folder's files that belong to one agent's
 // Envoys: bootstrap copies, admin address files, hot-restart sockets, and
-// the state file of a live upgrade that never completed.
-var leftoverPatterns = []string{"epoch-*-*", "admin-address-epoch-*", hotRestartSocketName + "_*", "handover-*.json"}
+// the state file of a live upgrade that never completed, and the secrets
+// (certificates and keys) served to Envoy from files (envoy/certs).
+var leftoverPatterns = []string{"epoch-*-*", "admin-address-epoch-*", hotRestartSocketName + "_*", "handover-*.json", "sds-*.yaml", ".sds-*.tmp"}
 
 // Leftovers names what one agent's Envoys keep on the host.
 type Leftovers struct {

@@ -27,7 +27,7 @@ var Commands = []Command{
 	{
 		Name: "validate", Args: "[--config FILE]", ConfigFlag: true,
 		Summary:     "check the configuration and Envoy's bootstrap",
-		Description: "check the TOML and run `envoy --mode validate` on the bootstrap; prints `OK: ...` or each problem as `file:line: key: what is wrong` (the unit's `ExecStartPre=`)",
+		Description: "check the TOML and run `envoy --mode validate` on the bootstrap; prints `OK: ...` or each problem as `file:line: key: what is wrong` (the unit's `ExecStartPre=`); warns of a certificate the bootstrap names that has expired or expires within 14 days",
 	},
 	{
 		Name: "reload", Args: "[--config FILE]", ConfigFlag: true,
@@ -42,7 +42,7 @@ var Commands = []Command{
 	{
 		Name: "status", Args: "[--config FILE] [--json]",
 		Summary:     "what the running agent and its Envoy are doing",
-		Description: "what the agent running with this file and its Envoy are doing: state, epochs, versions, connections, listeners, drain, last reload; `--json` for the documented JSON (schema_version 1). Exits 0 when the agent answers, 3 when none runs, 4 when the file or the answer cannot be read",
+		Description: "what the agent running with this file and its Envoy are doing: state, epochs, versions, connections, listeners, drain, last reload, the certificates in use with their expiry; `--json` for the documented JSON (schema_version 1). Exits 0 when the agent answers, 3 when none runs, 4 when the file or the answer cannot be read",
 	},
 	{
 		Name: "reopen-logs", Args: "[--config FILE]", ConfigFlag: true,

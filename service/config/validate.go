@@ -11,8 +11,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/envoy/certs"
 	"github.com/envoy-agent/envoy-agent/envoy/output"
 	"github.com/envoy-agent/envoy-agent/envoy/versions"
+	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
+	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
 
 // ValidateTimeout bounds `envoy --mode validate`.
@@ -41,8 +44,28 @@ func Validate(ctx context.Context, path string, out io.Writer) error {
 	for _, w := range cfg.Warnings() {
 		fmt.Fprintf(out, "warning: %s\n", w)
 	}
+	for _, w := range certificateWarnings(cfg, time.Now()) {
+		fmt.Fprintf(out, "warning: %s\n", w)
+	}
 	fmt.Fprintf(out, "OK: %s is valid; %s accepts the bootstrap %s\n", cfg.File, cfg.Envoy.BinaryPath, cfg.Envoy.ConfigPath)
 	return nil
+}
+
+// certificateWarnings warns of the bootstrap's certificates (those named by
+// file, which the agent serves and watches) that have expired or expire
+// within 14 days. It refuses nothing: Envoy serves an expired certificate,
+// and a renewal is taken as it comes.
+func certificateWarnings(cfg *Config, now time.Time) []string {
+	data, err := safefile.ReadRegular(cfg.Envoy.ConfigPath, bootyaml.MaxSize)
+	if err != nil {
+		return nil // Envoy's validation has said what is wrong with it
+	}
+	cs, err := certs.Inspect(data, cfg.Envoy.ConfigPath)
+	w := certs.ExpiryWarnings(cs, now)
+	if err != nil {
+		w = append(w, fmt.Sprintf("certificates: %v", err))
+	}
+	return w
 }
 
 // ValidateBootstrap runs `envoy --mode validate` on the bootstrap, with the

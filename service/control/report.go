@@ -34,6 +34,24 @@ type StatusReport struct {
 	Drain         *DrainStatus  `json:"drain,omitempty"`
 	LastReload    *ReloadStatus `json:"last_reload,omitempty"`
 	Reloads       ReloadCounts  `json:"reloads"`
+	// Certificates are those the bootstrap names by file, served to Envoy
+	// as secrets and watched for renewals (envoy/certs).
+	Certificates []CertificateStatus `json:"certificates,omitempty"`
+}
+
+// CertificateStatus is a certificate in use. It holds no key material.
+type CertificateStatus struct {
+	File     string   `json:"file"`
+	KeyFile  string   `json:"key_file,omitempty"`
+	CA       bool     `json:"ca,omitempty"` // a trusted CA bundle (its first certificate)
+	Subject  string   `json:"subject"`
+	DNSNames []string `json:"dns_names,omitempty"`
+	Serial   string   `json:"serial"`
+	NotAfter string   `json:"not_after"` // RFC 3339
+	DaysLeft int      `json:"days_left"` // negative once expired
+	// Error is a renewal refused (a key that does not match, an empty
+	// file), naming the file, while this certificate goes on serving.
+	Error string `json:"error,omitempty"`
 }
 
 // AgentStatus is the agent itself.

@@ -184,11 +184,37 @@ func FormatStatus(r StatusReport) string {
 		line("last reload", "none")
 	}
 	line("reloads", "%d ok, %d failed", r.Reloads.OK, r.Reloads.Failed)
+	for i, c := range r.Certificates {
+		label := ""
+		if i == 0 {
+			label = "certificates"
+		}
+		kind := ""
+		if c.CA {
+			kind = "trusted CA, "
+		}
+		text := fmt.Sprintf("%s: %s%s, DNS %s, not after %s (%d days left)", c.File, kind, c.Subject, orNone(strings.Join(c.DNSNames, " ")), c.NotAfter, c.DaysLeft)
+		if c.Error != "" {
+			text += "; renewal NOT taken: " + c.Error
+		}
+		if label == "" {
+			fmt.Fprintf(&b, "  %-13s %s\n", "", text)
+		} else {
+			line(label, "%s", text)
+		}
+	}
 	return b.String()
 }
 
 func secs(s float64) string {
 	return time.Duration(s * float64(time.Second)).Round(100 * time.Millisecond).String()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 func orUnknown(s string) string {

@@ -1,0 +1,250 @@
+//go:build linux
+
+package certs
+
+import (
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/safefile"
+)
+
+// MaxFileSize bounds a certificate, key or CA file the agent reads.
+const MaxFileSize = 1 << 20
+
+// Certificate describes a certificate in use, for the status and the
+// metrics. It holds no key material.
+type Certificate struct {
+	// File is the operator's certificate (or CA bundle) file.
+	File string `json:"file"`
+	// KeyFile is its private key's file ("" for a CA bundle).
+	KeyFile string `json:"key_file,omitempty"`
+	// Secret is the SDS secret's name.
+	Secret string `json:"secret"`
+	// CA is set for a trusted CA bundle (its first certificate).
+	CA       bool      `json:"ca,omitempty"`
+	Subject  string    `json:"subject"`
+	DNSNames []string  `json:"dns_names,omitempty"`
+	Serial   string    `json:"serial"`
+	NotAfter time.Time `json:"not_after"`
+	// Error is the renewal refused last, with the file it names, while the
+	// pair in use goes on serving; "" when the files are what is served.
+	Error string `json:"error,omitempty"`
+}
+
+// DaysLeft is how many whole days are left until NotAfter (negative once
+// expired).
+func (c Certificate) DaysLeft(now time.Time) int {
+	d := c.NotAfter.Sub(now)
+	days := int(d / (24 * time.Hour))
+	if d < 0 && d%(24*time.Hour) != 0 {
+		days--
+	}
+	return days
+}
+
+// material is what a secret's files held when read, checked.
+type material struct {
+	sum  [32]byte // of the files' bytes, to tell a change
+	cert []byte
+	key  []byte
+	info Certificate
+}
+
+// FileError is a file of a pair refused: unreadable, empty, unparsable, or a
+// key that does not match its certificate. Its message names the file and
+// never holds its content.
+type FileError struct {
+	File string
+	Msg  string
+}
+
+func (e *FileError) Error() string { return e.File + ": " + e.Msg }
+
+// load reads and checks s's files.
+func load(s Secret) (*material, error) {
+	cert, err := readFile(s.CertFile)
+	if err != nil {
+		return nil, err
+	}
+	m := &material{cert: cert}
+	h := sha256.New()
+	h.Write(cert)
+	if s.Kind == KindTrustedCA {
+		first, err := parseBundle(s.CertFile, cert)
+		if err != nil {
+			return nil, err
+		}
+		m.info = describe(first, s)
+		m.info.CA = true
+	} else {
+		key, err := readFile(s.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		h.Write([]byte{0})
+		h.Write(key)
+		m.key = key
+		if _, err := parseBundle(s.CertFile, cert); err != nil {
+			return nil, err
+		}
+		pair, err := tls.X509KeyPair(cert, key)
+		if err != nil {
+			return nil, &FileError{File: s.KeyFile, Msg: "does not go with " + s.CertFile + ": " + keyPairMessage(err)}
+		}
+		leaf, err := x509.ParseCertificate(pair.Certificate[0])
+		if err != nil {
+			return nil, &FileError{File: s.CertFile, Msg: "cannot parse its certificate"}
+		}
+		m.info = describe(leaf, s)
+	}
+	copy(m.sum[:], h.Sum(nil))
+	return m, nil
+}
+
+// keyPairMessage keeps crypto/tls's reason, which names no key material.
+func keyPairMessage(err error) string {
+	return err.Error()
+}
+
+func readFile(path string) ([]byte, error) {
+	b, err := safefile.ReadRegular(path, MaxFileSize)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return nil, &FileError{File: path, Msg: pe.Err.Error()}
+		}
+		return nil, &FileError{File: path, Msg: "cannot be read"}
+	}
+	if len(b) == 0 {
+		return nil, &FileError{File: path, Msg: "is empty"}
+	}
+	return b, nil
+}
+
+// parseBundle parses every certificate of a PEM bundle and returns the
+// first.
+func parseBundle(path string, data []byte) (*x509.Certificate, error) {
+	var first *x509.Certificate
+	rest := data
+	for {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, &FileError{File: path, Msg: "holds a certificate that cannot be parsed"}
+		}
+		if first == nil {
+			first = c
+		}
+	}
+	if first == nil {
+		return nil, &FileError{File: path, Msg: "holds no PEM certificate"}
+	}
+	return first, nil
+}
+
+func describe(c *x509.Certificate, s Secret) Certificate {
+	return Certificate{
+		File:     s.CertFile,
+		KeyFile:  s.KeyFile,
+		Secret:   s.Name,
+		Subject:  c.Subject.String(),
+		DNSNames: c.DNSNames,
+		Serial:   c.SerialNumber.Text(16),
+		NotAfter: c.NotAfter,
+	}
+}
+
+// sdsDocument is the DiscoveryResponse-shaped file Envoy's path_config_source
+// reads: the secret with its PEM inline. JSON is YAML, and encoding/json
+// escapes whatever the PEM holds.
+func sdsDocument(s Secret, m *material) ([]byte, error) {
+	secret := map[string]any{
+		"@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
+		"name":  s.Name,
+	}
+	if s.Kind == KindTrustedCA {
+		secret["validation_context"] = map[string]any{"trusted_ca": map[string]string{"inline_string": string(m.cert)}}
+	} else {
+		secret["tls_certificate"] = map[string]any{
+			"certificate_chain": map[string]string{"inline_string": string(m.cert)},
+			"private_key":       map[string]string{"inline_string": string(m.key)},
+		}
+	}
+	return json.Marshal(map[string]any{"resources": []any{secret}})
+}
+
+// writeSDS writes the secret's SDS file: private (0600), whole, and by a
+// rename, which Envoy's watch of the file's folder sees as one change.
+func writeSDS(s Secret, m *material) error {
+	doc, err := sdsDocument(s, m)
+	if err != nil {
+		return fmt.Errorf("secret %s: %w", s.Name, err)
+	}
+	dir := filepath.Dir(s.Path)
+	tmp := filepath.Join(dir, fmt.Sprintf(".%s.%d.%d.tmp", filepath.Base(s.Path), os.Getpid(), time.Now().UnixNano()))
+	if err := safefile.CreatePrivate(tmp, doc); err != nil {
+		return fmt.Errorf("write secret %s: %w", s.Name, err)
+	}
+	if err := os.Rename(tmp, s.Path); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write secret %s: %w", s.Name, err)
+	}
+	return nil
+}
+
+// ExpiryWarning is how close to its end a certificate in use is warned
+// about (`envoy-agent validate`).
+const ExpiryWarning = 14 * 24 * time.Hour
+
+// Inspect reads the certificates and CA bundles that the bootstrap data
+// (name is its file name) names by file, as a Manager would serve them,
+// and writes nothing. It returns those it could read and, for the others,
+// an error naming the file.
+func Inspect(data []byte, name string) ([]Certificate, error) {
+	res, err := Rewrite(data, name, os.TempDir())
+	if err != nil {
+		return nil, err
+	}
+	var out []Certificate
+	var errs []error
+	for _, s := range res.Secrets {
+		m, err := load(s)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, m.info)
+	}
+	return out, errors.Join(errs...)
+}
+
+// ExpiryWarnings are the warnings `validate` gives for certificates that
+// have expired or expire within ExpiryWarning of now.
+func ExpiryWarnings(cs []Certificate, now time.Time) []string {
+	var out []string
+	for _, c := range cs {
+		switch left := c.NotAfter.Sub(now); {
+		case left <= 0:
+			out = append(out, fmt.Sprintf("certificate %s (%s) expired on %s", c.File, c.Subject, c.NotAfter.UTC().Format(time.RFC3339)))
+		case left < ExpiryWarning:
+			out = append(out, fmt.Sprintf("certificate %s (%s) expires on %s, in %d days", c.File, c.Subject, c.NotAfter.UTC().Format(time.RFC3339), c.DaysLeft(now)))
+		}
+	}
+	return out
+}

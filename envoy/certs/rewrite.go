@@ -1,0 +1,347 @@
+//go:build linux
+
+package certs
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
+)
+
+// DefaultNode is the node id and cluster a rewritten bootstrap gets when the
+// operator left them empty: Envoy refuses an SDS secret from a file without
+// both ("TlsCertificateSdsApi: node 'id' and 'cluster' are required", Envoy
+// 1.40.0). A --service-node or --service-cluster argument still wins.
+const DefaultNode = "envoy-agent"
+
+// Kind is what a secret holds.
+type Kind int
+
+const (
+	// KindCertificate is a certificate chain and its private key
+	// (tls_certificates).
+	KindCertificate Kind = iota
+	// KindTrustedCA is a validation context's trusted CA bundle.
+	KindTrustedCA
+)
+
+// Secret is one SDS secret that Rewrite made from files the bootstrap named.
+type Secret struct {
+	// Name is the secret's name, stable for the same files.
+	Name string
+	Kind Kind
+	// CertFile and KeyFile are the operator's files of a KindCertificate
+	// (absolute paths); CertFile alone is the bundle of a KindTrustedCA.
+	CertFile, KeyFile string
+	// Path is the SDS file Envoy reads: <run dir>/sds-<Name>.yaml.
+	Path string
+}
+
+// Result is what Rewrite did.
+type Result struct {
+	// Data is the rewritten bootstrap (the input itself when Secrets is
+	// empty).
+	Data []byte
+	// Secrets are the secrets the rewritten bootstrap reads, each once.
+	Secrets []Secret
+	// NodeSet lists what Rewrite filled in of an empty node ("node.id",
+	// "node.cluster").
+	NodeSet []string
+	// Skipped names TLS contexts left as they were, and why (a certificate
+	// with a password, say): their files are read once, as Envoy does.
+	Skipped []string
+}
+
+// Rewrite rewrites the bootstrap data (name is its file name: Envoy picks
+// the format by the extension, and only .yaml, .yml and .json are
+// rewritten) so that every certificate and trusted CA it names by file is
+// read from an SDS file in runDir instead. Everything else keeps its
+// meaning; data without such files comes back unchanged. Relative file
+// names are made absolute against the current folder, which Envoy
+// inherits.
+func Rewrite(data []byte, name, runDir string) (Result, error) {
+	res := Result{Data: data}
+	ext := strings.ToLower(filepath.Ext(name))
+	if ext != ".yaml" && ext != ".yml" && ext != ".json" {
+		return res, nil
+	}
+	// Most bootstraps name no file at all: they are not parsed again (a
+	// start and a reload pay nothing for this).
+	if !bytes.Contains(data, []byte("filename")) {
+		return res, nil
+	}
+	var doc yaml.Node
+	if err := bootyaml.Decode(data, &doc); err != nil {
+		return res, fmt.Errorf("parse bootstrap: %w", err)
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return res, nil
+	}
+	r := rewriter{runDir: runDir, seen: map[string]bool{}, visited: map[*yaml.Node]bool{}}
+	if err := r.walk(doc.Content[0], ""); err != nil {
+		return res, err
+	}
+	res.Secrets, res.Skipped = r.secrets, r.skipped
+	if len(r.secrets) == 0 {
+		return res, nil
+	}
+	res.NodeSet = fillNode(doc.Content[0])
+	var out []byte
+	if ext == ".json" {
+		var v any
+		if err := doc.Decode(&v); err != nil {
+			return res, fmt.Errorf("re-encode bootstrap: %w", err)
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return res, fmt.Errorf("re-encode bootstrap: %w", err)
+		}
+		out = b
+	} else {
+		var buf bytes.Buffer
+		enc := yaml.NewEncoder(&buf)
+		enc.SetIndent(2)
+		if err := enc.Encode(&doc); err != nil {
+			return res, fmt.Errorf("re-encode bootstrap: %w", err)
+		}
+		if err := enc.Close(); err != nil {
+			return res, fmt.Errorf("re-encode bootstrap: %w", err)
+		}
+		out = buf.Bytes()
+	}
+	res.Data = out
+	return res, nil
+}
+
+type rewriter struct {
+	runDir  string
+	secrets []Secret
+	seen    map[string]bool
+	skipped []string
+	visited map[*yaml.Node]bool
+}
+
+// norm folds a protobuf field name in either spelling (tls_certificates,
+// tlsCertificates) to one.
+func norm(k string) string { return strings.ReplaceAll(strings.ToLower(k), "_", "") }
+
+func (r *rewriter) walk(n *yaml.Node, where string) error {
+	if n == nil || r.visited[n] {
+		return nil
+	}
+	r.visited[n] = true
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			at := where + "." + k.Value
+			if norm(k.Value) == "commontlscontext" && v.Kind == yaml.MappingNode {
+				if err := r.context(v, at); err != nil {
+					return err
+				}
+			}
+			if err := r.walk(v, at); err != nil {
+				return err
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			if err := r.walk(c, fmt.Sprintf("%s[%d]", where, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// get returns the value of key k (either spelling) in mapping m, and its
+// index.
+func get(m *yaml.Node, k string) (*yaml.Node, int) {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if norm(m.Content[i].Value) == norm(k) {
+			return m.Content[i+1], i
+		}
+	}
+	return nil, -1
+}
+
+// onlyFilename returns the filename of a DataSource that is a file and
+// nothing else.
+func onlyFilename(n *yaml.Node) (string, bool) {
+	if n == nil || n.Kind != yaml.MappingNode || len(n.Content) != 2 || norm(n.Content[0].Value) != "filename" || n.Content[1].Kind != yaml.ScalarNode || n.Content[1].Value == "" {
+		return "", false
+	}
+	return n.Content[1].Value, true
+}
+
+func (r *rewriter) context(ctx *yaml.Node, where string) error {
+	if err := r.certificates(ctx, where); err != nil {
+		return err
+	}
+	return r.validation(ctx, where)
+}
+
+func (r *rewriter) certificates(ctx *yaml.Node, where string) error {
+	list, idx := get(ctx, "tls_certificates")
+	if list == nil || list.Kind != yaml.SequenceNode || len(list.Content) == 0 {
+		return nil
+	}
+	var refs []*yaml.Node
+	for _, c := range list.Content {
+		if c.Kind != yaml.MappingNode || len(c.Content) != 4 {
+			r.skipped = append(r.skipped, where+".tls_certificates: an entry holds more than certificate_chain and private_key by filename")
+			return nil
+		}
+		chainNode, _ := get(c, "certificate_chain")
+		keyNode, _ := get(c, "private_key")
+		chain, ok1 := onlyFilename(chainNode)
+		key, ok2 := onlyFilename(keyNode)
+		if !ok1 || !ok2 {
+			r.skipped = append(r.skipped, where+".tls_certificates: an entry is not certificate_chain and private_key by filename")
+			return nil
+		}
+		chain, key = abs(chain), abs(key)
+		s := r.add(KindCertificate, chain, key)
+		refs = append(refs, sdsRef(s))
+	}
+	// Replace tls_certificates with (or append to) the SDS references.
+	ctx.Content = append(ctx.Content[:idx], ctx.Content[idx+2:]...)
+	if have, _ := get(ctx, "tls_certificate_sds_secret_configs"); have != nil && have.Kind == yaml.SequenceNode {
+		have.Content = append(have.Content, refs...)
+		return nil
+	}
+	ctx.Content = append(ctx.Content, scalar("tls_certificate_sds_secret_configs"), &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Content: refs})
+	return nil
+}
+
+func (r *rewriter) validation(ctx *yaml.Node, where string) error {
+	vc, idx := get(ctx, "validation_context")
+	if vc == nil || vc.Kind != yaml.MappingNode {
+		return nil
+	}
+	caNode, caIdx := get(vc, "trusted_ca")
+	ca, ok := onlyFilename(caNode)
+	if !ok {
+		return nil
+	}
+	if w, _ := get(vc, "watched_directory"); w != nil {
+		r.skipped = append(r.skipped, where+".validation_context: has a watched_directory of its own")
+		return nil
+	}
+	s := r.add(KindTrustedCA, abs(ca), "")
+	ref := sdsRef(s)
+	rest := append(append([]*yaml.Node{}, vc.Content[:caIdx]...), vc.Content[caIdx+2:]...)
+	if len(rest) == 0 {
+		ctx.Content[idx] = scalar("validation_context_sds_secret_config")
+		ctx.Content[idx+1] = ref
+		return nil
+	}
+	// Other checks beside the CA: Envoy merges them with the secret.
+	vc.Content = rest
+	ctx.Content[idx] = scalar("combined_validation_context")
+	ctx.Content[idx+1] = mapping("default_validation_context", vc, "validation_context_sds_secret_config", ref)
+	return nil
+}
+
+func abs(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}
+
+// SecretName is the stable name of the secret for these files.
+func SecretName(k Kind, certFile, keyFile string) string {
+	h := sha256.Sum256([]byte(certFile + "\x00" + keyFile))
+	prefix := "cert-"
+	if k == KindTrustedCA {
+		prefix = "ca-"
+	}
+	base := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-' {
+			return r
+		}
+		return '_'
+	}, strings.TrimSuffix(filepath.Base(certFile), filepath.Ext(certFile)))
+	if len(base) > 40 {
+		base = base[:40]
+	}
+	return prefix + base + "-" + hex.EncodeToString(h[:6])
+}
+
+func (r *rewriter) add(k Kind, certFile, keyFile string) Secret {
+	name := SecretName(k, certFile, keyFile)
+	s := Secret{Name: name, Kind: k, CertFile: certFile, KeyFile: keyFile, Path: filepath.Join(r.runDir, "sds-"+name+".yaml")}
+	if !r.seen[name] {
+		r.seen[name] = true
+		r.secrets = append(r.secrets, s)
+	}
+	return s
+}
+
+func sdsRef(s Secret) *yaml.Node {
+	return mapping(
+		"name", scalar(s.Name),
+		"sds_config", mapping(
+			"path_config_source", mapping("path", scalar(s.Path)),
+			"resource_api_version", scalar("V3"),
+		),
+	)
+}
+
+func scalar(v string) *yaml.Node {
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v}
+}
+
+// mapping builds a mapping of key, value pairs; a value is a string or a
+// *yaml.Node.
+func mapping(kv ...any) *yaml.Node {
+	m := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+	for i := 0; i+1 < len(kv); i += 2 {
+		var v *yaml.Node
+		switch x := kv[i+1].(type) {
+		case string:
+			v = scalar(x)
+		case *yaml.Node:
+			v = x
+		}
+		m.Content = append(m.Content, scalar(kv[i].(string)), v)
+	}
+	return m
+}
+
+// fillNode sets node.id and node.cluster to DefaultNode where they are
+// missing or empty, and says which it set.
+func fillNode(root *yaml.Node) []string {
+	var set []string
+	node, _ := get(root, "node")
+	if node == nil || node.Kind != yaml.MappingNode {
+		if node != nil { // node: ~ or node: {} spelled as a scalar
+			_, i := get(root, "node")
+			root.Content = append(root.Content[:i], root.Content[i+2:]...)
+		}
+		node = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		root.Content = append([]*yaml.Node{scalar("node"), node}, root.Content...)
+	}
+	for _, k := range []string{"id", "cluster"} {
+		v, i := get(node, k)
+		switch {
+		case v == nil:
+			node.Content = append(node.Content, scalar(k), scalar(DefaultNode))
+		case v.Kind == yaml.ScalarNode && (v.Value == "" || v.Tag == "!!null"):
+			node.Content[i+1] = scalar(DefaultNode)
+		default:
+			continue
+		}
+		set = append(set, "node."+k)
+	}
+	return set
+}
