@@ -165,6 +165,35 @@ func TestLivePrometheusAlerts(t *testing.T) {
 		}
 	})
 
+	t.Run("in-place change rejected", func(t *testing.T) {
+		// After the bad reload (so that its alert fired on its own): a
+		// listener added on a port another process holds: --mode validate
+		// does not bind, so only the serving Envoy, applying it in place,
+		// refuses it; the agent puts the previous resources back.
+		held, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Close()
+		good := a.good // the bad reload's file is still in place
+		taken := fmt.Sprintf("  listeners:\n  - name: taken\n    address: { socket_address: { address: 127.0.0.1, port_value: %d } }\n    filter_chains:\n    - filters: [%s]\n",
+			held.Addr().(*net.TCPAddr).Port, hcm)
+		if err := os.WriteFile(a.bootstrap, []byte(strings.Replace(string(good), "  listeners:\n", taken, 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(a.bin, "reload", "--config", a.config).CombinedOutput()
+		if err == nil {
+			t.Fatalf("a reload adding a listener on a taken port succeeded:\n%s", out)
+		}
+		p.waitFiring(t, "EnvoyAgentInPlaceChangeRejected")
+		if r, err := testenvoy.Get(testenvoy.URL(a.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
+			t.Errorf("Envoy no longer serves after the rejected change: %v %v", r.Code, err)
+		}
+		if err := os.WriteFile(a.bootstrap, good, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("stopped Envoy", func(t *testing.T) {
 		if err := syscall.Kill(a.envoyPid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
@@ -217,6 +246,7 @@ func agentBinary(t *testing.T, dir string) string {
 
 type liveAgent struct {
 	bin, config, bootstrap string
+	good                   []byte // the bootstrap as it started
 	ports                  testenvoy.Ports
 	promPort               int
 	proc                   *envoykit.Process
@@ -297,7 +327,7 @@ func startLiveAgent(t *testing.T, dir string) *liveAgent {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	a.ports, a.promPort = ports, ports.Prometheus
+	a.ports, a.promPort, a.good = ports, ports.Prometheus, b.Bytes()
 	if err := os.WriteFile(a.bootstrap, b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -316,6 +346,7 @@ prometheus_port = %d
 run_dir = %q
 termination_drain_duration = "2s"
 min_drain_duration = "0s"
+reload_method = "auto"
 `, testenvoy.Binary(t), a.bootstrap, ports.Admin, baseID, ports.Status, ports.Prometheus, filepath.Join(dir, "run"))
 	if err := os.WriteFile(a.config, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
