@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"github.com/envoy-agent/envoy-agent/envoy/versions"
 	"os"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/service/config"
@@ -20,194 +18,6 @@ import (
 	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 	"github.com/sirupsen/logrus"
 )
-
-// reloader runs reloads one at a time. A request made while one runs
-// waits for the next run, which serves every request made meanwhile (they
-// are coalesced): each sees the files as they were when that run began.
-//
-// A run first prepares (re-reads and validates the files: prepare), and
-// answers a bad configuration at once. Then it waits (wait) until no epoch
-// that the last reload replaced still serves requests, so that no epoch is
-// cut in mid-request, and only then starts the new epoch (apply). A
-// request that arrives during that wait is prepared at once: a bad
-// configuration is refused then and there, while the run goes on with the
-// files it validated; a good one replaces them, and its requests join the
-// run.
-type reloader struct {
-	prepare func(nested bool) (*preparedReload, control.ReloadResult) // nil: refused, with the result
-	wait    func(ctx context.Context, progress func(string)) (time.Duration, string, error)
-	apply   func(*preparedReload) control.ReloadResult
-	discard func(*preparedReload) // a prepared reload that will not run
-
-	ctx    context.Context // ended by close: a stop ends a wait
-	cancel context.CancelFunc
-
-	mu      sync.Mutex
-	running bool
-	closed  bool
-	pending []reloadRequest
-	arrived chan struct{} // a request came while a run is under way (a hint: pending is the truth)
-	idle    chan struct{} // closed while no run is going on
-}
-
-// reloadRequest is one caller's request: the result comes on result, and
-// progress (when not nil) hears at once what the run waits for.
-type reloadRequest struct {
-	result   chan control.ReloadResult
-	progress func(string)
-}
-
-func newReloader(prepare func(bool) (*preparedReload, control.ReloadResult), apply func(*preparedReload) control.ReloadResult, discard func(*preparedReload)) *reloader {
-	idle := make(chan struct{})
-	close(idle)
-	ctx, cancel := context.WithCancel(context.Background())
-	return &reloader{prepare: prepare, apply: apply, discard: discard, idle: idle, ctx: ctx, cancel: cancel,
-		arrived: make(chan struct{}, 1)}
-}
-
-// request asks for a reload; the channel gets its result. progress may be
-// nil.
-func (r *reloader) request(progress func(string)) <-chan control.ReloadResult {
-	ch := make(chan control.ReloadResult, 1)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		ch <- control.ReloadResult{Error: "the agent is stopping"}
-		return ch
-	}
-	r.pending = append(r.pending, reloadRequest{result: ch, progress: progress})
-	if !r.running {
-		r.running = true
-		r.idle = make(chan struct{})
-		go r.loop()
-		return ch
-	}
-	select {
-	case r.arrived <- struct{}{}:
-	default:
-	}
-	return ch
-}
-
-// take returns the pending requests; with last, when there are none, the
-// loop ends (running false, idle closed).
-func (r *reloader) take(last bool) []reloadRequest {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	batch := r.pending
-	r.pending = nil
-	if len(batch) == 0 && last {
-		r.running = false
-		close(r.idle)
-	}
-	return batch
-}
-
-func (r *reloader) loop() {
-	for {
-		batch := r.take(true)
-		if len(batch) == 0 {
-			return
-		}
-		r.serve(batch)
-	}
-}
-
-// serve runs one reload for batch: prepare, wait, apply.
-func (r *reloader) serve(batch []reloadRequest) {
-	start := time.Now()
-	p, res := r.prepare(false)
-	if p == nil {
-		answer(batch, res)
-		return
-	}
-	var waited time.Duration
-	var note, said string
-	progress := func(msg string) {
-		if said == "" { // once per run: a resumed wait says it again
-			said = msg
-			tell(batch, msg)
-		}
-	}
-	for r.wait != nil && p.inPlace == nil { // an in-place reload starts no epoch: it cuts none
-		ctx, stop := context.WithCancel(r.ctx)
-		go func() {
-			select {
-			case <-r.arrived:
-				stop()
-			case <-ctx.Done():
-			}
-		}()
-		d, n, err := r.wait(ctx, progress)
-		stop()
-		waited += d
-		if n != "" {
-			note = n
-		}
-		if err == nil {
-			break
-		}
-		if r.ctx.Err() != nil { // a stop
-			r.discard(p)
-			answer(batch, control.ReloadResult{Error: err.Error(), TookMs: waited.Milliseconds(), WaitedMs: waited.Milliseconds(), Note: note})
-			return
-		}
-		// A request arrived during the wait: check its files now.
-		later := r.take(false)
-		if len(later) == 0 {
-			continue
-		}
-		np, nres := r.prepare(true)
-		if np == nil {
-			answer(later, nres)
-			continue
-		}
-		r.discard(p)
-		p, batch = np, append(batch, later...)
-		if said != "" {
-			tell(later, said)
-		}
-	}
-	res = r.apply(p)
-	res.TookMs = time.Since(start).Milliseconds()
-	res.WaitedMs = waited.Milliseconds()
-	res.Note = strings.Join(slices.DeleteFunc([]string{note, res.Note}, func(n string) bool { return n == "" }), "; ")
-	answer(batch, res)
-}
-
-func answer(batch []reloadRequest, res control.ReloadResult) {
-	for _, q := range batch {
-		q.result <- res
-	}
-}
-
-func tell(batch []reloadRequest, msg string) {
-	for _, q := range batch {
-		if q.progress != nil {
-			q.progress(msg)
-		}
-	}
-}
-
-// closeWithin refuses new requests, ends a wait for a draining epoch, and
-// waits for the reload under way, if any, and those already asked for, up
-// to d; it reports whether they ended. A stop must not wait on a reload
-// that hangs.
-func (r *reloader) closeWithin(d time.Duration) bool {
-	r.cancel()
-	r.mu.Lock()
-	r.closed = true
-	idle := r.idle
-	r.mu.Unlock()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-idle:
-		return true
-	case <-t.C:
-		return false
-	}
-}
 
 // errConfig marks reload errors that are about the configuration itself.
 type errConfig struct{ error }
@@ -550,7 +360,7 @@ func (s *supervisor) requestReload(ctx context.Context, progress func(string)) c
 		return res
 	}
 	select {
-	case res := <-s.reloader.request(progress):
+	case res := <-s.reloader.Request(progress):
 		return res
 	case <-ctx.Done():
 		return control.ReloadResult{Error: "the reload request was cancelled; the reload goes on"}

@@ -22,6 +22,7 @@ import (
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
 	"github.com/envoy-agent/envoy-agent/service/config"
 	"github.com/envoy-agent/envoy-agent/service/control"
+	"github.com/envoy-agent/envoy-agent/service/reloadqueue"
 	"github.com/envoy-agent/envoy-agent/service/systemd"
 )
 
@@ -98,7 +99,7 @@ type supervisor struct {
 
 	proxy    *envoy.Envoy
 	agent    *envoy.Agent
-	reloader *reloader
+	reloader *reloadqueue.Queue[*preparedReload]
 	stderr   io.Writer
 
 	lastExtend time.Duration // drain time of the last EXTEND_TIMEOUT_USEC; the drain's goroutine only
@@ -236,8 +237,17 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 		log.Errorf("upgrade: cannot adopt the running Envoy: %v", err)
 		return err
 	}
-	s.reloader = newReloader(s.prepareReload, s.applyReload, s.discardReload)
-	s.reloader.wait = s.waitForDrainingEpochs
+	s.reloader = reloadqueue.New(reloadqueue.Funcs[*preparedReload]{
+		Prepare: func(nested bool) (*preparedReload, bool, control.ReloadResult) {
+			p, res := s.prepareReload(nested)
+			return p, p != nil, res
+		},
+		Wait: s.waitForDrainingEpochs,
+		// An in-place reload starts no epoch: it cuts none.
+		NeedsWait: func(p *preparedReload) bool { return p.inPlace == nil },
+		Apply:     s.applyReload,
+		Discard:   s.discardReload,
+	})
 	a := cfg.Agent
 	s.agent = envoy.NewAgent(s.proxy, a.TerminationDrainDuration.D(), a.MinDrainDuration.D(), a.Localhost,
 		int(cfg.Envoy.AdminPort), int(a.StatusPort), int(a.PrometheusPort), a.ExitOnZeroActiveConnections)

@@ -25,7 +25,7 @@ func (s *supervisor) stop(why string, stopAgent context.CancelFunc) {
 		s.log.Infof("waiting for the reload under way to end before draining")
 	}
 	s.report.drainBegan("stop", s.config().Agent.TerminationDrainDuration.D())
-	if limit := s.config().Agent.StartTimeout.D(); !s.reloader.closeWithin(limit) {
+	if limit := s.config().Agent.StartTimeout.D(); !s.reloader.CloseWithin(limit) {
 		s.log.Warnf("the reload under way did not end within start_timeout (%s); stopping anyway", limit)
 	}
 	s.setLive(false)
