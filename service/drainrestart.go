@@ -58,8 +58,8 @@ func (s *supervisor) reloadingStatus() string {
 // most termination_drain_duration), is stopped, and a new Envoy runs cfg
 // from copied, with --disable-hot-restart when next, the new binary's
 // hot-restart version, says hot restart is compiled out. It returns the
-// serving epoch.
-func (s *supervisor) drainAndRestart(cfg *config.Config, copied, next string) (int, error) {
+// serving epoch and a sentence for the reload's answer.
+func (s *supervisor) drainAndRestart(cfg *config.Config, copied, next string) (int, string, error) {
 	a := cfg.Agent
 	old := s.proxy.Pid()
 	s.notify.ExtendTimeout(a.TerminationDrainDuration.D() + cfg.ReloadBound())
@@ -77,13 +77,12 @@ func (s *supervisor) drainAndRestart(cfg *config.Config, copied, next string) (i
 		}}
 	pid, drained, err := s.proxy.DrainAndRestartFrom(context.Background(), pc, copied, plan)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	s.takeReloadedConfig(cfg, next)
 	note := fmt.Sprintf("%s: Envoy pid %d drained for %s, pid %d serves the new configuration", control.HotRestartOffNote, old, drained.Round(time.Millisecond), pid)
-	s.setReloadNote(note)
 	s.log.WithFields(logrus.Fields{"event": "reload_restart", "old_pid": old, "pid": pid, "drained_ms": drained.Milliseconds()}).Infof("reload: %s", note)
-	return s.proxy.Epoch(), nil
+	return s.proxy.Epoch(), note, nil
 }
 
 func (s *supervisor) setRestarting(v bool) {
@@ -96,20 +95,4 @@ func (s *supervisor) isRestarting() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.restarting
-}
-
-// setReloadNote leaves a sentence for the reload's answer.
-func (s *supervisor) setReloadNote(note string) {
-	s.mu.Lock()
-	s.reloadNote = note
-	s.mu.Unlock()
-}
-
-// takeReloadNote returns the sentence a reload left for its answer, once.
-func (s *supervisor) takeReloadNote() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	note := s.reloadNote
-	s.reloadNote = ""
-	return note
 }

@@ -205,9 +205,10 @@ func (s *supervisor) applyReload(p *preparedReload) control.ReloadResult {
 	s.notify.Status(s.reloadingStatus())
 	t := time.Now()
 	var epoch int
+	var note string
 	var err error
 	if p.restart {
-		epoch, err = s.drainAndRestart(cfg, p.copied, p.version) // takes cfg itself
+		epoch, note, err = s.drainAndRestart(cfg, p.copied, p.version) // takes cfg itself
 	} else {
 		startCtx, cancelStart := context.WithTimeout(context.Background(), cfg.Agent.StartTimeout.D())
 		epoch, err = s.proxy.HotRestartFrom(startCtx, s.proxyConfig(cfg), p.copied)
@@ -221,7 +222,7 @@ func (s *supervisor) applyReload(p *preparedReload) control.ReloadResult {
 	// The reload's own work; the wait for a draining epoch is WaitedMs.
 	took := p.steps.load + p.steps.copy + p.steps.validate + p.steps.hotRestart
 	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
-	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds(), Note: s.takeReloadNote()}
+	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds(), Note: note}
 	if cfg.Agent.ReloadMethod == config.ReloadAuto {
 		res.Path, res.Changed = control.PathHotRestart, p.why
 		if p.restart {
