@@ -55,7 +55,7 @@ type Envoy struct {
 	replaced map[*process]time.Time // epochs a hot restart replaced: when Envoy ends them at the latest
 
 	restartMu  sync.Mutex  // serializes hot restarts
-	restarting atomic.Bool // a hot restart is under way
+	restarting atomic.Bool // a new process is being started in place of the serving one: a hot restart, or a drain and restart
 
 	snapshots atomic.Uint64 // numbers each bootstrap copy, so no two epochs share a file
 

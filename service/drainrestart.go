@@ -63,8 +63,8 @@ func (s *supervisor) drainAndRestart(cfg *config.Config, copied, next string) (i
 	a := cfg.Agent
 	old := s.proxy.Pid()
 	s.notify.ExtendTimeout(a.TerminationDrainDuration.D() + cfg.ReloadBound())
-	s.setRestarting(true)
-	defer s.setRestarting(false)
+	s.setDrainRestarting(true)
+	defer s.setDrainRestarting(false)
 	pc := s.proxyConfig(cfg)
 	pc.DisableHotRestart = next == envoy.HotRestartDisabled
 	plan := envoy.RestartPlan{MinDrain: a.MinDrainDuration.D(), MaxDrain: a.TerminationDrainDuration.D(), StartTimeout: a.StartTimeout.D(),
@@ -85,14 +85,14 @@ func (s *supervisor) drainAndRestart(cfg *config.Config, copied, next string) (i
 	return s.proxy.Epoch(), note, nil
 }
 
-func (s *supervisor) setRestarting(v bool) {
+func (s *supervisor) setDrainRestarting(v bool) {
 	s.mu.Lock()
-	s.restarting = v
+	s.drainRestarting = v
 	s.mu.Unlock()
 }
 
-func (s *supervisor) isRestarting() bool {
+func (s *supervisor) isDrainRestarting() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.restarting
+	return s.drainRestarting
 }

@@ -50,7 +50,7 @@ func (s *supervisor) ready(ctx context.Context) (bool, string) {
 	}
 	r, err := s.proxy.Admin().Ready(ctx)
 	if err != nil {
-		if s.isRestarting() {
+		if s.isDrainRestarting() {
 			return false, "restarting: " + control.HotRestartOffNote
 		}
 		if s.isReloading() {

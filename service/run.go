@@ -118,7 +118,7 @@ type supervisor struct {
 	reloading bool
 	hrVersion string // the serving Envoy's hot-restart version
 
-	restarting bool // a reload drains and restarts Envoy (drainrestart.go)
+	drainRestarting bool // a reload drains and restarts Envoy (drainrestart.go)
 
 	certs     *certs.Manager // the bootstrap's certificates, served as secrets and watched
 	installed installedEnvoy // is the Envoy at binary_path the running one? (installedenvoy.go)
