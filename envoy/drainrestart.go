@@ -12,6 +12,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/envoy/cli"
 	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 )
 
@@ -20,7 +21,7 @@ import (
 // and what /server_info reports for an Envoy run with --disable-hot-restart.
 // Such an Envoy must run with --disable-hot-restart (ProxyConfig's
 // DisableHotRestart), and it can only be replaced by DrainAndRestartFrom.
-const HotRestartDisabled = "disabled"
+const HotRestartDisabled = cli.HotRestartDisabled
 
 // RestartPlan is how DrainAndRestartFrom drains the serving Envoy and how
 // long each start may take.

@@ -171,7 +171,7 @@ func (s *supervisor) statusReport(ctx context.Context) control.StatusReport {
 		Admin:             cfg.AdminAddress(),
 		BaseID:            cfg.Envoy.BaseID,
 		ServingEpoch:      s.proxy.Epoch(),
-		Listeners:         []envoy.Listener{},
+		Listeners:         []control.Listener{},
 	}
 	admin := s.proxy.Admin()
 	call := func(f func(context.Context) error) error {
@@ -201,8 +201,8 @@ func (s *supervisor) statusReport(ctx context.Context) control.StatusReport {
 	if err == nil {
 		err = call(func(c context.Context) error {
 			ls, err := admin.Listeners(c)
-			if err == nil {
-				es.Listeners = ls
+			for _, l := range ls {
+				es.Listeners = append(es.Listeners, control.Listener{Name: l.Name, Address: l.Address})
 			}
 			return err
 		})

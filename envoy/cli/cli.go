@@ -1,6 +1,7 @@
-// Package cli holds what the envoy package and the agent's configuration
-// both need of Envoy's command line: the default drain durations and the
-// split of an Istio-style log level. It imports nothing of the module, so
+// Package cli holds what the envoy package, the agent's configuration and
+// its control clients need of Envoy's command line: the default drain
+// durations, the split of an Istio-style log level, and what a binary
+// built without hot restart says of itself. It imports nothing of the module, so
 // that the configuration package, and with it every client command and
 // the man-page generator, does not link the envoy package.
 package cli
@@ -9,6 +10,11 @@ import (
 	"strings"
 	"time"
 )
+
+// HotRestartDisabled is what `envoy --hot-restart-version` prints for a
+// binary built without hot restart (Istio's and AWS's builds turn it off),
+// and what /server_info reports for an Envoy run with --disable-hot-restart.
+const HotRestartDisabled = "disabled"
 
 // Defaults, matching Istio's where Istio has one.
 const (

@@ -111,11 +111,11 @@ func TestCommandImports(t *testing.T) {
 	t.Fatal("go list did not list cmd/envoy-agent")
 }
 
-// TestConfigLinksNoEnvoy: the configuration package, which every client command and the man-page
-// generator link, links none of the envoy package, its connection counting or protobuf; the
-// mapping onto ProxyConfig lives in service (docs/design.md, Layers).
+// TestConfigLinksNoEnvoy: the configuration package and the control clients, which every client
+// command and the man-page generator link, link none of the envoy package, its connection
+// counting or protobuf; the mapping onto ProxyConfig lives in service (docs/design.md, Layers).
 func TestConfigLinksNoEnvoy(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "../../service/config", "../../internal/manual/cmd/genman").Output()
+	out, err := exec.Command("go", "list", "-deps", "../../service/config", "../../service/control", "../../internal/manual/cmd/genman").Output()
 	if err != nil {
 		t.Fatalf("go list -deps: %v", err)
 	}
@@ -125,7 +125,7 @@ func TestConfigLinksNoEnvoy(t *testing.T) {
 	}
 	for _, d := range deps {
 		if d == "github.com/envoy-agent/envoy-agent/envoy" || d == "github.com/envoy-agent/envoy-agent/internal/sockdiag" || strings.HasPrefix(d, "google.golang.org/protobuf") {
-			t.Errorf("service/config or genman links %s", d)
+			t.Errorf("service/config, service/control or genman links %s", d)
 		}
 	}
 }

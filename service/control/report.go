@@ -4,9 +4,13 @@ package control
 
 import (
 	"time"
-
-	"github.com/envoy-agent/envoy-agent/envoy"
 )
+
+// Listener is one of Envoy's active listeners, as GET /listeners gives it.
+type Listener struct {
+	Name    string `json:"name"`
+	Address string `json:"address"` // host:port, a pipe path, or "" when Envoy gives none
+}
 
 // StatusSchemaVersion is the version of the JSON that GET /status and
 // `envoy-agent status --json` give. Fields may be added within a version;
@@ -84,15 +88,15 @@ type PreviousExit struct {
 // EnvoyStatus is the serving Envoy as its admin API describes it; a field
 // the admin API did not give is empty, and AdminError says why.
 type EnvoyStatus struct {
-	Version           string           `json:"version"`
-	HotRestartVersion string           `json:"hot_restart_version"`
-	ServerState       string           `json:"server_state"` // /server_info's state: LIVE, DRAINING, ...
-	Admin             string           `json:"admin"`
-	BaseID            uint32           `json:"base_id"`
-	ServingEpoch      int              `json:"serving_epoch"`
-	ActiveConnections *int             `json:"active_connections"` // null when unknown
-	Listeners         []envoy.Listener `json:"listeners"`
-	AdminError        string           `json:"admin_error,omitempty"`
+	Version           string     `json:"version"`
+	HotRestartVersion string     `json:"hot_restart_version"`
+	ServerState       string     `json:"server_state"` // /server_info's state: LIVE, DRAINING, ...
+	Admin             string     `json:"admin"`
+	BaseID            uint32     `json:"base_id"`
+	ServingEpoch      int        `json:"serving_epoch"`
+	ActiveConnections *int       `json:"active_connections"` // null when unknown
+	Listeners         []Listener `json:"listeners"`
+	AdminError        string     `json:"admin_error,omitempty"`
 }
 
 // EpochStatus is one running Envoy process.

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/envoy/cli"
 	"github.com/envoy-agent/envoy-agent/service/config"
 )
 
@@ -121,7 +121,7 @@ func FormatStatus(r StatusReport) string {
 	}
 	if e := r.Envoy; e != nil {
 		line("envoy", "%s, hot-restart version %s, base_id %d, admin %s", orUnknown(e.Version), orUnknown(e.HotRestartVersion), e.BaseID, e.Admin)
-		if e.HotRestartVersion == envoy.HotRestartDisabled {
+		if e.HotRestartVersion == cli.HotRestartDisabled {
 			line("reload", "%s", HotRestartOffNote)
 		}
 		if e.AdminError != "" {
