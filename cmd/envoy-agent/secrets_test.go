@@ -299,42 +299,6 @@ func servingPair(t *testing.T, notAfter time.Time) (certPEM, keyPEM, serial stri
 		string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd})), n.Text(16)
 }
 
-// tlsBootstrap is a bootstrap whose listener serves TLS with the
-// certificate and key named by file, and answers 200.
-func tlsBootstrap(certFile, keyFile string, ports testenvoy.Ports) string {
-	return fmt.Sprintf(`admin:
-  address: {socket_address: {address: 127.0.0.1, port_value: %d}}
-static_resources:
-  listeners:
-  - name: tls
-    address: {socket_address: {address: 127.0.0.1, port_value: %d}}
-    filter_chains:
-    - transport_socket:
-        name: envoy.transport_sockets.tls
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
-          common_tls_context:
-            tls_certificates:
-            - certificate_chain: {filename: %q}
-              private_key: {filename: %q}
-      filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: tls
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {prefix: "/"}
-                direct_response: {status: 200, body: {inline_string: ok}}
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
-`, ports.Admin, ports.Listener, certFile, keyFile)
-}
-
 // tlsSerial is the serial of the certificate a new TLS handshake on port
 // sees.
 func tlsSerial(port int) (string, error) {
@@ -377,7 +341,9 @@ func TestRenewedCertificateServedWithoutReload(t *testing.T) {
 			if !hotRestart {
 				o.envoy = map[string]string{"binary_path": strconv.Quote(writeHotRestartOffStandIn(t, t.TempDir()))}
 			}
-			p := startAgentWith(t, o, func(ports testenvoy.Ports) { writeFile(t, bootstrap, tlsBootstrap(certFile, keyFile, ports)) })
+			p := startAgentWith(t, o, func(ports testenvoy.Ports) {
+				writeFile(t, bootstrap, string(envoykit.TLSBootstrap(certFile, keyFile, ports.Listener, ports.Admin)))
+			})
 			if !hotRestart {
 				p.waitStatus(30*time.Second, hotRestartOffNote)
 			}

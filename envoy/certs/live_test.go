@@ -25,42 +25,6 @@ import (
 
 var farFuture = time.Now().Add(90 * 24 * time.Hour)
 
-// tlsBootstrap is a bootstrap with one TLS listener on port that answers
-// every request with 200 "ok", its certificate and key named by file.
-func tlsBootstrap(certFile, keyFile string, port, admin int) []byte {
-	return []byte(fmt.Sprintf(`admin:
-  address: {socket_address: {address: 127.0.0.1, port_value: %d}}
-static_resources:
-  listeners:
-  - name: tls
-    address: {socket_address: {address: 127.0.0.1, port_value: %d}}
-    filter_chains:
-    - transport_socket:
-        name: envoy.transport_sockets.tls
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
-          common_tls_context:
-            tls_certificates:
-            - certificate_chain: {filename: %q}
-              private_key: {filename: %q}
-      filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: tls
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {prefix: "/"}
-                direct_response: {status: 200, body: {inline_string: ok}}
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
-`, admin, port, certFile, keyFile))
-}
-
 // served is a bare Envoy running a bootstrap that a Manager rewrote, and
 // the Manager watching its files.
 type served struct {
@@ -87,7 +51,7 @@ func serveWith(t *testing.T, certFile, keyFile string, poll time.Duration, opts 
 	for _, o := range opts {
 		o(m)
 	}
-	data, err := m.RewriteBootstrap(tlsBootstrap(certFile, keyFile, port, admin), "envoy.yaml", run)
+	data, err := m.RewriteBootstrap(envoykit.TLSBootstrap(certFile, keyFile, port, admin), "envoy.yaml", run)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +399,7 @@ func TestHalfDoneRenewalKeepsThePairInUse(t *testing.T) {
 // trusting the CA file and checking the DNS name as well (so the rewrite
 // makes a combined_validation_context).
 func caBootstrap(certFile, keyFile, caFile string, front, back, admin int) []byte {
-	b := string(tlsBootstrap(certFile, keyFile, back, admin))
+	b := string(envoykit.TLSBootstrap(certFile, keyFile, back, admin))
 	b = strings.Replace(b, "static_resources:\n  listeners:\n", fmt.Sprintf(`static_resources:
   clusters:
   - name: back

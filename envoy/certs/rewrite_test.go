@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/envoy-agent/envoy-agent/envoy/certs"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 func TestRewrite(t *testing.T) {
@@ -162,7 +163,7 @@ func TestRewriteBootstrapRefusesABadFirstPair(t *testing.T) {
 			writeFile(t, filepath.Join(dir, "c.pem"), c.cert)
 			writeFile(t, filepath.Join(dir, "k.pem"), c.key)
 			m := certs.NewManager(&logs{t: t})
-			_, err := m.RewriteBootstrap(tlsBootstrap(filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem"), 1, 2), "envoy.yaml", t.TempDir())
+			_, err := m.RewriteBootstrap(envoykit.TLSBootstrap(filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem"), 1, 2), "envoy.yaml", t.TempDir())
 			if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, c.file)) || strings.Contains(err.Error(), "BEGIN") {
 				t.Fatalf("error %v, want one naming %s", err, c.file)
 			}
@@ -208,11 +209,11 @@ func TestInspect(t *testing.T) {
 	p := newPair(t, farFuture)
 	writeFile(t, filepath.Join(dir, "c.pem"), p.cert)
 	writeFile(t, filepath.Join(dir, "k.pem"), p.key)
-	cs, err := certs.Inspect(tlsBootstrap(filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem"), 1, 2), "envoy.yaml")
+	cs, err := certs.Inspect(envoykit.TLSBootstrap(filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem"), 1, 2), "envoy.yaml")
 	if err != nil || len(cs) != 1 || cs[0].Serial != p.serial || cs[0].Subject != "CN=localhost,O=envoy-agent test" {
 		t.Fatalf("%+v, %v", cs, err)
 	}
-	_, err = certs.Inspect(tlsBootstrap(filepath.Join(dir, "c.pem"), filepath.Join(dir, "missing.pem"), 1, 2), "envoy.yaml")
+	_, err = certs.Inspect(envoykit.TLSBootstrap(filepath.Join(dir, "c.pem"), filepath.Join(dir, "missing.pem"), 1, 2), "envoy.yaml")
 	if err == nil || !strings.Contains(err.Error(), "missing.pem") {
 		t.Fatalf("error %v, want one naming missing.pem", err)
 	}
@@ -231,7 +232,7 @@ func TestCertificatesFollowTheLatestBootstrap(t *testing.T) {
 	}
 	m := certs.NewManager(&logs{t: t})
 	for _, n := range []string{"a", "b"} {
-		if _, err := m.RewriteBootstrap(tlsBootstrap(filepath.Join(dir, n+".pem"), filepath.Join(dir, n+".key"), 1, 2), "envoy.yaml", run); err != nil {
+		if _, err := m.RewriteBootstrap(envoykit.TLSBootstrap(filepath.Join(dir, n+".pem"), filepath.Join(dir, n+".key"), 1, 2), "envoy.yaml", run); err != nil {
 			t.Fatal(err)
 		}
 		cs := m.Certificates()

@@ -229,24 +229,7 @@ func TestExampleBootstrapRunsRewritten(t *testing.T) {
 		fmt.Sprintf("socket_address: { address: 127.0.0.1, port_value: %d }", admin), 1)
 	text = strings.ReplaceAll(text, "port_value: 10000", fmt.Sprintf("port_value: %d", front))
 	text = strings.ReplaceAll(text, "port_value: 10001", fmt.Sprintf("port_value: %d", back))
-	b, err := Parse("envoy.yaml", []byte(text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), "r")
-	boot, err := Write(dir, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := &testenvoy.SyncBuffer{}
-	p, err := envoykit.Start(testenvoy.Binary(t), append(envoykit.BareArgs(boot, 0), "--disable-hot-restart"), out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Kill)
-	if err := p.WaitReady(admin, 10*time.Second); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	dir := runRewritten(t, "envoy.yaml", []byte(text), admin)
 	if err := Accepted(context.Background(), dir, httpAdmin(admin)); err != nil {
 		t.Errorf("Accepted: %v", err)
 	}
@@ -270,24 +253,7 @@ func TestAcceptedSeesARejectedListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Parse("envoy.yaml", text)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), "r")
-	boot, err := Write(dir, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := &testenvoy.SyncBuffer{}
-	p, err := envoykit.Start(testenvoy.Binary(t), append(envoykit.BareArgs(boot, 0), "--disable-hot-restart"), out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Kill)
-	if err := p.WaitReady(ports.Admin, 10*time.Second); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	dir := runRewritten(t, "envoy.yaml", text, ports.Admin)
 	if err := Accepted(context.Background(), dir, httpAdmin(ports.Admin)); err == nil || !strings.Contains(err.Error(), "listener ingress_1: cannot bind") {
 		t.Errorf("Accepted = %v; want listener ingress_1's bind failure", err)
 	}
@@ -298,7 +264,19 @@ func TestAcceptedSeesARejectedListener(t *testing.T) {
 // accepted).
 func TestEmptyResourceFiles(t *testing.T) {
 	admin := testenvoy.FreePort(t)
-	b, err := Parse("e.yaml", fmt.Appendf(nil, "admin: { address: { socket_address: { address: 127.0.0.1, port_value: %d } } }\n", admin))
+	dir := runRewritten(t, "e.yaml", fmt.Appendf(nil, "admin: { address: { socket_address: { address: 127.0.0.1, port_value: %d } } }\n", admin), admin)
+	if err := Accepted(context.Background(), dir, httpAdmin(admin)); err != nil {
+		t.Errorf("Accepted: %v", err)
+	}
+}
+
+// runRewritten parses the bootstrap text (named name), writes what Envoy
+// runs into a folder of the test's and starts a bare Envoy on it (hot
+// restart off) until its admin on port admin answers LIVE. It returns the
+// resource files' folder.
+func runRewritten(t *testing.T, name string, text []byte, admin int) string {
+	t.Helper()
+	b, err := Parse(name, text)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +294,5 @@ func TestEmptyResourceFiles(t *testing.T) {
 	if err := p.WaitReady(admin, 10*time.Second); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if err := Accepted(context.Background(), dir, httpAdmin(admin)); err != nil {
-		t.Errorf("Accepted: %v", err)
-	}
+	return dir
 }

@@ -171,3 +171,40 @@ func firstErr(errs ...error) error {
 	}
 	return nil
 }
+
+// TLSBootstrap is a bootstrap with one TLS listener ("tls") on port that
+// answers every request with 200 "ok", its certificate and key named by
+// file (tls_certificates), and the admin API on TCP port admin.
+func TLSBootstrap(certFile, keyFile string, port, admin int) []byte {
+	return []byte(fmt.Sprintf(`admin:
+  address: {socket_address: {address: 127.0.0.1, port_value: %d}}
+static_resources:
+  listeners:
+  - name: tls
+    address: {socket_address: {address: 127.0.0.1, port_value: %d}}
+    filter_chains:
+    - transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+          common_tls_context:
+            tls_certificates:
+            - certificate_chain: {filename: %q}
+              private_key: {filename: %q}
+      filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: tls
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/"}
+                direct_response: {status: 200, body: {inline_string: ok}}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
+`, admin, port, certFile, keyFile))
+}

@@ -251,40 +251,6 @@ func (a *acme) roots() *x509.CertPool {
 	return pool
 }
 
-func bootstrap(certFile, keyFile string, admin, port int) string {
-	return fmt.Sprintf(`admin:
-  address: {socket_address: {address: 127.0.0.1, port_value: %d}}
-static_resources:
-  listeners:
-  - name: tls
-    address: {socket_address: {address: 127.0.0.1, port_value: %d}}
-    filter_chains:
-    - transport_socket:
-        name: envoy.transport_sockets.tls
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
-          common_tls_context:
-            tls_certificates:
-            - certificate_chain: {filename: %q}
-              private_key: {filename: %q}
-      filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: tls
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {prefix: "/"}
-                direct_response: {status: 200, body: {inline_string: ok}}
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
-`, admin, port, certFile, keyFile)
-}
-
 // client makes TLS connections that verify the chain pebble issued.
 type client struct {
 	addr string
@@ -351,7 +317,7 @@ func renewUnderLoad(t *testing.T, a *acme, cl acmeClient) {
 
 	admin, port, status := testenvoy.FreePort(t), testenvoy.FreePort(t), testenvoy.FreePort(t)
 	bootFile := filepath.Join(dir, "envoy.yaml")
-	writeFile(t, bootFile, bootstrap(certFile, keyFile, admin, port))
+	writeFile(t, bootFile, string(envoykit.TLSBootstrap(certFile, keyFile, port, admin)))
 	baseID := testenvoy.BaseID()
 	config := filepath.Join(dir, "config.toml")
 	writeFile(t, config, fmt.Sprintf("[envoy]\nbinary_path = %q\nconfig_path = %q\nadmin_port = %d\nbase_id = %d\nconcurrency = 1\nlog_level = \"warning\"\n[agent]\nstatus_port = %d\nrun_dir = %q\n",
