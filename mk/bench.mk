@@ -6,7 +6,8 @@
 #                children's logs) to $(BENCH_OUT); a full run (no BENCH_FLAGS) also writes
 #                docs/bench-results.md, the figures the documentation links to
 #
-# BENCH_FLAGS passes flags to the program, e.g. BENCH_FLAGS='-scenarios start,growth -starts 20';
+# BENCH_FLAGS passes flags to the program, e.g. BENCH_FLAGS='-scenarios start,growth -starts 20'
+# or BENCH_FLAGS='-scenarios inplace' (the reload in place against the hot restart);
 # `go run ./bench -h` lists them.
 
 BENCH_OUT   ?= bench-results
