@@ -299,7 +299,7 @@ func renderInPlace(w writer, r *Results) {
 		}
 		w("| of which `envoy --mode validate`, median | %s | %s | | |\n", scaleStep(sh, "validate_ms"), scaleStep(sp, "validate_ms"))
 		w("| the apply step, median (`hot_restart_ms` / `in_place_ms`) | %s | %s | | |\n", scaleStep(sh, "hot_restart_ms"), scaleStep(sp, "in_place_ms"))
-		w("| the agent's start to READY=1 (for scale) | %s | %s | | |\n", msf(sh.StartMs), msf(sp.StartMs))
+		w("| the agent's exec to READY=1 (for scale) | %s | %s | | |\n", msf(sh.StartMs), msf(sp.StartMs))
 		for _, side := range []InPlaceScaleSide{sh, sp} {
 			if side.OtherAnswer != "" {
 				w("\n%s: a reload answered otherwise: %s\n", side.Method, oneLine(side.OtherAnswer))

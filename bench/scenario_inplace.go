@@ -81,13 +81,30 @@ func methodName(method string) string {
 
 // inPlaceAgent starts an agent with that reload_method on a site of
 // listeners listeners, the first with x-config-version v0, the others
-// idleHeader.
-func (b *bench) inPlaceAgent(ctx context.Context, name, method string, listeners int) (*agentRun, error) {
+// idleHeader, and returns it once it sent READY=1 with how long that took
+// from its exec.
+func (b *bench) inPlaceAgent(ctx context.Context, name, method string, listeners int) (*agentRun, time.Duration, error) {
 	drain := quickDrain
 	drain.LogLevel = "info" // its reload lines give the breakdown
 	drain.ReloadMethod = method
-	return b.setupAgent(ctx, name, agentSetup{version: "v0", drain: drain, procName: name, ready: true,
-		listeners: listeners, extraHeader: idleHeader})
+	run, err := b.setupAgent(ctx, name, agentSetup{version: "v0", drain: drain, listeners: listeners, extraHeader: idleHeader})
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := run.writeConfig(b); err != nil {
+		run.close(ctx)
+		return nil, 0, err
+	}
+	t := time.Now()
+	if _, err := b.startAgentRun(run, name); err != nil {
+		run.close(ctx)
+		return nil, 0, err
+	}
+	if err := run.waitReady(ctx); err != nil {
+		run.close(ctx)
+		return nil, 0, err
+	}
+	return run, time.Since(t), nil
 }
 
 // wantAnswer is what `envoy-agent reload` says when it took method's path.
@@ -106,7 +123,7 @@ func (b *bench) inPlaceUnderLoad(ctx context.Context, method string) (*InPlaceSi
 	if method == "auto" {
 		name = "inplace-auto"
 	}
-	run, err := b.inPlaceAgent(ctx, name, method, 2)
+	run, _, err := b.inPlaceAgent(ctx, name, method, 2)
 	if err != nil {
 		return nil, err
 	}
@@ -161,13 +178,12 @@ func (b *bench) inPlaceAtScale(ctx context.Context, method string, n int) (*InPl
 	if method == "auto" {
 		name = fmt.Sprintf("inplace-%d-auto", n)
 	}
-	t := time.Now()
-	run, err := b.inPlaceAgent(ctx, name, method, n)
+	run, started, err := b.inPlaceAgent(ctx, name, method, n)
 	if err != nil {
 		return nil, err
 	}
 	defer run.close(ctx)
-	out := &InPlaceScaleSide{Listeners: n, Method: methodName(method), ReloadMethod: method, StartMs: ms(time.Since(t)), Changes: min(scaleReloads, b.o.reloads)}
+	out := &InPlaceScaleSide{Listeners: n, Method: methodName(method), ReloadMethod: method, StartMs: ms(started), Changes: min(scaleReloads, b.o.reloads)}
 	var took []time.Duration
 	for i := 1; i <= out.Changes && ctx.Err() == nil; i++ {
 		run.boot.ResponseHeader = fmt.Sprintf("v%d", i)
