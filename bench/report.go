@@ -241,8 +241,8 @@ func renderInPlace(w writer, r *Results) {
 		return
 	}
 	h, p := s.HotRestart, s.InPlace
-	w("The agent twice, each reloading the same edit %d times (the first listener's route: a new `x-config-version`) with `envoy-agent reload`, %.1f s apart: with `reload_method` unset (every reload a hot restart) and with `reload_method = \"auto\"` (in place). The load of scenario 2 (vegeta, %d kept-alive connections, %.0f requests/s) runs through the changed listener; %d workers keep a connection each to the second listener, which the edit leaves alone, and pause %.1f s between requests (longer than `parent_shutdown_duration` %.0f s: a hot restart's old epoch exits under them), writing the next request without checking for a close, as Python's http.client does. Envoy's RSS is the serving Envoys' (the agent's children with `--restart-epoch`: not its `--mode validate` runs) VmRSS summed, sampled every %s; steady: the median under load before the first reload; peak: the largest from the first reload to the end of the load (%.1f s after the last reload).\n\n",
-		max(h.Changes, p.Changes), s.GapMs/1000, s.Workers, s.RateRPS, s.IdleWorkers, s.IdlePauseMs/1000, s.ParentShutdownMs/1000, rssEvery, (reloadGap + reloadTail).Seconds())
+	w("The agent twice, each reloading the same edit %d times (the first listener's route: a new `x-config-version`) with `envoy-agent reload`, %.1f s apart: with `reload_method` unset (every reload a hot restart) and with `reload_method = \"auto\"` (in place). The load of scenario 2 (vegeta, %d kept-alive connections, %.0f requests/s) runs through the changed listener; %d workers keep a connection each to the second listener, which the edit leaves alone, and pause between requests, each its own pause from %.1f to %.1f s (longer than `parent_shutdown_duration` %.0f s, so that a hot restart's old epoch can exit under them; different, so that their requests fall at every phase of the reload cycle), writing the next request without checking for a close, as Python's http.client does. Envoy's RSS is the serving Envoys' (the agent's children with `--restart-epoch`: not its `--mode validate` runs) VmRSS summed, sampled every %s; steady: the median under load before the first reload; peak: the largest from the first reload to the end of the load (%.1f s after the last reload).\n\n",
+		max(h.Changes, p.Changes), s.GapMs/1000, s.Workers, s.RateRPS, len(s.IdlePausesMs), minMax(s.IdlePausesMs)[0]/1000, minMax(s.IdlePausesMs)[1]/1000, s.ParentShutdownMs/1000, rssEvery, (reloadGap + reloadTail).Seconds())
 	metricTable(w, "Hot restart", "In place", "In place vs hot restart")
 	w("| reloads that worked | %d/%d | %d/%d | | |\n", h.ChangesOK, h.Changes, p.ChangesOK, p.Changes)
 	w("| reloads that took the path (its answer: `reloaded: epoch N` / `reloaded in place`) | %d/%d | %d/%d | | in place every time: %s |\n",
@@ -260,7 +260,7 @@ func renderInPlace(w writer, r *Results) {
 	ip := p.Steps["in_place_ms"]
 	w("| the apply step, median: a new epoch to LIVE (`hot_restart_ms`) / the files until Envoy took them (`in_place_ms`) | %s | %s | | in place ≤ %.0f ms: %s |\n",
 		step(h, "hot_restart_ms"), step(p, "in_place_ms"), inPlaceApplyMs, yesNo(ip.N > 0 && ip.Median <= inPlaceApplyMs))
-	w("| the agent's own count of the reload (`took_ms`), median | %s | %s | %s | |\n", step(h, "took_ms"), step(p, "took_ms"), ratio(p.Steps["took_ms"].Median, h.Steps["took_ms"].Median))
+	w("| the agent's own count of the reload (`took_ms`: load, copy, validate, apply), median | %s | %s | %s | |\n", step(h, "took_ms"), step(p, "took_ms"), ratio(p.Steps["took_ms"].Median, h.Steps["took_ms"].Median))
 	w("| requests through the changed listener: sent / failed | %d / %s | %d / %s | | in place 0: %s |\n", h.Load.Sent, failed(h.Load), p.Load.Sent, failed(p.Load), yesNo(p.Load.Sent > 0 && p.Load.Failed == 0))
 	w("| latency p50 / p99 / max | %s / %s / %s | %s / %s / %s | | |\n", msf(h.Load.Latency.Median), msf(h.Load.Latency.P99), msf(h.Load.Latency.Max),
 		msf(p.Load.Latency.Median), msf(p.Load.Latency.P99), msf(p.Load.Latency.Max))
@@ -299,6 +299,8 @@ func renderInPlace(w writer, r *Results) {
 		}
 		w("| of which `envoy --mode validate`, median | %s | %s | | |\n", scaleStep(sh, "validate_ms"), scaleStep(sp, "validate_ms"))
 		w("| the apply step, median (`hot_restart_ms` / `in_place_ms`) | %s | %s | | |\n", scaleStep(sh, "hot_restart_ms"), scaleStep(sp, "in_place_ms"))
+		w("| the agent's own count of the reload (`took_ms`: load, copy, validate, apply), median | %s | %s | %s | |\n", scaleStep(sh, "took_ms"), scaleStep(sp, "took_ms"),
+			ratio(sp.Steps["took_ms"].Median, sh.Steps["took_ms"].Median))
 		w("| the agent's exec to READY=1 (for scale) | %s | %s | | |\n", msf(sh.StartMs), msf(sp.StartMs))
 		for _, side := range []InPlaceScaleSide{sh, sp} {
 			if side.OtherAnswer != "" {
@@ -309,6 +311,14 @@ func renderInPlace(w writer, r *Results) {
 	w("\n")
 	meaning(w, "both paths validate the whole new bootstrap first (`envoy --mode validate`), so validation is most of an in-place reload; the hot restart then starts a new Envoy and waits for it to be LIVE, while the in-place path rewrites the epoch's LDS and CDS files and waits until Envoy took them. "+
 		"A hot restart moves every connection to the draining epoch, the untouched listener's too: an idle HTTP/1.1 connection whose old epoch exited meanwhile fails its next request; in place, Envoy drains only the changed listener (for `drain_duration`, %.0f s) and the other listener's connections stay as they were. Two Envoys run for the whole drain of a hot restart, so its peak RSS counts both (the hot-restart shared memory in each).", s.DrainMs/1000)
+}
+
+// minMax is the smallest and the largest of xs (0, 0 for none).
+func minMax(xs []float64) [2]float64 {
+	if len(xs) == 0 {
+		return [2]float64{}
+	}
+	return [2]float64{slices.Min(xs), slices.Max(xs)}
 }
 
 // idleCell is "failed / sent (failed after a pause / after a pause)".

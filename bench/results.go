@@ -244,8 +244,7 @@ type InPlaceScaleSide struct {
 type InPlaceResult struct {
 	Workers          int              `json:"workers"`
 	RateRPS          float64          `json:"rate_rps"`
-	IdleWorkers      int              `json:"idle_workers"`
-	IdlePauseMs      float64          `json:"idle_pause_ms"`
+	IdlePausesMs     []float64        `json:"idle_pauses_ms"` // one idle worker each
 	GapMs            float64          `json:"gap_ms"`
 	ParentShutdownMs float64          `json:"parent_shutdown_ms"`
 	DrainMs          float64          `json:"drain_ms"`

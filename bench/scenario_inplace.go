@@ -15,11 +15,6 @@ import (
 )
 
 const (
-	// idleWorkers keep a connection each to the listener the edit does not
-	// change, idle for longer than parent_shutdown_duration between their
-	// requests: a hot restart's old epoch exits under them.
-	idleWorkers = 6
-	idlePause   = 2500 * time.Millisecond
 	// idleHeader is the unchanged listeners' x-config-version.
 	idleHeader = "unchanged"
 	// rssEvery is how often the serving Envoys' RSS is sampled.
@@ -29,6 +24,15 @@ const (
 	scaleReloads = 3
 )
 
+// idlePauses are the pauses of the workers that keep a connection each to
+// the listener the edit does not change: longer than
+// parent_shutdown_duration, so that a hot restart's old epoch can exit
+// under them, and each its own, so that their requests fall at every phase
+// of the reload cycle (workers in step with the reloads would always ask
+// during a drain, be answered with Connection: close, and never fail).
+var idlePauses = []time.Duration{2200 * time.Millisecond, 2400 * time.Millisecond, 2600 * time.Millisecond,
+	2800 * time.Millisecond, 3000 * time.Millisecond, 3200 * time.Millisecond}
+
 // scenarioInPlace is scenario 6: the agent's reload of the same edit (the
 // first listener's route) by hot restart (reload_method unset) and in place
 // (reload_method = "auto"), o.reloads times each, under the reload
@@ -36,7 +40,7 @@ const (
 // another one; then, with o.scaleListeners listeners, the same edit timed
 // both ways.
 func (b *bench) scenarioInPlace(ctx context.Context) (*InPlaceResult, error) {
-	r := &InPlaceResult{Workers: b.o.workers, RateRPS: b.o.rate, IdleWorkers: idleWorkers, IdlePauseMs: ms(idlePause),
+	r := &InPlaceResult{Workers: b.o.workers, RateRPS: b.o.rate, IdlePausesMs: msAll(idlePauses),
 		GapMs: ms(reloadGap), ParentShutdownMs: ms(quickDrain.ParentShutdown), DrainMs: ms(quickDrain.DrainDuration)}
 	if !b.agentHas(ctx, "reload") {
 		return r, fmt.Errorf("`%s help` lists no reload command", b.agentBin)
@@ -130,8 +134,12 @@ func (b *bench) inPlaceUnderLoad(ctx context.Context, method string) (*InPlaceSi
 	defer run.close(ctx)
 	other := run.listeners[1]
 	limit := reloadWarmup + reloadTail + time.Duration(b.o.reloads)*(reloadGap+changeLimit)
+	var workers []envoykit.Workers
+	for _, pause := range idlePauses {
+		workers = append(workers, envoykit.Workers{N: 1, Path: "/", Idle: pause})
+	}
 	idle := envoykit.StartLoad(envoykit.LoadOptions{URL: localURL(other, "/"), Client: envoykit.RawHTTP1,
-		Workers: []envoykit.Workers{{N: idleWorkers, Path: "/", Idle: idlePause}}, Duration: limit, Timeout: 2 * time.Second})
+		Workers: workers, Duration: limit, Timeout: 2 * time.Second})
 	defer idle.Stop()
 	rss := startRSSSampler(run.p.pid(), rssEvery)
 	defer rss.stop()
