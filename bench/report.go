@@ -288,6 +288,7 @@ func renderInPlace(w writer, r *Results) {
 		w("\nAt scale: the agent on a bootstrap of %d HTTP listeners, %d reloads of the same edit (the first listener's route) each way, %.1f s apart, no load.\n\n", n, max(sh.Changes, sp.Changes), s.GapMs/1000)
 		metricTable(w, "Hot restart", "In place", "In place vs hot restart")
 		w("| reloads that worked / took the path | %d/%d / %d | %d/%d / %d | | |\n", sh.ChangesOK, sh.Changes, sh.PathTaken, sp.ChangesOK, sp.Changes, sp.PathTaken)
+		w("| the first request after `envoy-agent reload` returned answered the new route | %d/%d | %d/%d | | |\n", sh.ServedAtReturn, sh.ChangesOK, sp.ServedAtReturn, sp.ChangesOK)
 		w("| time per reload (`envoy-agent reload`), median / max | %s | %s | %s | ≤ ×%.2f: %s |\n", medMax(sh.ChangeMs), medMax(sp.ChangeMs), ratio(sp.ChangeMs.Median, sh.ChangeMs.Median),
 			inPlaceScaleTarget, yesNo(sh.ChangeMs.Median > 0 && sp.ChangeMs.Median > 0 && sp.ChangeMs.Median <= inPlaceScaleTarget*sh.ChangeMs.Median))
 		scaleStep := func(side InPlaceScaleSide, k string) string {

@@ -237,6 +237,9 @@ type InPlaceScaleSide struct {
 	OtherAnswer  string          `json:"other_answer,omitempty"`
 	ChangeMs     Dist            `json:"change_ms"`
 	Steps        map[string]Dist `json:"steps,omitempty"`
+	// ServedAtReturn is how many reloads the first request after
+	// `envoy-agent reload` returned already answered with the new route.
+	ServedAtReturn int `json:"served_at_return"`
 }
 
 // InPlaceResult is scenario 6: the agent's reload by hot restart against

@@ -1,7 +1,7 @@
 # Benchmarks of the agent against a bare Envoy, with the real Envoy. Included by the top-level
 # Makefile (`-include mk/*.mk`), which provides GO, ENVOY_BIN and the `build` and `envoy` targets.
 #
-#   make bench   builds the agent as packaged, runs every scenario (about 4 minutes on 2 cores), prints a
+#   make bench   builds the agent as packaged, runs every scenario (about 5 minutes on 2 cores), prints a
 #                markdown table and writes results.md, results.json, reload.svg (and the
 #                children's logs) to $(BENCH_OUT); a full run (no BENCH_FLAGS) also writes
 #                docs/bench-results.md, the figures the documentation links to
