@@ -25,6 +25,7 @@ type agentConfig struct {
 	ExitOnZero       bool
 	RunDir           string
 	LogLevel         string // the agent's; "" is warning
+	ReloadMethod     string // [agent] reload_method; "" leaves it out (every reload a hot restart)
 }
 
 // toml renders the configuration: one Envoy worker and quiet logs, to keep
@@ -51,6 +52,9 @@ func (c agentConfig) toml() string {
 	kv("start_timeout", q("60s"))
 	kv("run_dir", q(c.RunDir))
 	kv("log_level", q(cmp.Or(c.LogLevel, "warning")))
+	if c.ReloadMethod != "" {
+		kv("reload_method", q(c.ReloadMethod))
+	}
 	return b.String()
 }
 

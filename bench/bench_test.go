@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
@@ -81,5 +82,97 @@ func TestBenchSmoke(t *testing.T) {
 	svg, err := os.ReadFile(filepath.Join(out, "reload.svg"))
 	if err != nil || !bytes.Contains(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("succeeded")) {
 		t.Errorf("reload.svg is not the plot (%v): %.200s", err, svg)
+	}
+}
+
+// A smoke run of the in-place scenario at its smallest: one reload each
+// way under load and one at scale (3 listeners); the in-place side takes
+// its path with the same Envoy, the hot-restart side starts a new one.
+func TestBenchInPlaceSmoke(t *testing.T) {
+	if testing.Short() || envoykit.UnitTier() {
+		t.Skip("the in-place smoke run takes about 25 s and runs the real Envoy: make test")
+	}
+	envoyBin, err := envoykit.FindEnvoy("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := filepath.Join(t.TempDir(), "envoy-agent")
+	if out, err := exec.Command("go", "build", "-o", agent, "../cmd/envoy-agent").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"-agent", agent, "-envoy", envoyBin, "-out", out, "-reloads", "1", "-rate", "100",
+		"-inplace-listeners", "3", "-scenarios", "inplace"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("bench exited %d:\n%s", code, stderr.String())
+	}
+	b, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res Results
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("results.json: %v", err)
+	}
+	r := res.InPlace
+	if r == nil {
+		t.Fatalf("no in-place scenario in results.json")
+	}
+	for _, tt := range []struct {
+		name      string
+		side      InPlaceSide
+		step      string
+		envoyPids int
+	}{
+		{"hot restart", r.HotRestart, "hot_restart_ms", 2},
+		{"in place", r.InPlace, "in_place_ms", 1},
+	} {
+		s := tt.side
+		if s.ChangesOK != 1 || s.PathTaken != 1 || s.Load.Sent == 0 || s.VersionsSeen != 2 {
+			t.Errorf("%s: %d/1 reloads worked, %d took the path (%q), %d sent, %d versions answered; want 1, 1, >0, 2",
+				tt.name, s.ChangesOK, s.PathTaken, s.OtherAnswer, s.Load.Sent, s.VersionsSeen)
+		}
+		if d, ok := s.Steps[tt.step]; !ok || d.N != 1 {
+			t.Errorf("%s: the reload's steps %v lack %s", tt.name, s.Steps, tt.step)
+		}
+		if s.EnvoyPids != tt.envoyPids || s.SteadyRSSKiB <= 0 || s.PeakRSSKiB <= 0 || s.Idle.Sent == 0 {
+			t.Errorf("%s: %d serving Envoys seen (want %d), RSS steady %d KiB, peak %d KiB, %d idle-connection requests",
+				tt.name, s.EnvoyPids, tt.envoyPids, s.SteadyRSSKiB, s.PeakRSSKiB, s.Idle.Sent)
+		}
+	}
+	for _, s := range []InPlaceScaleSide{r.ScaleHotRestart, r.ScaleInPlace} {
+		if s.Listeners != 3 || s.ChangesOK != 1 || s.PathTaken != 1 || s.ChangeMs.N != 1 {
+			t.Errorf("at scale, %s: %+v; want 3 listeners and 1 reload that took the path", s.Method, s)
+		}
+	}
+	for _, want := range []string{"## 6. Reload in place against hot restart", "At scale: the agent on a bootstrap of 3 HTTP listeners", "in place 1 (pid unchanged): yes"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("the table lacks %q:\n%s", want, stdout.String())
+		}
+	}
+}
+
+// steadyAndPeak splits the RSS samples at the first reload.
+func TestSteadyAndPeak(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int, kib int) rssSample { return rssSample{t0.Add(time.Duration(ms) * time.Millisecond), kib} }
+	tests := []struct {
+		name         string
+		samples      []rssSample
+		steady, peak int
+	}{
+		{"none", nil, 0, 0},
+		{"a hot restart doubles", []rssSample{at(-30, 100), at(-20, 110), at(-10, 105), at(0, 105), at(10, 210), at(20, 108)}, 105, 210},
+		{"in place", []rssSample{at(-20, 100), at(-10, 102), at(10, 103), at(20, 101)}, 102, 103},
+		{"no sample before", []rssSample{at(10, 100)}, 0, 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			steady, peak := steadyAndPeak(tt.samples, t0)
+			if steady != tt.steady || peak != tt.peak {
+				t.Errorf("steady %d, peak %d; want %d, %d", steady, peak, tt.steady, tt.peak)
+			}
+		})
 	}
 }

@@ -1,7 +1,8 @@
 // Command bench measures envoy-agent against a bare Envoy with a real Envoy
 // binary: start-up to readiness, config reloads under load, stops under
-// load, the agent's own overhead, and how the admin calls the agent makes
-// grow with the number of listeners. It prints a markdown table and writes
+// load, the agent's own overhead, how the admin calls the agent makes
+// grow with the number of listeners, and the agent's reload in place
+// against its hot restart. It prints a markdown table and writes
 // results.md, results.json and reload.svg to the output folder.
 //
 // Run it with `make bench`, or by hand:
@@ -27,18 +28,19 @@ import (
 
 // options are the command line.
 type options struct {
-	agentBin     string
-	launcherBin  string
-	envoyBin     string
-	outDir       string
-	timeout      time.Duration
-	starts       int
-	reloads      int
-	idle         time.Duration
-	workers      int
-	rate         float64 // requests per second, all workers together
-	keepWorkDir  bool
-	scenarioList string
+	agentBin       string
+	launcherBin    string
+	envoyBin       string
+	outDir         string
+	timeout        time.Duration
+	starts         int
+	reloads        int
+	idle           time.Duration
+	workers        int
+	rate           float64 // requests per second, all workers together
+	keepWorkDir    bool
+	scenarioList   string
+	scaleListeners int
 }
 
 func main() {
@@ -60,7 +62,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.workers, "workers", 4, "load workers (each keeps its own keep-alive connection)")
 	fs.Float64Var(&o.rate, "rate", 300, "load requests per second, all workers together")
 	fs.BoolVar(&o.keepWorkDir, "keep", false, "keep the temporary work folder (bootstraps, configs)")
-	fs.StringVar(&o.scenarioList, "scenarios", "start,reload,stop,overhead,growth", "comma-separated scenarios to run")
+	fs.StringVar(&o.scenarioList, "scenarios", "start,reload,stop,overhead,growth,inplace", "comma-separated scenarios to run")
+	fs.IntVar(&o.scaleListeners, "inplace-listeners", 1000, "listeners of the in-place scenario's reloads at scale (0: none)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -75,8 +78,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "bench: -starts must be at least 10")
 		return 2
 	}
-	if o.workers < 1 || o.rate <= 0 || o.reloads < 1 {
-		fmt.Fprintln(stderr, "bench: -workers, -rate and -reloads must be positive")
+	if o.workers < 1 || o.rate <= 0 || o.reloads < 1 || o.scaleListeners < 0 {
+		fmt.Fprintln(stderr, "bench: -workers, -rate and -reloads must be positive, -inplace-listeners not negative")
 		return 2
 	}
 

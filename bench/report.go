@@ -22,6 +22,7 @@ func renderMarkdown(r *Results) string {
 	renderStop(w, r)
 	renderOverhead(w, r)
 	renderGrowth(w, r)
+	renderInPlace(w, r)
 	return b.String()
 }
 
@@ -223,6 +224,115 @@ func renderGrowth(w writer, r *Results) {
 	}
 	w("\n")
 	meaning(w, "a quick drain poll dumps the established sockets only, so its cost follows the connections; a full count reads every socket of every Envoy process and of the namespace, listeners × workers included, and the stats count follows the listeners (Envoy renders, and the agent parses, one gauge per listener); `/ready` does not depend on them. The last column says how much of the agent's 250 ms drain poll interval one poll takes.")
+}
+
+// The in-place reload's targets (issue 33), against the hot restart of the
+// same edit in the same run.
+const (
+	inPlaceTimeTarget  = 0.75 // an in-place reload against a hot-restart reload
+	inPlaceApplyMs     = 5.0  // its apply step: the files until Envoy took them
+	inPlaceRSSTarget   = 1.10 // the serving Envoy's peak RSS during the reloads against its steady RSS
+	inPlaceScaleTarget = 0.50 // at scale, against a hot-restart reload
+)
+
+func renderInPlace(w writer, r *Results) {
+	s := r.InPlace
+	if !section(w, r, "6. Reload in place against hot restart", "inplace", s != nil) {
+		return
+	}
+	h, p := s.HotRestart, s.InPlace
+	w("The agent twice, each reloading the same edit %d times (the first listener's route: a new `x-config-version`) with `envoy-agent reload`, %.1f s apart: with `reload_method` unset (every reload a hot restart) and with `reload_method = \"auto\"` (in place). The load of scenario 2 (vegeta, %d kept-alive connections, %.0f requests/s) runs through the changed listener; %d workers keep a connection each to the second listener, which the edit leaves alone, and pause between requests, each its own pause from %.1f to %.1f s (longer than `parent_shutdown_duration` %.0f s, so that a hot restart's old epoch can exit under them; different, so that their requests fall at every phase of the reload cycle), writing the next request without checking for a close, as Python's http.client does. Envoy's RSS is the serving Envoys' (the agent's children with `--restart-epoch`: not its `--mode validate` runs) VmRSS summed, sampled every %s; steady: the median under load before the first reload; peak: the largest from the first reload to the end of the load (%.1f s after the last reload).\n\n",
+		max(h.Changes, p.Changes), s.GapMs/1000, s.Workers, s.RateRPS, len(s.IdlePausesMs), minMax(s.IdlePausesMs)[0]/1000, minMax(s.IdlePausesMs)[1]/1000, s.ParentShutdownMs/1000, rssEvery, (reloadGap + reloadTail).Seconds())
+	metricTable(w, "Hot restart", "In place", "In place vs hot restart")
+	w("| reloads that worked | %d/%d | %d/%d | | |\n", h.ChangesOK, h.Changes, p.ChangesOK, p.Changes)
+	w("| reloads that took the path (its answer: `reloaded: epoch N` / `reloaded in place`) | %d/%d | %d/%d | | in place every time: %s |\n",
+		h.PathTaken, h.Changes, p.PathTaken, p.Changes, yesNo(p.Changes > 0 && p.PathTaken == p.Changes))
+	w("| time per reload (`envoy-agent reload`), median / max | %s | %s | %s | ≤ ×%.2f: %s |\n", medMax(h.ChangeMs), medMax(p.ChangeMs), ratio(p.ChangeMs.Median, h.ChangeMs.Median),
+		inPlaceTimeTarget, yesNo(h.ChangeMs.Median > 0 && p.ChangeMs.Median > 0 && p.ChangeMs.Median <= inPlaceTimeTarget*h.ChangeMs.Median))
+	step := func(side InPlaceSide, k string) string {
+		d, ok := side.Steps[k]
+		if !ok {
+			return "—"
+		}
+		return msf(d.Median)
+	}
+	w("| of which `envoy --mode validate` (the log's `validate_ms`), median | %s | %s | | |\n", step(h, "validate_ms"), step(p, "validate_ms"))
+	ip := p.Steps["in_place_ms"]
+	w("| the apply step, median: a new epoch to LIVE (`hot_restart_ms`) / the files until Envoy took them (`in_place_ms`) | %s | %s | | in place ≤ %.0f ms: %s |\n",
+		step(h, "hot_restart_ms"), step(p, "in_place_ms"), inPlaceApplyMs, yesNo(ip.N > 0 && ip.Median <= inPlaceApplyMs))
+	w("| the agent's own count of the reload (`took_ms`: load, copy, validate, apply), median | %s | %s | %s | |\n", step(h, "took_ms"), step(p, "took_ms"), ratio(p.Steps["took_ms"].Median, h.Steps["took_ms"].Median))
+	w("| requests through the changed listener: sent / failed | %d / %s | %d / %s | | in place 0: %s |\n", h.Load.Sent, failed(h.Load), p.Load.Sent, failed(p.Load), yesNo(p.Load.Sent > 0 && p.Load.Failed == 0))
+	w("| latency p50 / p99 / max | %s / %s / %s | %s / %s / %s | | |\n", msf(h.Load.Latency.Median), msf(h.Load.Latency.P99), msf(h.Load.Latency.Max),
+		msf(p.Load.Latency.Median), msf(p.Load.Latency.P99), msf(p.Load.Latency.Max))
+	w("| config versions answered | %d/%d | %d/%d | | |\n", h.VersionsSeen, h.VersionsWant, p.VersionsSeen, p.VersionsWant)
+	w("| idle keep-alive connections to the other listener: requests failed / sent (of them the first after a pause) | %s | %s | | in place 0: %s |\n",
+		idleCell(h.Idle), idleCell(p.Idle), yesNo(p.Idle.AfterIdle > 0 && p.Idle.Failed == 0))
+	w("| serving Envoy processes seen | %d | %d | | in place 1 (pid unchanged): %s |\n", h.EnvoyPids, p.EnvoyPids, yesNo(p.EnvoyPids == 1))
+	w("| Envoy's RSS, steady | %s | %s | | |\n", mib(h.SteadyRSSKiB), mib(p.SteadyRSSKiB))
+	w("| Envoy's RSS, peak during the reloads (× steady) | %s (%s) | %s (%s) | | in place ≤ ×%.2f: %s |\n", mib(h.PeakRSSKiB), ratio(float64(h.PeakRSSKiB), float64(h.SteadyRSSKiB)),
+		mib(p.PeakRSSKiB), ratio(float64(p.PeakRSSKiB), float64(p.SteadyRSSKiB)), inPlaceRSSTarget,
+		yesNo(p.SteadyRSSKiB > 0 && float64(p.PeakRSSKiB) <= inPlaceRSSTarget*float64(p.SteadyRSSKiB)))
+	for _, side := range []InPlaceSide{h, p} {
+		if side.OtherAnswer != "" {
+			w("\n%s: a reload answered otherwise: %s\n", side.Method, oneLine(side.OtherAnswer))
+		}
+		for i, ev := range side.Events {
+			if !ev.OK {
+				w("\nReload %d by %s failed: %s\n", i+1, side.Method, oneLine(ev.Error))
+				break
+			}
+		}
+	}
+	if sh, sp := s.ScaleHotRestart, s.ScaleInPlace; sh.Listeners > 0 || sp.Listeners > 0 {
+		n := max(sh.Listeners, sp.Listeners)
+		w("\nAt scale: the agent on a bootstrap of %d HTTP listeners, %d reloads of the same edit (the first listener's route) each way, %.1f s apart, no load.\n\n", n, max(sh.Changes, sp.Changes), s.GapMs/1000)
+		metricTable(w, "Hot restart", "In place", "In place vs hot restart")
+		w("| reloads that worked / took the path | %d/%d / %d | %d/%d / %d | | |\n", sh.ChangesOK, sh.Changes, sh.PathTaken, sp.ChangesOK, sp.Changes, sp.PathTaken)
+		w("| the first request after `envoy-agent reload` returned answered the new route | %d/%d | %d/%d | | |\n", sh.ServedAtReturn, sh.ChangesOK, sp.ServedAtReturn, sp.ChangesOK)
+		w("| time per reload (`envoy-agent reload`), median / max | %s | %s | %s | ≤ ×%.2f: %s |\n", medMax(sh.ChangeMs), medMax(sp.ChangeMs), ratio(sp.ChangeMs.Median, sh.ChangeMs.Median),
+			inPlaceScaleTarget, yesNo(sh.ChangeMs.Median > 0 && sp.ChangeMs.Median > 0 && sp.ChangeMs.Median <= inPlaceScaleTarget*sh.ChangeMs.Median))
+		scaleStep := func(side InPlaceScaleSide, k string) string {
+			d, ok := side.Steps[k]
+			if !ok {
+				return "—"
+			}
+			return msf(d.Median)
+		}
+		w("| of which `envoy --mode validate`, median | %s | %s | | |\n", scaleStep(sh, "validate_ms"), scaleStep(sp, "validate_ms"))
+		w("| the apply step, median (`hot_restart_ms` / `in_place_ms`) | %s | %s | | |\n", scaleStep(sh, "hot_restart_ms"), scaleStep(sp, "in_place_ms"))
+		w("| the agent's own count of the reload (`took_ms`: load, copy, validate, apply), median | %s | %s | %s | |\n", scaleStep(sh, "took_ms"), scaleStep(sp, "took_ms"),
+			ratio(sp.Steps["took_ms"].Median, sh.Steps["took_ms"].Median))
+		w("| the agent's exec to READY=1 (for scale) | %s | %s | | |\n", msf(sh.StartMs), msf(sp.StartMs))
+		for _, side := range []InPlaceScaleSide{sh, sp} {
+			if side.OtherAnswer != "" {
+				w("\n%s: a reload answered otherwise: %s\n", side.Method, oneLine(side.OtherAnswer))
+			}
+		}
+	}
+	w("\n")
+	meaning(w, "both paths validate the whole new bootstrap first (`envoy --mode validate`), so validation is most of an in-place reload; the hot restart then starts a new Envoy and waits for it to be LIVE, while the in-place path rewrites the epoch's LDS and CDS files and waits until Envoy took them. "+
+		"A hot restart moves every connection to the draining epoch, the untouched listener's too: an idle HTTP/1.1 connection whose old epoch exited meanwhile fails its next request; in place, Envoy drains only the changed listener (for `drain_duration`, %.0f s) and the other listener's connections stay as they were. Two Envoys run for the whole drain of a hot restart, so its peak RSS counts both (the hot-restart shared memory in each).", s.DrainMs/1000)
+}
+
+// minMax is the smallest and the largest of xs (0, 0 for none).
+func minMax(xs []float64) [2]float64 {
+	if len(xs) == 0 {
+		return [2]float64{}
+	}
+	return [2]float64{slices.Min(xs), slices.Max(xs)}
+}
+
+// idleCell is "failed / sent (failed after a pause / after a pause)".
+func idleCell(s IdleStats) string {
+	out := fmt.Sprintf("%d / %d (%d / %d)", s.Failed, s.Sent, s.FailedAfterIdle, s.AfterIdle)
+	if s.Failed > 0 {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(s.FailedBy)) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, s.FailedBy[k]))
+		}
+		out += ": " + strings.Join(parts, ", ")
+	}
+	return out
 }
 
 // metricTable starts a table of metrics: a Metric column, cols (numbers,

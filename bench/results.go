@@ -15,6 +15,7 @@ type Results struct {
 	Stop     *StopResult       `json:"stop,omitempty"`
 	Overhead *OverheadResult   `json:"overhead,omitempty"`
 	Growth   *GrowthResult     `json:"growth,omitempty"`
+	InPlace  *InPlaceResult    `json:"in_place,omitempty"`
 	Errors   map[string]string `json:"errors,omitempty"` // scenario: why it could not run
 }
 
@@ -189,6 +190,71 @@ type GrowthRow struct {
 type GrowthResult struct {
 	Iterations int         `json:"iterations"`
 	Rows       []GrowthRow `json:"rows"`
+}
+
+// IdleStats sums up the requests of workers that leave their kept-alive
+// connection idle between requests.
+type IdleStats struct {
+	Sent            int            `json:"sent"`
+	Failed          int            `json:"failed"`
+	AfterIdle       int            `json:"after_idle"`        // the first request after an idle pause
+	FailedAfterIdle int            `json:"failed_after_idle"` // of them, failed
+	FailedBy        map[string]int `json:"failed_by,omitempty"`
+}
+
+// InPlaceSide is one reload path of scenario 6, under load: the reload
+// scenario's figures (ReloadSide: the load on the changed listener, time
+// per change) and what tells the paths apart.
+type InPlaceSide struct {
+	ReloadSide
+	ReloadMethod string `json:"reload_method"` // [agent] reload_method: "" or "auto"
+	// PathTaken is how many reloads answered as the path does
+	// ("reloaded in place: ..." or "reloaded: epoch N ..."); OtherAnswer is
+	// the first answer that did not.
+	PathTaken   int       `json:"path_taken"`
+	OtherAnswer string    `json:"other_answer,omitempty"`
+	Idle        IdleStats `json:"idle"` // idle keep-alive connections to the listener the edit leaves alone
+	// EnvoyPids is how many serving Envoy processes were seen from the
+	// first sample to the end of the load (1: the pid never changed).
+	EnvoyPids int `json:"envoy_pids"`
+	// SteadyRSSKiB is the serving Envoys' VmRSS summed, median of the
+	// samples under load before the first reload; PeakRSSKiB the largest
+	// sum from the first reload to the end of the load.
+	SteadyRSSKiB int `json:"steady_rss_kib"`
+	PeakRSSKiB   int `json:"peak_rss_kib"`
+}
+
+// InPlaceScaleSide is one reload path of scenario 6 with many listeners,
+// no load.
+type InPlaceScaleSide struct {
+	Listeners    int             `json:"listeners"`
+	Method       string          `json:"method"`
+	ReloadMethod string          `json:"reload_method"`
+	StartMs      float64         `json:"start_ms"` // the agent's exec until READY=1
+	Changes      int             `json:"changes"`
+	ChangesOK    int             `json:"changes_ok"`
+	PathTaken    int             `json:"path_taken"`
+	OtherAnswer  string          `json:"other_answer,omitempty"`
+	ChangeMs     Dist            `json:"change_ms"`
+	Steps        map[string]Dist `json:"steps,omitempty"`
+	// ServedAtReturn is how many reloads the first request after
+	// `envoy-agent reload` returned already answered with the new route.
+	ServedAtReturn int `json:"served_at_return"`
+}
+
+// InPlaceResult is scenario 6: the agent's reload by hot restart against
+// its reload in place, of the same edit.
+type InPlaceResult struct {
+	Workers          int              `json:"workers"`
+	RateRPS          float64          `json:"rate_rps"`
+	IdlePausesMs     []float64        `json:"idle_pauses_ms"` // one idle worker each
+	GapMs            float64          `json:"gap_ms"`
+	ParentShutdownMs float64          `json:"parent_shutdown_ms"`
+	DrainMs          float64          `json:"drain_ms"`
+	HotRestart       InPlaceSide      `json:"hot_restart"`
+	InPlace          InPlaceSide      `json:"in_place"`
+	ScaleHotRestart  InPlaceScaleSide `json:"scale_hot_restart"`
+	ScaleInPlace     InPlaceScaleSide `json:"scale_in_place"`
 }
 
 // JSON is results.json.

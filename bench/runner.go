@@ -41,6 +41,10 @@ var scenarios = []scenario{
 		r.Growth, err = b.scenarioGrowth(ctx)
 		return err
 	}},
+	{"inplace", 240 * time.Second, func(ctx context.Context, b *bench, r *Results) (err error) {
+		r.InPlace, err = b.scenarioInPlace(ctx)
+		return err
+	}},
 }
 
 // runAll sets the bench up and runs the chosen scenarios one after another;

@@ -74,21 +74,8 @@ func (b *bench) reloadAgent(ctx context.Context) (*ReloadSide, error) {
 	defer run.close(ctx)
 	p := run.p
 	reload := func(ctx context.Context) error {
-		cctx, cancel := context.WithTimeout(ctx, changeLimit)
-		defer cancel()
-		out, err := exec.CommandContext(cctx, b.agentBin, "reload", "--config", run.cfgPath).CombinedOutput()
-		if err != nil {
-			text := strings.TrimSpace(string(out))
-			var ee *exec.ExitError
-			if errors.As(err, &ee) && ee.ExitCode() == 2 && strings.Contains(text, "unknown command") {
-				return errNoReload
-			}
-			return fmt.Errorf("envoy-agent reload: %w: %s", err, firstLines(text, 3))
-		}
-		if p.exitedEarly() {
-			return p.failure(fmt.Errorf("the agent exited during the reload: %v", p.Err()))
-		}
-		return nil
+		_, err := b.agentReload(ctx, run)
+		return err
 	}
 	side, err := b.changeUnderLoad(ctx, "envoy-agent reload (hot restart)", run.site, reload)
 	if side != nil {
@@ -100,9 +87,30 @@ func (b *bench) reloadAgent(ctx context.Context) (*ReloadSide, error) {
 	return side, err
 }
 
+// agentReload runs `envoy-agent reload` for the run's agent and returns
+// its answer.
+func (b *bench) agentReload(ctx context.Context, run *agentRun) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, changeLimit)
+	defer cancel()
+	out, err := exec.CommandContext(cctx, b.agentBin, "reload", "--config", run.cfgPath).CombinedOutput()
+	text := strings.TrimSpace(string(out))
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == 2 && strings.Contains(text, "unknown command") {
+			return text, errNoReload
+		}
+		return text, fmt.Errorf("envoy-agent reload: %w: %s", err, firstLines(text, 3))
+	}
+	if run.p.exitedEarly() {
+		return text, run.p.failure(fmt.Errorf("the agent exited during the reload: %v", run.p.Err()))
+	}
+	return text, nil
+}
+
 // reloadStepKeys are the fields of the agent's "reloaded" log line that
-// time its parts (service/reload.go), in order.
-var reloadStepKeys = []string{"load_ms", "copy_ms", "validate_ms", "versions_ms", "hot_restart_ms", "took_ms"}
+// time its parts (service/reload.go), in order: a reload in place has
+// in_place_ms (its files until Envoy took them) instead of hot_restart_ms.
+var reloadStepKeys = []string{"load_ms", "copy_ms", "validate_ms", "versions_ms", "hot_restart_ms", "in_place_ms", "took_ms"}
 
 // reloadSteps reads the agent's log for its successful reloads and sums up
 // how long each part took.

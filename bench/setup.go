@@ -63,6 +63,11 @@ type agentSetup struct {
 	procName string      // the agent's process (and log) name; "" sets up without starting it
 	env      []string    // the agent's environment beyond NOTIFY_SOCKET
 	ready    bool        // wait for READY=1 before setupAgent returns
+	// listeners is how many HTTP listeners the bootstrap has (0: one), and
+	// extraHeader their x-config-version after the first's
+	// (envoykit.BootstrapOptions.ExtraResponseHeader).
+	listeners   int
+	extraHeader string
 }
 
 // agentRun is an agent's site: its bootstrap, its configuration, its
@@ -79,15 +84,21 @@ type agentRun struct {
 // controlSocket is the agent's control socket: control.sock in its run_dir.
 func (r *agentRun) controlSocket() string { return filepath.Join(r.dir, "run", "control.sock") }
 
-// setupAgent makes the site name with one listener and a status port,
+// setupAgent makes the site name with o.listeners (at least one) and a status port,
 // listens on a notify socket in it and, unless o.procName is "", starts the
 // agent there (and with o.ready waits for its READY=1). On an error it
 // leaves nothing open; otherwise the caller closes the run (close) or at
 // least its notify socket.
 func (b *bench) setupAgent(ctx context.Context, name string, o agentSetup) (*agentRun, error) {
-	s, err := b.newSite(name, o.version, 1, 1)
+	s, err := b.newSite(name, o.version, max(o.listeners, 1), 1)
 	if err != nil {
 		return nil, err
+	}
+	if o.extraHeader != "" {
+		s.boot.ExtraResponseHeader = o.extraHeader
+		if err := s.writeBootstrap(); err != nil {
+			return nil, err
+		}
 	}
 	r := &agentRun{site: s, status: s.spare[0], drain: o.drain, cfgPath: filepath.Join(s.dir, "agent.toml")}
 	if o.procName != "" {

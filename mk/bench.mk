@@ -1,12 +1,13 @@
 # Benchmarks of the agent against a bare Envoy, with the real Envoy. Included by the top-level
 # Makefile (`-include mk/*.mk`), which provides GO, ENVOY_BIN and the `build` and `envoy` targets.
 #
-#   make bench   builds the agent as packaged, runs every scenario (about 4 minutes on 2 cores), prints a
+#   make bench   builds the agent as packaged, runs every scenario (about 5 minutes on 2 cores), prints a
 #                markdown table and writes results.md, results.json, reload.svg (and the
 #                children's logs) to $(BENCH_OUT); a full run (no BENCH_FLAGS) also writes
 #                docs/bench-results.md, the figures the documentation links to
 #
-# BENCH_FLAGS passes flags to the program, e.g. BENCH_FLAGS='-scenarios start,growth -starts 20';
+# BENCH_FLAGS passes flags to the program, e.g. BENCH_FLAGS='-scenarios start,growth -starts 20'
+# or BENCH_FLAGS='-scenarios inplace' (the reload in place against the hot restart);
 # `go run ./bench -h` lists them.
 
 BENCH_OUT   ?= bench-results

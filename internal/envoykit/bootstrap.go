@@ -2,6 +2,7 @@ package envoykit
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,6 +27,10 @@ type BootstrapOptions struct {
 	// ResponseHeader, when set, is added to every proxied response as
 	// x-config-version.
 	ResponseHeader string
+	// ExtraResponseHeader, when set, is the ExtraListeners' x-config-version
+	// instead of ResponseHeader: a change of ResponseHeader alone then
+	// changes the first listener's route only.
+	ExtraResponseHeader string
 	// AccessLog, when set, is a file every listener writes one line per request to: the
 	// request's path.
 	AccessLog string
@@ -52,10 +57,10 @@ dynamic_resources:
 {{- end}}
 static_resources:
   listeners:
-{{- range $i, $port := .ListenerPorts}}
+{{- range $i, $l := .Listeners}}
   - name: ingress{{if $i}}_{{$i}}{{end}}
     address:
-      socket_address: { address: 127.0.0.1, port_value: {{$port}} }
+      socket_address: { address: 127.0.0.1, port_value: {{$l.Port}} }
     filter_chains:
     - filters:
       - name: envoy.filters.network.http_connection_manager
@@ -74,9 +79,9 @@ static_resources:
             virtual_hosts:
             - name: all
               domains: ["*"]
-              {{- if $.ResponseHeader}}
+              {{- if $l.Header}}
               response_headers_to_add:
-              - header: { key: x-config-version, value: "{{$.ResponseHeader}}" }
+              - header: { key: x-config-version, value: "{{$l.Header}}" }
               {{- end}}
               routes:
               - match: { prefix: "/" }
@@ -120,11 +125,19 @@ func RenderBootstrap(o BootstrapOptions) ([]byte, error) {
 	if o.AdminAddress == "" {
 		o.AdminAddress = "127.0.0.1"
 	}
+	type listener struct {
+		Port   int
+		Header string
+	}
+	listeners := []listener{{o.Listener, o.ResponseHeader}}
+	for _, port := range o.ExtraListeners {
+		listeners = append(listeners, listener{port, cmp.Or(o.ExtraResponseHeader, o.ResponseHeader)})
+	}
 	data := struct {
 		BootstrapOptions
 		InitDelaySeconds float64
-		ListenerPorts    []int
-	}{o, o.InitDelay.Seconds(), append([]int{o.Listener}, o.ExtraListeners...)}
+		Listeners        []listener
+	}{o, o.InitDelay.Seconds(), listeners}
 	var b bytes.Buffer
 	if err := bootstrapTmpl.Execute(&b, data); err != nil {
 		return nil, fmt.Errorf("bootstrap template: %w", err)
