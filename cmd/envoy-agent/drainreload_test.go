@@ -193,8 +193,10 @@ func TestReloadsSeenByClientsThatDoNotRetry(t *testing.T) {
 	// HTTP/2 connections idle across the replaced epoch's exit: Go's client
 	// notices the close before reusing one, but on a busy machine a request
 	// can race the GOAWAY and the close (seen in CI under stress-ng: 2 of 36,
-	// "server sent GOAWAY and closed the connection"). Allowed, on idle
-	// connections only (README, Reload).
+	// "server sent GOAWAY and closed the connection"; and, with several idle
+	// workers waking together on the shared connection, all of them: "force
+	// closed via ClientConn.Close", 5 of 30 in a fresh-clone make test).
+	// Allowed, on idle connections only (README, Reload).
 	if h2idle.FailedInFlight() != 0 {
 		t.Errorf("HTTP/2 idle-connection workers failed on fresh or busy connections: %s %q", h2idle, h2idle.Errors())
 	}

@@ -195,9 +195,15 @@ func NewH2CClient(timeout time.Duration) *http.Client {
 func (l *Load) h2Get(client *http.Client, u *url.URL, idling bool) (Sample, string) {
 	var conns atomic.Int32
 	var reused atomic.Bool
+	// Reused, not WasIdle: the workers share one connection, and those
+	// that wake from their pause together find it busy with each other's
+	// streams, yet it sat idle, kept alive, through the pause all the same.
+	// When the server closed it meanwhile, the first stream's write error
+	// aborts the others ("force closed via ClientConn.Close"): every one of
+	// them failed on the idle connection, not on a fresh or busy one.
 	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
 		conns.Add(1)
-		reused.Store(i.Reused && i.WasIdle)
+		reused.Store(i.Reused)
 	}}
 	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, u.String(), nil)
 	if err != nil {
