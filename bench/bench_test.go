@@ -21,14 +21,7 @@ func TestBenchSmoke(t *testing.T) {
 	if testing.Short() || envoykit.UnitTier() {
 		t.Skip("the benchmark smoke run takes about 20 s and runs the real Envoy: make test")
 	}
-	envoyBin, err := envoykit.FindEnvoy("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	agent := filepath.Join(t.TempDir(), "envoy-agent")
-	if out, err := exec.Command("go", "build", "-o", agent, "../cmd/envoy-agent").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	envoyBin, agent := smokeBinaries(t)
 	launcher := filepath.Join(t.TempDir(), "launcher")
 	if out, err := exec.Command("go", "build", "-o", launcher, "./launcher").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -92,14 +85,7 @@ func TestBenchInPlaceSmoke(t *testing.T) {
 	if testing.Short() || envoykit.UnitTier() {
 		t.Skip("the in-place smoke run takes about 25 s and runs the real Envoy: make test")
 	}
-	envoyBin, err := envoykit.FindEnvoy("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	agent := filepath.Join(t.TempDir(), "envoy-agent")
-	if out, err := exec.Command("go", "build", "-o", agent, "../cmd/envoy-agent").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	envoyBin, agent := smokeBinaries(t)
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"-agent", agent, "-envoy", envoyBin, "-out", out, "-reloads", "1", "-rate", "100",
@@ -175,4 +161,19 @@ func TestSteadyAndPeak(t *testing.T) {
 			}
 		})
 	}
+}
+
+// smokeBinaries are the real Envoy and the agent built from this tree, for
+// a smoke run of the benchmark.
+func smokeBinaries(t *testing.T) (envoyBin, agent string) {
+	t.Helper()
+	envoyBin, err := envoykit.FindEnvoy("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent = filepath.Join(t.TempDir(), "envoy-agent")
+	if out, err := exec.Command("go", "build", "-o", agent, "../cmd/envoy-agent").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return envoyBin, agent
 }
