@@ -67,17 +67,6 @@ func (e *Envoy) HotRestart(ctx context.Context, cfg ProxyConfig) (int, error) {
 	return e.hotRestart(ctx, cfg, "")
 }
 
-// CopyBootstrap makes the private copy (0600, in the run folder) of the
-// bootstrap at path that HotRestartFrom then runs, so that the file a
-// caller validates is the very file the new epoch runs, whatever happens
-// to path meanwhile. Remove it if it is not handed to HotRestartFrom.
-func (e *Envoy) CopyBootstrap(path string) (string, error) {
-	if _, err := e.ensureRunDir(); err != nil {
-		return "", err
-	}
-	return e.snapshotBootstrap(path, path, e.Epoch()+1)
-}
-
 // HotRestartFrom is HotRestart running the copy that CopyBootstrap made
 // (cfg.ConfigPath stays the operator's file). The copy is the new epoch's
 // from then on: it is removed when the epoch ends, or at once on a failure.

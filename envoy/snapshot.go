@@ -8,6 +8,7 @@ package envoy
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
+	"golang.org/x/sys/unix"
 )
 
 // MaxBootstrapSize bounds the bootstrap the agent reads: to check it, and to
@@ -35,6 +37,13 @@ func (e *Envoy) snapshotBootstrap(source, original string, epoch int) (string, e
 	if err != nil {
 		return "", fmt.Errorf("read envoy bootstrap: %w", err)
 	}
+	return e.writeSnapshot(data, original, epoch)
+}
+
+// writeSnapshot writes data, the bootstrap read from original, as the
+// private copy for epoch (snapshotBootstrap).
+func (e *Envoy) writeSnapshot(data []byte, original string, epoch int) (string, error) {
+	var err error
 	if rewrite := e.config().RewriteBootstrap; rewrite != nil {
 		if data, err = rewrite(data, original, e.runDir); err != nil {
 			return "", fmt.Errorf("envoy bootstrap %s: %w", original, err)
@@ -46,6 +55,88 @@ func (e *Envoy) snapshotBootstrap(source, original string, epoch int) (string, e
 		return "", fmt.Errorf("copy envoy bootstrap: %w", err)
 	}
 	return path, nil
+}
+
+// CopyBootstrap makes the private copy (0600, in the run folder) of the
+// bootstrap at path that HotRestartFrom then runs, so that the file a
+// caller validates is the very file the new epoch runs, whatever happens
+// to path meanwhile; the copy's SourceUnchanged then says whether path was
+// at rest while it was copied and validated. Remove the copy if it is not
+// handed to HotRestartFrom.
+func (e *Envoy) CopyBootstrap(path string) (*BootstrapCopy, error) {
+	if _, err := e.ensureRunDir(); err != nil {
+		return nil, err
+	}
+	before, err := statFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read envoy bootstrap: %w", err)
+	}
+	data, err := safefile.ReadRegular(path, MaxBootstrapSize)
+	if err != nil {
+		return nil, fmt.Errorf("read envoy bootstrap: %w", err)
+	}
+	copied, err := e.writeSnapshot(data, path, e.Epoch()+1)
+	if err != nil {
+		return nil, err
+	}
+	return &BootstrapCopy{Path: copied, source: path, sum: sha256.Sum256(data), state: before}, nil
+}
+
+// BootstrapCopy is the private copy of the operator's bootstrap that a
+// reload validates and then runs (CopyBootstrap).
+type BootstrapCopy struct {
+	// Path is the copy, in the run folder.
+	Path   string
+	source string
+	sum    [sha256.Size]byte
+	state  fileState // the source's, before it was read
+}
+
+// ErrBootstrapChanged says that the bootstrap file changed after a copy
+// of it was made: it was being written, and the copy may hold part of it.
+var ErrBootstrapChanged = errors.New("the file changed while the agent read and validated it")
+
+// SourceUnchanged reads again the file the copy was made of. It returns
+// an error wrapping ErrBootstrapChanged when the file was written since
+// the copy was made: it holds other bytes, or it is the same file (inode)
+// with another size, modification or change time. A file renamed over it
+// with the same bytes is unchanged. Called once the copy is validated, it
+// tells a copy of a file that a writer had cut short (truncated and not
+// yet written whole) from a file at rest: a prefix of a bootstrap is often
+// a valid bootstrap (with no routes, no endpoints, or no listeners at
+// all), so validating the copy cannot tell them apart. The times are
+// compared as well as the bytes because a writer in a loop shows the same
+// torn text (an empty file, say) again and again.
+func (c *BootstrapCopy) SourceUnchanged() error {
+	now, err := statFile(c.source)
+	if err != nil {
+		return fmt.Errorf("read envoy bootstrap again: %w", err)
+	}
+	data, err := safefile.ReadRegular(c.source, MaxBootstrapSize)
+	if err != nil {
+		return fmt.Errorf("read envoy bootstrap again: %w", err)
+	}
+	if sha256.Sum256(data) != c.sum || (now.sameFile(c.state) && now != c.state) {
+		return fmt.Errorf("%s: %w (it is being written in place)", c.source, ErrBootstrapChanged)
+	}
+	return nil
+}
+
+// fileState is what writing a file changes in its metadata.
+type fileState struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime unix.Timespec
+}
+
+func (s fileState) sameFile(o fileState) bool { return s.dev == o.dev && s.ino == o.ino }
+
+func statFile(path string) (fileState, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return fileState{}, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	return fileState{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, nil
 }
 
 // resourceDir is the folder of an epoch's resource files, beside its

@@ -100,3 +100,79 @@ func TestUpdateConfig(t *testing.T) {
 		t.Error("UpdateConfig into a folder that does not exist succeeded")
 	}
 }
+
+// A reload validates a copy of the bootstrap; the copy must then say
+// whether the file was at rest, table-driven over what a writer does after
+// the copy was made.
+func TestBootstrapCopySourceUnchanged(t *testing.T) {
+	full := []byte("static_resources:\n  listeners: []\n  clusters: []\n")
+	for _, tc := range []struct {
+		name    string
+		after   func(t *testing.T, path string)
+		changed bool
+	}{
+		{"at rest", func(*testing.T, string) {}, false},
+		{"same, renamed", func(t *testing.T, path string) {
+			writeRename(t, path, full)
+		}, false},
+		{"grown", func(t *testing.T, path string) {
+			writeRename(t, path, append(full, "# more\n"...))
+		}, true},
+		{"same, in place", func(t *testing.T, path string) {
+			// As a writer in a loop does: the same (torn) text again.
+			// The change time moves in clock ticks; wait for one.
+			before, err := statFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for {
+				if err := os.WriteFile(path, full, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if now, err := statFile(path); err != nil || now != before {
+					return
+				}
+			}
+		}, true},
+		{"truncated", func(t *testing.T, path string) {
+			if err := os.Truncate(path, 0); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			src := filepath.Join(dir, "envoy.yaml")
+			if err := os.WriteFile(src, full, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			e := NewEnvoy(ProxyConfig{RunDir: filepath.Join(dir, "run")})
+			c, err := e.CopyBootstrap(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := os.ReadFile(c.Path); err != nil || string(got) != string(full) {
+				t.Fatalf("the copy holds %q (%v), want the file", got, err)
+			}
+			tc.after(t, src)
+			err = c.SourceUnchanged()
+			if got := errors.Is(err, ErrBootstrapChanged); got != tc.changed {
+				t.Fatalf("SourceUnchanged = %v; want changed %v", err, tc.changed)
+			}
+			if !tc.changed && err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func writeRename(t *testing.T, path string, data []byte) {
+	t.Helper()
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}

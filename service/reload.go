@@ -131,20 +131,15 @@ func (s *supervisor) checkReload() (*preparedReload, error) {
 	}()
 	// One copy of the bootstrap: validated, then run. Reading the file twice
 	// would validate one text and run another if it changed in between.
-	t = time.Now()
-	copied, err := s.proxy.CopyBootstrap(cfg.Envoy.ConfigPath)
+	copied, err := s.copyAndValidate(ctx, cfg, &p.steps)
 	if err != nil {
 		<-hr
-		return nil, errConfig{fmt.Errorf("envoy.config_path: %w", err)}
+		return nil, err
 	}
 	p.copied = copied
-	p.steps.copy = time.Since(t)
-	t = time.Now()
-	err = validateCopy(ctx, cfg, copied, &s.versions)
-	p.steps.validate = time.Since(t)
 	v := <-hr
 	p.steps.versions = v.took
-	if err == nil && v.err != nil {
+	if v.err != nil {
 		err = errConfig{fmt.Errorf("envoy.binary_path: %w", v.err)}
 	}
 	if err == nil {
@@ -165,6 +160,45 @@ func (s *supervisor) checkReload() (*preparedReload, error) {
 		p.inPlace, p.why = s.planInPlace(old, cfg, copied)
 	}
 	return p, nil
+}
+
+// bootstrapReads is how many times a reload copies and validates the
+// bootstrap when the file changes while it does (a writer was at work).
+const bootstrapReads = 3
+
+// copyAndValidate copies cfg's bootstrap and validates the copy, and then
+// checks that the file still holds what was copied: a reload that read a
+// file a writer had cut short (truncated, not yet written whole) would
+// otherwise run whatever prefix of it validates, which can be a bootstrap
+// with no routes, no endpoints or no listeners. When the file changed, it
+// is read again, bootstrapReads times at most; then the reload is refused.
+func (s *supervisor) copyAndValidate(ctx context.Context, cfg *config.Config, steps *reloadSteps) (string, error) {
+	for read := 1; ; read++ {
+		t := time.Now()
+		c, err := s.proxy.CopyBootstrap(cfg.Envoy.ConfigPath)
+		steps.copy += time.Since(t)
+		if err != nil {
+			return "", errConfig{fmt.Errorf("envoy.config_path: %w", err)}
+		}
+		t = time.Now()
+		err = validateCopy(ctx, cfg, c.Path, &s.versions)
+		steps.validate += time.Since(t)
+		// Whether it validated or not: a torn copy's errors are not the
+		// file's.
+		if changed := c.SourceUnchanged(); changed != nil {
+			_ = os.Remove(c.Path)
+			if errors.Is(changed, envoy.ErrBootstrapChanged) && read < bootstrapReads {
+				s.log.Warnf("reload: %v; reading it again", changed)
+				continue
+			}
+			return "", errConfig{fmt.Errorf("envoy.config_path: %w, %d times in a row: write the new bootstrap to a file beside it and rename that over it (mv), then reload", changed, read)}
+		}
+		if err != nil {
+			_ = os.Remove(c.Path)
+			return "", err
+		}
+		return c.Path, nil
+	}
 }
 
 // planInPlace is the in-place change from old to cfg, whose bootstrap copy

@@ -147,9 +147,12 @@ func TestFaultBootstrapRewrittenDuringReloads(t *testing.T) {
 	defer l.Stop()
 	// A careless writer: the file is truncated and rewritten in place
 	// (no rename), over and over, while reloads read it. A reload may read
-	// half a file; it must then be refused as a bad configuration (exit 3)
-	// by validating the very copy it would run, never fail at run time
-	// (exit 1) by running a copy other than the one it validated.
+	// part of a file, and a prefix of a bootstrap often validates (no
+	// routes, no endpoints, no listeners at all). The reload must see that
+	// the file changed while it read and validated it and refuse it as a
+	// bad configuration (exit 3); never run a torn copy (requests fail),
+	// nor fail at run time (exit 1) by running a copy other than the one
+	// it validated.
 	texts := make([][]byte, 5)
 	for i := range texts {
 		var err error
@@ -185,11 +188,18 @@ func TestFaultBootstrapRewrittenDuringReloads(t *testing.T) {
 		}
 	}()
 	codes := map[int]int{}
+	changed := 0
 	for i := 0; i < 8; i++ {
 		code, out := p.reload()
 		codes[code]++
 		if code != 0 && code != 3 {
 			t.Errorf("reload %d: exit %d: %s; want 0, or 3 for a half-written file", i, code, out)
+		}
+		if code == 3 && !strings.Contains(out, bootstrap) {
+			t.Errorf("reload %d: exit 3 without naming %s: %s", i, bootstrap, out)
+		}
+		if strings.Contains(out, "changed while the agent read and validated it") {
+			changed++
 		}
 	}
 	close(stop)
@@ -205,9 +215,12 @@ func TestFaultBootstrapRewrittenDuringReloads(t *testing.T) {
 		t.Errorf("the answers say %q after the last reload, want w3", l.Latest())
 	}
 	l.Stop()
-	t.Logf("8 reloads while the bootstrap was rewritten in place: exit codes %v; requests %d ok, %d failed", codes, l.OK(), l.Failed())
+	t.Logf("8 reloads while the bootstrap was rewritten in place: exit codes %v, %d refused as changed while read; requests %d ok, %d failed", codes, changed, l.OK(), l.Failed())
 	if l.Failed() != 0 {
 		t.Fatalf("%d requests failed (last: %s)", l.Failed(), l.LastErr())
+	}
+	if changed == 0 {
+		t.Errorf("no reload saw that the file was being written")
 	}
 	for v := range l.Versions() {
 		if len(v) != 2 || v[0] != 'w' || v[1] < '0' || v[1] > '4' {
@@ -224,42 +237,45 @@ func TestFaultReloadStorm(t *testing.T) {
 	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "s0"}})
 	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 4})
 	defer l.Stop()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
+	// Five bursts of ten `envoy-agent reload` at once, each after a change
+	// of the bootstrap: a burst's requests come while a reload runs (one
+	// takes about 100 ms), and are coalesced into the next one.
 	codes := map[int]int{}
 	start := time.Now()
-	for i := 0; i < 50; i++ {
-		if i%10 == 0 {
-			p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "s" + strconv.Itoa(i/10+1)})
+	for burst := 1; burst <= 5; burst++ {
+		p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "s" + strconv.Itoa(burst)})
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for range 10 {
+			wg.Go(func() {
+				code, _ := p.reload()
+				mu.Lock()
+				codes[code]++
+				mu.Unlock()
+			})
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			code, _ := p.reload()
-			mu.Lock()
-			codes[code]++
-			mu.Unlock()
-		}()
-		time.Sleep(100 * time.Millisecond) // 50 requests in 5s
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(120 * time.Second):
+			t.Fatalf("burst %d: reload requests still pending after 120s", burst)
+		}
+		want := "s" + strconv.Itoa(burst)
+		if !testenvoy.Eventually(10*time.Second, func() bool { return l.Latest() == want }) {
+			t.Errorf("after burst %d the answers say %q, want %s", burst, l.Latest(), want)
+		}
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(120 * time.Second):
-		t.Fatalf("reload requests still pending 120s into the storm")
-	}
-	testenvoy.Eventually(10*time.Second, func() bool { return l.Latest() == "s5" })
 	l.Stop()
 	runs, _ := strconv.Atoi(p.metric("envoy_agent_reloads_total"))
 	t.Logf("50 reload requests in %s: exit codes %v, %d reload runs; requests %d ok, %d failed", time.Since(start).Round(time.Millisecond), codes, runs, l.OK(), l.Failed())
 	if codes[0] != 50 {
 		t.Errorf("exit codes %v; want 50 successes", codes)
 	}
-	// Coalesced: fewer runs than requests (a run takes longer than the
-	// 100ms between requests), and more than one (requests kept coming).
-	if runs < 2 || runs >= 50 {
-		t.Errorf("%d reload runs for 50 requests; want them coalesced into fewer, and more than one", runs)
+	// Coalesced: fewer runs than requests, and one at least for each
+	// burst (each came after the last one's answers).
+	if runs < 5 || runs >= 50 {
+		t.Errorf("%d reload runs for 50 requests; want them coalesced into fewer, and one a burst at least", runs)
 	}
 	if l.Failed() != 0 {
 		t.Errorf("%d requests failed (last: %s)", l.Failed(), l.LastErr())
