@@ -63,8 +63,7 @@ func (s *supervisor) drainAndRestart(cfg *config.Config, copied, next string) (i
 	a := cfg.Agent
 	old := s.proxy.Pid()
 	s.notify.ExtendTimeout(a.TerminationDrainDuration.D() + cfg.ReloadBound())
-	s.setDrainRestarting(true)
-	defer s.setDrainRestarting(false)
+	s.beginReload(true) // nothing serves until the new Envoy is LIVE; applyReload ends it
 	pc := s.proxyConfig(cfg)
 	pc.DisableHotRestart = next == envoy.HotRestartDisabled
 	plan := envoy.RestartPlan{MinDrain: a.MinDrainDuration.D(), MaxDrain: a.TerminationDrainDuration.D(), StartTimeout: a.StartTimeout.D(),
@@ -83,16 +82,4 @@ func (s *supervisor) drainAndRestart(cfg *config.Config, copied, next string) (i
 	note := fmt.Sprintf("%s: Envoy pid %d drained for %s, pid %d serves the new configuration", control.HotRestartOffNote, old, drained.Round(time.Millisecond), pid)
 	s.log.WithFields(logrus.Fields{"event": "reload_restart", "old_pid": old, "pid": pid, "drained_ms": drained.Milliseconds()}).Infof("reload: %s", note)
 	return s.proxy.Epoch(), note, nil
-}
-
-func (s *supervisor) setDrainRestarting(v bool) {
-	s.mu.Lock()
-	s.drainRestarting = v
-	s.mu.Unlock()
-}
-
-func (s *supervisor) isDrainRestarting() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.drainRestarting
 }

@@ -13,22 +13,19 @@ import (
 	"github.com/envoy-agent/envoy-agent/service/control"
 )
 
-func (s *supervisor) setLive(v bool) {
-	s.mu.Lock()
-	s.live = v
-	s.mu.Unlock()
-	if v {
-		s.metrics.live.Set(1)
-	} else {
-		s.metrics.live.Set(0)
-	}
+// goLive: Envoy is first LIVE.
+func (s *supervisor) goLive() {
+	s.wentLive()
+	s.metrics.live.Set(1)
 	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
 }
 
-func (s *supervisor) isLive() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.live
+// goDown: a stop, a drain with no end, or the end; Envoy is not ready
+// from now on.
+func (s *supervisor) goDown() {
+	s.down()
+	s.metrics.live.Set(0)
+	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
 }
 
 func (s *supervisor) liveStatus() string {
@@ -50,10 +47,10 @@ func (s *supervisor) ready(ctx context.Context) (bool, string) {
 	}
 	r, err := s.proxy.Admin().Ready(ctx)
 	if err != nil {
-		if s.isDrainRestarting() {
+		if s.drainRestarting() {
 			return false, "restarting: " + control.HotRestartOffNote
 		}
-		if s.isReloading() {
+		if s.reloading() {
 			// A starting epoch takes the admin port over early; the
 			// serving epoch keeps serving meanwhile.
 			return true, "LIVE (reloading)"
@@ -70,7 +67,7 @@ func (s *supervisor) ready(ctx context.Context) (bool, string) {
 // alive) and afterwards only while Envoy's admin API answers; its error
 // names what stopped answering.
 func (s *supervisor) watchdogCheck(ctx context.Context) error {
-	if (!s.isLive() && !s.agent.Draining()) || s.isReloading() {
+	if (!s.live() && !s.agent.Draining()) || s.reloading() {
 		return nil // the start timeout bounds both
 	}
 	if _, err := s.proxy.Admin().Ready(ctx); err != nil {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/service/connlimit"
 	"github.com/sirupsen/logrus"
 )
 
@@ -161,7 +162,7 @@ func isLoopbackPeer(remote string) bool {
 // (5,000 idle keep-alive connections once took it from 13 to 180 MB).
 type serverLimits struct {
 	// maxConns is the most connections open at once: a new one closes
-	// the one that has waited longest for a request (connlimit.go), and
+	// the one that has waited longest for a request (service/connlimit), and
 	// waits in the kernel's accept queue only while every one is being
 	// answered.
 	maxConns int
@@ -169,7 +170,7 @@ type serverLimits struct {
 	// comes when the reload ends, bounded by start_timeout instead).
 	write time.Duration
 	// evict closes the longest-waiting connection for a new one when
-	// maxConns are open (connlimit.go); without it the new one waits.
+	// maxConns are open (service/connlimit); without it the new one waits.
 	evict bool
 	// context gives each connection its context (the control socket's peer
 	// credentials); nil for none.
@@ -200,16 +201,16 @@ const (
 // serveHTTP serves h on a listener that is already bound, within lim, until
 // ctx ends.
 func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, lim serverLimits, log *logrus.Logger) {
-	limited := newLimitListener(ln, lim.maxConns, lim.evict)
+	limited := connlimit.Listen(ln, lim.maxConns, lim.evict)
 	srv := &http.Server{
-		Handler:           limited.lim.handling(h),
+		Handler:           limited.Handler(h),
 		ReadHeaderTimeout: httpReadHeaderTimeout,
 		ReadTimeout:       httpReadTimeout,
 		WriteTimeout:      lim.write,
 		IdleTimeout:       httpIdleTimeout,
-		ConnState:         limited.lim.connEvent,
+		ConnState:         limited.ConnState,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			ctx = withLimitConn(ctx, c)
+			ctx = connlimit.ConnContext(ctx, c)
 			if lim.context != nil {
 				ctx = lim.context(ctx, c)
 			}

@@ -194,7 +194,7 @@ func (s *supervisor) watchInstalledEnvoy(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if !s.isLive() || s.isReloading() || s.agent.Draining() {
+		if !s.live() || s.reloading() || s.agent.Draining() {
 			continue
 		}
 		s.probeInstalledEnvoy(ctx)

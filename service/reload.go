@@ -235,7 +235,7 @@ func (s *supervisor) applyReload(p *preparedReload) control.ReloadResult {
 		return s.applyInPlace(p)
 	}
 	cfg := p.cfg
-	s.setReloading(true)
+	s.beginReload(false)
 	s.notify.Status(s.reloadingStatus())
 	t := time.Now()
 	var epoch int
@@ -252,7 +252,7 @@ func (s *supervisor) applyReload(p *preparedReload) control.ReloadResult {
 		}
 	}
 	p.steps.hotRestart = time.Since(t)
-	s.setReloading(false)
+	s.endReload()
 	// The reload's own work; the wait for a draining epoch is WaitedMs.
 	took := p.steps.load + p.steps.copy + p.steps.validate + p.steps.hotRestart
 	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
@@ -320,8 +320,7 @@ func (s *supervisor) takeReloadedConfig(cfg *config.Config, version string) {
 	a := cfg.Agent
 	s.agent.SetDrainSettings(a.TerminationDrainDuration.D(), a.MinDrainDuration.D(), a.ExitOnZeroActiveConnections)
 	s.applyLogSettings(cfg)
-	s.setConfig(cfg)
-	s.setHotRestartVersion(version)
+	s.reloaded(cfg, version)
 }
 
 // validateCopy runs `envoy --mode validate` on copied, the private copy of
@@ -389,7 +388,7 @@ func drainingWhat(d envoy.DrainingEpoch) string {
 // refused until Envoy is first LIVE and once a stop has begun. progress,
 // when not nil, hears at once what the reload waits for.
 func (s *supervisor) requestReload(ctx context.Context, progress func(string)) control.ReloadResult {
-	if !s.isLive() || s.agent.Draining() {
+	if !s.live() || s.agent.Draining() {
 		res := control.ReloadResult{Error: "envoy is not serving (starting or stopping): nothing to reload", Epoch: s.proxy.Epoch()}
 		s.log.Warnf("reload refused: %s", res.Error)
 		return res

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -83,7 +82,7 @@ func Run(ctx context.Context, opts Options) error {
 	for _, w := range cfg.Warnings() {
 		log.Warn(w)
 	}
-	s := &supervisor{cfg: cfg, log: log, notify: systemd.NewNotifier(log), metrics: newMetrics(), sigs: sigs, handover: handover, version: opts.Version, certs: certs.NewManager(log)}
+	s := &supervisor{state: state{cfg: cfg}, log: log, notify: systemd.NewNotifier(log), metrics: newMetrics(), sigs: sigs, handover: handover, version: opts.Version, certs: certs.NewManager(log)}
 	s.selfPath, _ = os.Executable()
 	s.certs.OnChange = s.metrics.certificatesChanged(s.certs)
 	return s.run(ctx, opts.Version, stderr)
@@ -91,7 +90,8 @@ func Run(ctx context.Context, opts Options) error {
 
 // supervisor is one `envoy-agent run`.
 type supervisor struct {
-	cfg     *config.Config
+	state // the configuration in force, the phase, the hot-restart version (state.go)
+
 	log     *logrus.Logger
 	notify  *systemd.Notifier
 	metrics *metrics
@@ -113,52 +113,9 @@ type supervisor struct {
 	held             *claims // handed over with the listeners
 	up               upgradeState
 
-	mu        sync.Mutex
-	live      bool
-	reloading bool
-	hrVersion string // the serving Envoy's hot-restart version
-
-	drainRestarting bool // a reload drains and restarts Envoy (drainrestart.go)
-
 	certs     *certs.Manager // the bootstrap's certificates, served as secrets and watched
 	installed installedEnvoy // is the Envoy at binary_path the running one? (installedenvoy.go)
 	versions  versions.Cache // what the binaries at binary_path said of themselves, per file
-}
-
-func (s *supervisor) config() *config.Config {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cfg
-}
-
-func (s *supervisor) setConfig(c *config.Config) {
-	s.mu.Lock()
-	s.cfg = c
-	s.mu.Unlock()
-}
-
-func (s *supervisor) setReloading(v bool) {
-	s.mu.Lock()
-	s.reloading = v
-	s.mu.Unlock()
-}
-
-func (s *supervisor) isReloading() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.reloading
-}
-
-func (s *supervisor) hotRestartVersion() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.hrVersion
-}
-
-func (s *supervisor) setHotRestartVersion(v string) {
-	s.mu.Lock()
-	s.hrVersion = v
-	s.mu.Unlock()
 }
 
 // proxyConfigOf maps the configuration's [envoy] table (and the run

@@ -162,7 +162,7 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 				}
 				took := time.Since(started)
 				s.metrics.startSeconds.Set(took.Seconds())
-				s.setLive(true)
+				s.goLive()
 				s.notify.Ready(s.liveStatus() + s.adoptedNote())
 				s.log.WithFields(logrus.Fields{"event": "live", "pid": s.proxy.Pid(), "epoch": s.proxy.Epoch(), "took_ms": took.Milliseconds()}).
 					Infof("envoy is LIVE after %s", took.Round(time.Millisecond))

@@ -141,9 +141,9 @@ func (s *supervisor) statusReport(ctx context.Context) control.StatusReport {
 	switch {
 	case s.agent.Draining():
 		rep.State = control.StateDraining
-	case s.isReloading():
+	case s.reloading():
 		rep.State = control.StateReloading
-	case s.isLive():
+	case s.live():
 		rep.State = control.StateLive
 	default:
 		rep.State = control.StateStarting

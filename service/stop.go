@@ -21,14 +21,14 @@ import (
 
 func (s *supervisor) stop(why string, stopAgent context.CancelFunc) {
 	s.log.WithFields(logrus.Fields{"event": "stop", "reason": why}).Infof("%s", why)
-	if s.isReloading() {
+	if s.reloading() {
 		s.log.Infof("waiting for the reload under way to end before draining")
 	}
 	s.report.drainBegan("stop", s.config().Agent.TerminationDrainDuration.D())
 	if limit := s.config().Agent.StartTimeout.D(); !s.reloader.CloseWithin(limit) {
 		s.log.Warnf("the reload under way did not end within start_timeout (%s); stopping anyway", limit)
 	}
-	s.setLive(false)
+	s.goDown()
 	s.metrics.draining.Set(1)
 	s.notify.Stopping("stopping: draining Envoy")
 	stopAgent()
@@ -43,14 +43,14 @@ func (s *supervisor) stop(why string, stopAgent context.CancelFunc) {
 // Restart=on-failure restarts the unit, whatever the agent's exit status.
 func (s *supervisor) watchdogStop(stopAgent context.CancelFunc) {
 	s.log.WithFields(logrus.Fields{"event": "stop", "reason": "watchdog"}).Warnf("SIGABRT (systemd's watchdog): stopping Envoy without a drain")
-	s.setLive(false)
+	s.goDown()
 	s.notify.Stopping("stopping: systemd's watchdog fired; Envoy stopped without a drain")
 	s.agent.DisableDraining()
 	stopAgent()
 }
 
 func (s *supervisor) finish(err error) error {
-	s.setLive(false)
+	s.goDown()
 	s.recordExit(err)
 	if err != nil {
 		s.notify.Status("Envoy exited: " + firstLine(err.Error()))
@@ -87,7 +87,7 @@ func (s *supervisor) recordExit(err error) {
 func (s *supervisor) drainNow() {
 	s.report.drainBegan("endless", 0)
 	s.metrics.draining.Set(1)
-	s.setLive(false)
+	s.goDown()
 	s.agent.DrainNow()
 	s.notify.Status("draining with no end (POST /drain); the next stop exits at once")
 }

@@ -74,7 +74,7 @@ func (s *supervisor) upgradeInfo() control.UpgradeAnswer {
 	lastErr := s.up.lastErr
 	s.up.mu.Unlock()
 	a := control.UpgradeAnswer{OK: true, Version: s.version, Pid: os.Getpid(), EnvoyPid: s.proxy.Pid(), Epoch: s.proxy.Epoch(),
-		Live: s.isLive() && !s.agent.Draining(), LastUpgradeError: lastErr, ImageStarted: imageStarted}
+		Live: s.live() && !s.agent.Draining(), LastUpgradeError: lastErr, ImageStarted: imageStarted}
 	if s.handover != nil {
 		a.AdoptedFrom = s.handover.FromAgentVersion
 	}

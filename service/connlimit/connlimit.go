@@ -1,6 +1,12 @@
 //go:build linux
 
-package service
+// Package connlimit bounds the connections an HTTP server on a local port
+// holds open, so that a local user's flood of idle or slow connections
+// never keeps a health check or a scrape waiting: when a new connection
+// would pass the limit, the one that has waited longest without a request
+// being answered is closed for it (Listen). Serve with the Listener's
+// Handler, ConnState and ConnContext.
+package connlimit
 
 import (
 	"context"
@@ -88,6 +94,27 @@ type limitListener struct {
 	net.Listener
 	lim *connLimiter
 }
+
+// Listener is a net.Listener whose connections are limited.
+type Listener = limitListener
+
+// Listen wraps l so that at most n of its connections are open at once;
+// with evict, closing the longest-waiting one for a new one, else making
+// the new one wait. An http.Server serving it sets Handler to
+// l.Handler(h), ConnState to l.ConnState and ConnContext to ConnContext.
+func Listen(l net.Listener, n int, evict bool) *Listener { return newLimitListener(l, n, evict) }
+
+// Handler marks a request as being answered while h runs: its connection
+// is then never closed for a newer one.
+func (l *limitListener) Handler(h http.Handler) http.Handler { return l.lim.handling(h) }
+
+// ConnState is the http.Server's ConnState: a connection that goes idle
+// waits for its next request from then.
+func (l *limitListener) ConnState(c net.Conn, state http.ConnState) { l.lim.connEvent(c, state) }
+
+// ConnContext is (part of) the http.Server's ConnContext: it lets Handler
+// find a request's connection.
+func ConnContext(ctx context.Context, c net.Conn) context.Context { return withLimitConn(ctx, c) }
 
 // newLimitListener wraps l so that at most n of its connections are open
 // at once; with evict, closing the longest-waiting one for a new one (see
