@@ -114,7 +114,7 @@ func (b *bench) inPlaceAgent(ctx context.Context, name, method string, listeners
 // wantAnswer is what `envoy-agent reload` says when it took method's path.
 func wantAnswer(method string) string {
 	if method == "auto" {
-		return "reloaded in place: listeners updated ingress; epoch 0 keeps serving"
+		return "reloaded in place: routes updated ingress/0/0; epoch 0 keeps serving"
 	}
 	return "reloaded: epoch "
 }

@@ -387,7 +387,7 @@ func TestHotRestartCompiledOutReloadsInPlace(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: fmt.Sprintf("v%d", i)})
 		code, out := p.reload()
-		if code != 0 || !strings.Contains(out, "reloaded in place: listeners updated ingress; epoch 0 keeps serving") {
+		if code != 0 || !strings.Contains(out, "reloaded in place: routes updated ingress/0/0; epoch 0 keeps serving") {
 			t.Fatalf("reload %d: exit %d: %s", i, code, out)
 		}
 		if !testenvoy.Eventually(5*time.Second, func() bool { return l.Latest() == fmt.Sprintf("v%d", i) }) {

@@ -361,7 +361,7 @@ func TestReloadInPlace(t *testing.T) {
 	for i := 1; i <= 5; i++ {
 		p.writeBootstrapText(version(string(v0), i))
 		code, out := p.reload()
-		if code != 0 || !strings.Contains(out, "reloaded in place: listeners updated ingress; epoch 0 keeps serving") {
+		if code != 0 || !strings.Contains(out, "reloaded in place: routes updated ingress/0/0; epoch 0 keeps serving") {
 			t.Fatalf("reload %d: exit %d: %s", i, code, out)
 		}
 		inPlace = append(inPlace, reloadTook(out))
@@ -426,7 +426,7 @@ func TestReloadInPlace(t *testing.T) {
 	}
 	p.writeBootstrapText(strings.Replace(version(string(v0), 7), "id: envoy-agent-kit", "id: envoy-agent-kit-2", 1))
 	code, out = p.reload()
-	if code != 0 || !strings.Contains(out, "reloaded in place: listeners updated ingress; epoch 1 keeps serving") || strings.Contains(out, "waiting for epoch 0") {
+	if code != 0 || !strings.Contains(out, "reloaded in place: routes updated ingress/0/0; epoch 1 keeps serving") || strings.Contains(out, "waiting for epoch 0") {
 		t.Fatalf("in-place reload after the hot restart: exit %d: %s", code, out)
 	}
 	inPlace = append(inPlace, reloadTook(out))
@@ -475,4 +475,58 @@ func TestInPlaceStartWaitsForAcceptance(t *testing.T) {
 		}
 	}
 	assertNoEnvoyFor(t, p.dir)
+}
+
+// TestInPlaceListenerChangeHotRestarts: with reload_method "auto", a
+// change of a listener's routes alone is a route update in place, which a
+// request in flight through it outlives; a change of a listener beside its
+// routes is a hot restart, not a listener update in place: in place, Envoy
+// would cut a request in flight through it after drain_duration (1s here);
+// the hot restart lets it run until parent_shutdown_duration (4s), as
+// every reload did before.
+func TestInPlaceListenerChangeHotRestarts(t *testing.T) {
+	t.Parallel()
+	p := startAgent(t, procOptions{envoy: map[string]string{"drain_duration": `"1s"`, "parent_shutdown_duration": `"4s"`},
+		agent: map[string]string{"reload_method": `"auto"`}, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
+	v0, err := envoykit.RenderBootstrap(testenvoy.BootstrapOptions{Ports: p.ports, ResponseHeader: "v0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// slow sends a 2s request and returns its outcome once it is in flight.
+	slow := func() <-chan error {
+		done := make(chan error, 1)
+		before := p.upstream.SlowInFlight()
+		go func() {
+			r, err := testenvoy.Get(testenvoy.URL(p.ports.Listener, "/slow?d=2s"), 10*time.Second)
+			if err == nil && r.Code != http.StatusOK {
+				err = fmt.Errorf("status %d", r.Code)
+			}
+			done <- err
+		}()
+		if !testenvoy.Eventually(10*time.Second, func() bool { return p.upstream.SlowInFlight() > before }) {
+			t.Fatalf("the slow request never reached the upstream")
+		}
+		return done
+	}
+	// Routes alone: in place, and the route update drains nothing.
+	inFlight := slow()
+	v1 := strings.Replace(string(v0), `value: "v0"`, `value: "v1"`, 1)
+	p.writeBootstrapText(v1)
+	code, out := p.reload()
+	if err := <-inFlight; err != nil {
+		t.Errorf("the 2s request through the changed route: %v; want it answered", err)
+	}
+	if code != 0 || !strings.Contains(out, "reloaded in place: routes updated ingress/0/0; epoch 0 keeps serving") {
+		t.Fatalf("reload of a route change: exit %d: %s", code, out)
+	}
+	// The listener beside its routes: a hot restart.
+	inFlight = slow()
+	p.writeBootstrapText(strings.Replace(v1, "stat_prefix: ingress", "stat_prefix: ingress2", 1))
+	code, out = p.reload()
+	if err := <-inFlight; err != nil {
+		t.Errorf("the 2s request through the changed listener: %v; want it answered", err)
+	}
+	if code != 0 || !strings.Contains(out, "reloaded: epoch 1 is serving") || !strings.Contains(out, "listeners ingress change beside their routes") {
+		t.Fatalf("reload of a listener change: exit %d: %s", code, out)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,13 +37,14 @@ func (d Delta) describe(kind string) []string {
 	return out
 }
 
-// Change is what a reload changes in place.
+// Change is what a reload changes in place. A change of a connection
+// manager's routes alone is in Routes, not Listeners: it drains nothing.
 type Change struct {
-	Listeners, Clusters Delta
+	Listeners, Routes, Clusters Delta
 }
 
 // Empty reports that nothing changed.
-func (c Change) Empty() bool { return c.Listeners.empty() && c.Clusters.empty() }
+func (c Change) Empty() bool { return c.Listeners.empty() && c.Routes.empty() && c.Clusters.empty() }
 
 // String says what changed ("listeners updated ingress; clusters added
 // b"), or "nothing changed".
@@ -50,7 +52,7 @@ func (c Change) String() string {
 	if c.Empty() {
 		return "nothing changed"
 	}
-	return strings.Join(append(c.Listeners.describe("listeners"), c.Clusters.describe("clusters")...), "; ")
+	return strings.Join(slices.Concat(c.Listeners.describe("listeners"), c.Routes.describe("routes"), c.Clusters.describe("clusters")), "; ")
 }
 
 // RestartError is a change that cannot be made in place: Reason says what
@@ -65,7 +67,7 @@ func Compare(old, new *Bootstrap) (Change, error) {
 	if old.restText != new.restText {
 		return Change{}, &RestartError{Reason: restDiff(old, new)}
 	}
-	return Change{Listeners: delta(old.listeners, new.listeners), Clusters: delta(old.clusters, new.clusters)}, nil
+	return Change{Listeners: delta(old.listeners, new.listeners), Routes: delta(old.routes, new.routes), Clusters: delta(old.clusters, new.clusters)}, nil
 }
 
 // restDiff names the top-level keys (and kept clusters) that differ.
@@ -140,7 +142,7 @@ func Write(dir string, b *Bootstrap) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	lds, err := b.ListenerFile()
+	lds, err := b.ListenerFile(dir)
 	if err != nil {
 		return "", err
 	}
@@ -148,10 +150,19 @@ func Write(dir string, b *Bootstrap) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for _, f := range []struct {
+	type file struct {
 		name string
 		data []byte
-	}{{ListenersFile, lds}, {ClustersFile, cds}, {BootstrapFile, boot}} {
+	}
+	var files []file
+	for _, r := range b.routes {
+		data, err := routeFile(r)
+		if err != nil {
+			return "", err
+		}
+		files = append(files, file{RouteFile(r.name), data})
+	}
+	for _, f := range append(files, file{ListenersFile, lds}, file{ClustersFile, cds}, file{BootstrapFile, boot}) {
 		if err := replace(dir, f.name, f.data); err != nil {
 			return "", err
 		}
@@ -205,12 +216,14 @@ func (e *RejectedError) Error() string {
 const ApplyTimeout = 10 * time.Second
 
 // Apply changes the Envoy that runs old from the files in dir into new, in
-// an order that never routes to a missing cluster: clusters added and
-// updated first (the removed ones still there), then the listeners, then
-// the clusters removed. Each file is confirmed through Envoy's lds and cds
-// counters; when Envoy rejects one, the files it had before are put back
-// and the error is a *RejectedError with Envoy's reason. A *RestartError
-// says the change is not one Apply can make.
+// an order that never routes to a missing cluster nor points a listener at
+// a missing route file: clusters added and updated first (the removed ones
+// still there), then the route files added and updated, then the
+// listeners, then the route files and clusters removed. Each file is
+// confirmed through Envoy's lds, cds and rds counters and versions; when
+// Envoy rejects one, the files it had before are put back and the error is
+// a *RejectedError with Envoy's reason. A *RestartError says the change is
+// not one Apply can make.
 func Apply(ctx context.Context, dir string, old, new *Bootstrap, admin Admin) (Change, error) {
 	c, err := Compare(old, new)
 	if err != nil || c.Empty() {
@@ -225,7 +238,7 @@ func Apply(ctx context.Context, dir string, old, new *Bootstrap, admin Admin) (C
 	if err != nil {
 		return c, err
 	}
-	oldLDS, err := old.ListenerFile()
+	oldLDS, err := old.ListenerFile(dir)
 	if err != nil {
 		return c, err
 	}
@@ -242,8 +255,40 @@ func Apply(ctx context.Context, dir string, old, new *Bootstrap, admin Admin) (C
 		}
 		steps = append(steps, step{cds, data, oldCDS})
 	}
+	// An added route's file is read when the listener that names it
+	// arrives: it is written, not confirmed, and removed on a rejection.
+	var added []string
+	for _, r := range new.routes {
+		if !slices.Contains(c.Routes.Added, r.name) {
+			continue
+		}
+		data, err := routeFile(r)
+		if err == nil {
+			err = replace(dir, RouteFile(r.name), data)
+		}
+		if err != nil {
+			removeFiles(dir, added)
+			return c, err
+		}
+		added = append(added, RouteFile(r.name))
+	}
+	for _, r := range new.routes {
+		if !slices.Contains(c.Routes.Updated, r.name) {
+			continue
+		}
+		i := slices.IndexFunc(old.routes, func(o resource) bool { return o.name == r.name })
+		data, err := routeFile(r)
+		if err != nil {
+			return c, err
+		}
+		undo, err := routeFile(old.routes[i])
+		if err != nil {
+			return c, err
+		}
+		steps = append(steps, step{routeKind(r.name, new.prefixes[r.name]), data, undo})
+	}
 	if !c.Listeners.empty() {
-		data, err := new.ListenerFile()
+		data, err := new.ListenerFile(dir)
 		if err != nil {
 			return c, err
 		}
@@ -272,13 +317,29 @@ func Apply(ctx context.Context, dir string, old, new *Bootstrap, admin Admin) (C
 				}
 			}
 		}
+		removeFiles(dir, added)
 		return c, rej
 	}
+	var removed []string
+	for _, name := range c.Routes.Removed {
+		removed = append(removed, RouteFile(name))
+	}
+	removeFiles(dir, removed)
 	return c, nil
 }
 
-// kind is LDS or CDS: its file, its counters' prefix, the config_dump
-// resources that hold its errors.
+// removeFiles removes route files no listener names any more (a leftover
+// is harmless: nothing reads it).
+func removeFiles(dir string, files []string) {
+	for _, f := range files {
+		_ = os.Remove(filepath.Join(dir, f))
+	}
+}
+
+// kind is LDS, CDS or one route configuration's RDS: its file, its
+// counters' prefix (after the connection manager's stat prefix for RDS),
+// the config_dump resources that hold its errors (none for RDS: Envoy's
+// log says why it rejected routes).
 type kind struct {
 	file, stats, what string
 	dump              []string
@@ -301,7 +362,7 @@ type state struct {
 }
 
 func readState(ctx context.Context, admin Admin, k kind) (state, error) {
-	body, err := admin.Get(ctx, "/stats?filter="+url.QueryEscape(`^`+strings.ReplaceAll(k.stats, ".", `\.`)+`\.(update_(attempt|rejected|failure)|version_text)$`))
+	body, err := admin.Get(ctx, "/stats?filter="+url.QueryEscape(`^`+regexp.QuoteMeta(k.stats)+`\.(update_(attempt|rejected|failure)|version_text)$`))
 	if err != nil {
 		return state{}, err
 	}
@@ -479,7 +540,20 @@ func cmpOr(a, b string) string {
 // Envoy's reason.
 func Accepted(ctx context.Context, dir string, admin Admin) error {
 	var reasons []string
-	for _, k := range []kind{cds, lds} {
+	kinds := []kind{cds, lds}
+	listeners, err := os.ReadFile(filepath.Join(dir, ListenersFile))
+	if err != nil {
+		return err
+	}
+	routes, err := routeKinds(listeners, dir)
+	if err != nil {
+		return err
+	}
+	kinds = append(kinds, routes...)
+	for i, k := range kinds {
+		if i >= 2 && len(reasons) > 0 {
+			break // a listener refused has no route subscription
+		}
 		data, err := os.ReadFile(filepath.Join(dir, k.file))
 		if err != nil {
 			return err

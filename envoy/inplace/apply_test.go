@@ -58,20 +58,28 @@ func dialKeepAlive(t *testing.T, port int) *keepAlive {
 
 // get asks for / and returns the x-config-version header of the answer.
 func (k *keepAlive) get() (string, error) {
+	v, _, err := k.answer()
+	return v, err
+}
+
+// answer asks for / and returns the x-config-version header of the answer
+// and whether Envoy closes the connection after it (Connection: close, as
+// a draining listener answers).
+func (k *keepAlive) answer() (string, bool, error) {
 	_ = k.conn.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.WriteString(k.conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-		return "", err
+		return "", false, err
 	}
 	resp, err := http.ReadResponse(k.r, nil)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		return "", errors.New(resp.Status)
+		return "", false, errors.New(resp.Status)
 	}
-	return resp.Header.Get("x-config-version"), nil
+	return resp.Header.Get("x-config-version"), resp.Close, nil
 }
 
 // version is what a fresh connection to port is answered with.
@@ -109,7 +117,9 @@ func TestApplyWithEnvoy(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := &testenvoy.SyncBuffer{}
-	p, err := envoykit.Start(bin, append(envoykit.BareArgs(boot, 0), "--disable-hot-restart"), out)
+	// Immediate drain: a connection of a listener that drains is told to
+	// close at its next answer.
+	p, err := envoykit.Start(bin, append(envoykit.BareArgs(boot, 0), "--disable-hot-restart", "--drain-strategy", "immediate"), out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,16 +154,37 @@ func TestApplyWithEnvoy(t *testing.T) {
 		return c, err
 	}
 
-	// The first listener's route only (its header is the first "v1").
+	// The first listener's route only (its header is the first "v1"): a
+	// route update, which drains nothing. A kept-alive connection on that
+	// listener is answered by the new routes and stays open.
+	same := dialKeepAlive(t, ports.Listener)
+	if v, err := same.get(); err != nil || v != "v1" {
+		t.Fatalf("kept-alive connection: %q %v", v, err)
+	}
 	v2 := strings.Replace(string(v1), `value: "v1"`, `value: "v2"`, 1)
-	if c, err := apply(v2); err != nil || c.String() != "listeners updated ingress" {
+	if c, err := apply(v2); err != nil || c.String() != "routes updated ingress/0/0" {
 		t.Fatalf("Apply = %q, %v", c, err)
 	}
 	if v := version(ports.Listener); v != "v2" {
 		t.Errorf("after the change the listener answers %q, want v2", v)
 	}
+	if v, closing, err := same.answer(); err != nil || v != "v2" || closing {
+		t.Errorf("the kept-alive connection on the changed listener: %q, closing %v, %v; want v2 and kept open", v, closing, err)
+	}
 	if v, err := idle.get(); err != nil || v != "v1" {
 		t.Errorf("the idle connection on the unchanged listener: %q %v, want v1", v, err)
+	}
+	// A change of the listener itself (its connection manager's stat
+	// prefix) is a listener update: that connection drains.
+	v2l := strings.Replace(v2, "stat_prefix: ingress", "stat_prefix: ingress2", 1)
+	if c, err := apply(v2l); err != nil || c.String() != "listeners updated ingress" {
+		t.Fatalf("Apply = %q, %v", c, err)
+	}
+	if _, closing, err := same.answer(); err != nil || !closing {
+		t.Errorf("the kept-alive connection after a listener update: closing %v, %v; want Connection: close (it drains)", closing, err)
+	}
+	if c, err := apply(v2); err != nil || c.String() != "listeners updated ingress" {
+		t.Fatalf("Apply back = %q, %v", c, err)
 	}
 	if !p.Running() {
 		t.Fatal("Envoy exited")
@@ -193,6 +224,26 @@ func TestApplyWithEnvoy(t *testing.T) {
 	}
 	if v := version(ports.Listener); v != "v2" {
 		t.Errorf("after the rejection the listener answers %q, want v2", v)
+	}
+
+	// An HTTP listener added, with its routes, then removed with them.
+	third := testenvoy.FreePort(t)
+	v3, err := envoykit.RenderBootstrap(envoykit.BootstrapOptions{Ports: ports, ExtraListeners: []int{other, third}, ResponseHeader: "v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v3s := strings.Replace(string(v3), `value: "v1"`, `value: "v2"`, 1)
+	if c, err := apply(v3s); err != nil || c.String() != "listeners added ingress_2; routes added ingress_2/0/0" {
+		t.Fatalf("Apply = %q, %v", c, err)
+	}
+	if v := version(third); v != "v1" {
+		t.Errorf("the added listener answers %q, want v1", v)
+	}
+	if c, err := apply(v2); err != nil || c.String() != "listeners removed ingress_2; routes removed ingress_2/0/0" {
+		t.Fatalf("Apply = %q, %v", c, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, RouteFile("ingress_2/0/0"))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the removed route's file: %v, want it gone", err)
 	}
 
 	// A cluster added, then removed.

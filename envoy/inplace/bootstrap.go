@@ -1,8 +1,10 @@
-// Package inplace runs an operator's static bootstrap with its listeners and
-// clusters as filesystem xDS resources (dynamic_resources with a
-// path_config_source for LDS and CDS, files in a folder of the agent's), so
-// that a reload can change them in the Envoy that serves instead of
-// starting a new one. It splits a bootstrap into the part Envoy reads at
+// Package inplace runs an operator's static bootstrap with its listeners,
+// their routes and its clusters as filesystem xDS resources
+// (dynamic_resources with a path_config_source for LDS and CDS, and an RDS
+// source in each HTTP connection manager instead of its inline
+// route_config; files in a folder of the agent's), so that a reload can
+// change them in the Envoy that serves instead of starting a new one; a
+// change of routes alone drains no connection. It splits a bootstrap into the part Envoy reads at
 // start and the resources it can read again (Parse, Write), compares two
 // bootstraps (Compare) and applies the difference to a running Envoy
 // through its files and admin API (Apply).
@@ -66,6 +68,8 @@ type Bootstrap struct {
 	rest      *yaml.Node // the top-level mapping without the moved resources
 	restText  string
 	listeners []resource
+	routes    []resource        // the connection managers' route configurations (routes.go)
+	prefixes  map[string]string // their connection managers' stat prefixes, by route name
 	clusters  []resource
 	kept      []string // clusters that stay static, named from outside
 }
@@ -111,11 +115,14 @@ func Parse(name string, data []byte) (*Bootstrap, error) {
 	if b.clusters, err = resources(static, "clusters"); err != nil {
 		return nil, err
 	}
+	if b.routes, b.prefixes, err = moveRoutes(b.listeners); err != nil {
+		return nil, err
+	}
 	if static != nil {
 		del(static, "listeners")
 		del(static, "clusters")
 	}
-	b.kept = keptClusters(b.rest, b.listeners, b.clusters)
+	b.kept = keptClusters(b.rest, append(slices.Clone(b.listeners), b.routes...), b.clusters)
 	if len(b.kept) > 0 {
 		seq := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
 		for _, c := range b.clusters {
@@ -202,8 +209,15 @@ func resourceFile(typ string, rs []resource) ([]byte, error) {
 	return []byte(out), err
 }
 
-// ListenerFile and ClusterFile are the resource files of b.
-func (b *Bootstrap) ListenerFile() ([]byte, error) { return resourceFile(listenerType, b.listeners) }
+// ListenerFile is the LDS file of b's listeners, whose RDS sources read
+// from the resource folder dir.
+func (b *Bootstrap) ListenerFile(dir string) ([]byte, error) {
+	data, err := resourceFile(listenerType, b.listeners)
+	if err != nil {
+		return nil, err
+	}
+	return inFolder(data, dir)
+}
 
 // ClusterFile is the CDS file of b's dynamic clusters.
 func (b *Bootstrap) ClusterFile() ([]byte, error) { return resourceFile(clusterType, b.clusters) }

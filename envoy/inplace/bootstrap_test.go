@@ -84,7 +84,7 @@ func TestParseSplitsListenersAndClusters(t *testing.T) {
 	if strings.Contains(string(run), "operator's comment") {
 		t.Errorf("comments are kept:\n%s", run)
 	}
-	lds, err := b.ListenerFile()
+	lds, err := b.ListenerFile("/run/x/epoch-0-1-envoy.yaml.d")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,5 +217,74 @@ func TestRejectionLeavesSecretsOut(t *testing.T) {
 				t.Errorf("rejection = %q, %v; want %q", reason, ok, tt.want)
 			}
 		})
+	}
+}
+
+// hcm is a listener whose connection manager has inline routes.
+const hcm = `static_resources:
+  listeners:
+  - name: web
+    address: { socket_address: { address: 127.0.0.1, port_value: 10000 } }
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: web
+          route_config:
+            name: operators_name
+            virtual_hosts: [{ name: all, domains: ["*"], routes: [{ match: { prefix: "/" }, direct_response: { status: 200 } }] }]
+          http_filters: [{ name: envoy.filters.http.router, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router } }]
+    default_filter_chain:
+      filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: fallback
+          route_config: { virtual_hosts: [{ name: all, domains: ["*"], routes: [{ match: { prefix: "/" }, direct_response: { status: 404 } }] }] }
+          http_filters: [{ name: envoy.filters.http.router, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router } }]
+`
+
+// The routes of each connection manager become a route configuration of
+// their own, named after the listener, chain and filter; a change of them
+// alone is a route update, a change beside them a listener update; a stat
+// prefix the agent could not find the stats of keeps them inline.
+func TestRoutesMoveOutOfListeners(t *testing.T) {
+	for _, tt := range []struct {
+		name, from, to string
+		routes         string // the route configurations of the new bootstrap
+		want           string // Change.String
+	}{
+		{"nothing", "status: 200", "status: 200", "web/0/0,web/default/0", "nothing changed"},
+		{"route", "status: 200", "status: 201", "web/0/0,web/default/0", "routes updated web/0/0"},
+		{"default chain's route", "status: 404", "status: 403", "web/0/0,web/default/0", "routes updated web/default/0"},
+		{"operator's route name", "name: operators_name", "name: other_name", "web/0/0,web/default/0", "nothing changed"},
+		{"beside the routes", "stat_prefix: web", "stat_prefix: web2", "web/0/0,web/default/0", "listeners updated web"},
+		{"unsafe stat prefix", "stat_prefix: web", "stat_prefix: \"web:1\"", "web/default/0", "listeners updated web; routes removed web/0/0"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			to := strings.Replace(hcm, tt.from, tt.to, 1)
+			old, b := parse(t, hcm), parse(t, to)
+			if got := strings.Join(b.Routes(), ","); got != tt.routes {
+				t.Errorf("routes %s, want %s", got, tt.routes)
+			}
+			c, err := Compare(old, b)
+			if err != nil || c.String() != tt.want {
+				t.Errorf("Compare = %q, %v; want %q", c, err, tt.want)
+			}
+			lds, err := b.ListenerFile("/run/x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(string(lds), "route_config_name"); n != len(b.Routes()) {
+				t.Errorf("%d RDS sources in the listener file, want %d:\n%s", n, len(b.Routes()), lds)
+			}
+			if strings.Contains(string(lds), folderToken) || (len(b.Routes()) > 0 && !strings.Contains(string(lds), `"/run/x/rds-`)) {
+				t.Errorf("the RDS sources do not read from the folder:\n%s", lds)
+			}
+		})
+	}
+	if _, err := parse(t, hcm).ListenerFile(`/run/"x`); err == nil {
+		t.Error("a folder with a quote was put into the listener file")
 	}
 }

@@ -473,7 +473,7 @@ reload_in_place() {
 	grep -qx "200 $from" "$work/inplace.client" && grep -qx "200 $to" "$work/inplace.client" ||
 		fail "the client did not see the switch from $from to $to"
 	echo "detail: $(grep -o 'reloaded in place: [^"]*' <<<"$out" | head -n1); Envoy pid $pid0 -> $pid1"
-	grep -q 'reloaded in place: listeners updated e2e_http; epoch [0-9]* keeps serving' <<<"$out" ||
+	grep -q 'reloaded in place: routes updated e2e_http/0/0; epoch [0-9]* keeps serving' <<<"$out" ||
 		{ echo "$out" | tail -n 20; fail "the reload of a changed route did not say it was made in place"; }
 	[ -n "$pid0" ] && [ "$pid0" = "$pid1" ] || fail "Envoy's pid changed: $pid0 -> $pid1"
 	ct_sh 'ls -d /run/envoy-agent/epoch-*.yaml.d' >/dev/null || fail "no epoch resource folder in /run/envoy-agent"

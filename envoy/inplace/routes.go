@@ -1,0 +1,172 @@
+// The routes of an HTTP connection manager, moved out of its listener into
+// a route configuration of their own that Envoy reads from a file (RDS with
+// a path_config_source), so that a change of routes alone is a route
+// update: Envoy swaps the route table under the running connections, and
+// drains none. A route change inside the listener would be a listener
+// update, which drains every connection of that listener for
+// --drain-time-s and then closes what is left.
+
+package inplace
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+const (
+	routeType = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+	hcmType   = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+	// folderToken stands for the resource folder in a listener's RDS
+	// source until its file is written (ListenerFile), so that comparing
+	// two bootstraps does not depend on the folder they run from.
+	folderToken = "@envoy-agent-resource-folder@"
+)
+
+// safeName is what a route configuration's name and its connection
+// manager's stat_prefix may hold for the agent to find the route's stats
+// (http.<stat_prefix>.rds.<name>.*) as it wrote them: Envoy rewrites some
+// characters in stat names.
+var safeName = regexp.MustCompile(`^[A-Za-z0-9_/-]+$`)
+
+// RouteFile is the name of the RDS file of the route configuration name
+// in a resource folder.
+func RouteFile(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return "rds-" + hex.EncodeToString(sum[:8]) + ".yaml"
+}
+
+// moveRoutes takes every inline route_config of an HTTP connection manager
+// in listeners out into a route configuration named
+// <listener>/<filter chain>/<filter> (<listener>/default/<filter> in the
+// default filter chain), and puts in its place an RDS source that reads
+// it from its file. A connection manager whose stat_prefix or listener
+// name has characters outside safeName keeps its routes inline (a change
+// of them is then a listener update). It changes the listeners' nodes and
+// texts.
+func moveRoutes(listeners []resource) ([]resource, map[string]string, error) {
+	var routes []resource
+	prefixes := map[string]string{}
+	seen := map[string]bool{}
+	for li := range listeners {
+		l := &listeners[li]
+		moved := false
+		move := func(chain string, filters *yaml.Node) error {
+			if filters == nil || filters.Kind != yaml.SequenceNode {
+				return nil
+			}
+			for fi, f := range filters.Content {
+				tc := value(f, "typed_config")
+				rc := value(tc, "route_config")
+				if rc == nil || rc.Kind != yaml.MappingNode || scalar(value(tc, "@type")) != hcmType {
+					continue
+				}
+				name := fmt.Sprintf("%s/%s/%d", l.name, chain, fi)
+				if !safeName.MatchString(name) || !safeName.MatchString(scalar(value(tc, "stat_prefix"))) || seen[name] {
+					continue
+				}
+				seen[name] = true
+				prefixes[name] = scalar(value(tc, "stat_prefix"))
+				route := shallow(rc)
+				del(route, "name")
+				route.Content = append([]*yaml.Node{plainKey("name"), str(name)}, route.Content...)
+				text, err := encode(route)
+				if err != nil {
+					return err
+				}
+				routes = append(routes, resource{name: name, node: route, text: text})
+				source := mapping("route_config_name", str(name), "config_source",
+					mapping("path_config_source", mapping("path", str(folderToken+"/"+RouteFile(name))), "resource_api_version", str("V3")))
+				for i := 0; i+1 < len(tc.Content); i += 2 {
+					if tc.Content[i].Value == "route_config" {
+						tc.Content[i], tc.Content[i+1] = plainKey("rds"), source
+					}
+				}
+				moved = true
+			}
+			return nil
+		}
+		if chains := value(l.node, "filter_chains"); chains != nil && chains.Kind == yaml.SequenceNode {
+			for ci, c := range chains.Content {
+				if err := move(strconv.Itoa(ci), value(c, "filters")); err != nil {
+					return nil, nil, err
+				}
+			}
+		}
+		if err := move("default", value(value(l.node, "default_filter_chain"), "filters")); err != nil {
+			return nil, nil, err
+		}
+		if moved {
+			text, err := encode(l.node)
+			if err != nil {
+				return nil, nil, err
+			}
+			l.text = text
+		}
+	}
+	return routes, prefixes, nil
+}
+
+// scalar is n's value when it is a scalar, else "".
+func scalar(n *yaml.Node) string {
+	if n == nil || n.Kind != yaml.ScalarNode {
+		return ""
+	}
+	return n.Value
+}
+
+// Routes are the names of the route configurations served from files.
+func (b *Bootstrap) Routes() []string { return names(b.routes) }
+
+// routeFile is the RDS file of one route configuration.
+func routeFile(r resource) ([]byte, error) { return resourceFile(routeType, []resource{r}) }
+
+// inFolder puts the resource folder dir into a listener file's RDS
+// sources.
+func inFolder(data []byte, dir string) ([]byte, error) {
+	if strings.ContainsAny(dir, "\"\\\n") || !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("resource folder %q: not a plain absolute path", dir)
+	}
+	return []byte(strings.ReplaceAll(string(data), folderToken, dir)), nil
+}
+
+// routeKind is the RDS file of the route configuration name, and the stats
+// of its subscription: http.<stat_prefix>.rds.<name>.*, with the stat
+// prefix of the connection manager that reads it (after a hot restart, or
+// an in-place listener update, the old stat prefix's counters are there
+// too).
+func routeKind(name, statPrefix string) kind {
+	return kind{file: RouteFile(name), stats: "http." + statPrefix + ".rds." + name, what: "route configuration"}
+}
+
+// routeKinds are the route configurations that the listener file lds
+// reads from the resource folder dir, found in its connection managers.
+func routeKinds(lds []byte, dir string) ([]kind, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(lds, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", ListenersFile, err)
+	}
+	var kinds []kind
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		if n.Kind == yaml.MappingNode {
+			rds := value(n, "rds")
+			name := scalar(value(rds, "route_config_name"))
+			path := scalar(value(value(value(rds, "config_source"), "path_config_source"), "path"))
+			if prefix := scalar(value(n, "stat_prefix")); name != "" && prefix != "" && filepath.Dir(path) == dir {
+				kinds = append(kinds, routeKind(name, prefix))
+			}
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(&doc)
+	return kinds, nil
+}
