@@ -25,7 +25,7 @@ type agentConfig struct {
 	ExitOnZero       bool
 	RunDir           string
 	LogLevel         string // the agent's; "" is warning
-	ReloadMethod     string // [agent] reload_method; "" leaves it out (every reload a hot restart)
+	ReloadMethod     string // [agent] reload_method; "" is "hot_restart" (every reload a hot restart), not the agent's default
 }
 
 // toml renders the configuration: one Envoy worker and quiet logs, to keep
@@ -52,9 +52,7 @@ func (c agentConfig) toml() string {
 	kv("start_timeout", q("60s"))
 	kv("run_dir", q(c.RunDir))
 	kv("log_level", q(cmp.Or(c.LogLevel, "warning")))
-	if c.ReloadMethod != "" {
-		kv("reload_method", q(c.ReloadMethod))
-	}
+	kv("reload_method", q(cmp.Or(c.ReloadMethod, "hot_restart")))
 	return b.String()
 }
 

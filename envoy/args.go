@@ -62,6 +62,20 @@ func (c ProxyConfig) args(epoch int, adminAddressPath, hotRestartSocket string) 
 	return append(a, c.ExtraArgs...)
 }
 
+// strictResources adds --reject-unknown-dynamic-fields to the command line
+// of an epoch that runs the bootstrap's resources from files: Envoy reads
+// a static bootstrap strictly (an unknown field or enum value fails the
+// start) but xDS leniently (it warns and ignores them), so a cluster with
+// `type: NOT_A_TYPE` that fails as a static resource was taken, with its
+// type ignored, from the CDS file. An operator's own choice in extra_args
+// is kept.
+func strictResources(args []string) []string {
+	if slices.Contains(args, "--ignore-unknown-dynamic-fields") || slices.Contains(args, "--reject-unknown-dynamic-fields") {
+		return args
+	}
+	return append(args, "--reject-unknown-dynamic-fields")
+}
+
 // seconds renders a whole number of seconds, rounding a fraction up so that a
 // configured duration is never shortened.
 func seconds(s float64) string {

@@ -243,6 +243,9 @@ func (e *Envoy) startEpochFrom(cfg ProxyConfig, snapshot string, epoch int) (*pr
 		}
 	}
 	args := runCfg.args(epoch, path, e.hotRestartSocket)
+	if resources != "" {
+		args = strictResources(args)
+	}
 	stdout, stderr := cfg.outputs()
 	binary, _ := os.Stat(cfg.BinaryPath)
 	p, err := startProcess(cfg.BinaryPath, args, cfg.Env, epoch, path, stdout, stderr)

@@ -157,7 +157,7 @@ func (s *supervisor) checkReload() (*preparedReload, error) {
 		return nil, err
 	}
 	p.version = v.version
-	if cfg.Agent.ReloadMethod == config.ReloadAuto {
+	if cfg.Agent.InPlace() {
 		p.inPlace, p.why = s.planInPlace(old, cfg, copied, p.restart)
 	}
 	return p, nil
@@ -282,7 +282,7 @@ func (s *supervisor) applyReload(p *preparedReload) control.ReloadResult {
 	took := p.steps.load + p.steps.copy + p.steps.validate + p.steps.hotRestart
 	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
 	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds(), Note: note}
-	if cfg.Agent.ReloadMethod == config.ReloadAuto {
+	if cfg.Agent.InPlace() {
 		res.Path, res.Changed = control.PathHotRestart, p.why
 		if p.restart {
 			res.Path = control.PathDrainRestart

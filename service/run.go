@@ -142,7 +142,7 @@ func proxyConfigOf(c *config.Config) envoy.ProxyConfig {
 		RunDir:                 c.RunDir(),
 		LocalHost:              c.Agent.Localhost,
 		AllowRemoteAdmin:       e.AllowRemoteAdmin,
-		ResourceFiles:          c.Agent.ReloadMethod == config.ReloadAuto,
+		ResourceFiles:          c.Agent.InPlace(),
 	}
 }
 

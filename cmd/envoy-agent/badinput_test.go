@@ -94,7 +94,11 @@ func TestBadInputNeverStartsEnvoy(t *testing.T) {
 		{"wrong type", "validate", head("envoy.yaml") + agent + "min_drain_duration = 5\n", 3, []string{"config.toml:10: agent.min_drain_duration: wrong type"}},
 		{"missing binary", "run", "[envoy]\nbinary_path = \"/opt/none/envoy\"\nconfig_path = \"envoy.yaml\"\n" + agent, 3, []string{"config.toml:2: envoy.binary_path: envoy binary stat /opt/none/envoy: no such file or directory"}},
 		{"bootstrap rejected, validate", "validate", head("rejected.yaml") + agent, 3, []string{"rejected.yaml: Envoy rejects this bootstrap:", "NOT_A_TYPE"}},
-		{"bootstrap rejected, run", "run", head("rejected.yaml") + agent, 1, []string{"envoy exited before it was LIVE: exit status 1", "NOT_A_TYPE"}},
+		{"bootstrap rejected, run", "run", head("rejected.yaml") + agent + "reload_method = \"hot_restart\"\n", 1, []string{"envoy exited before it was LIVE: exit status 1", "NOT_A_TYPE"}},
+		// Run from resource files (the default), Envoy takes the cluster
+		// from the CDS file, and xDS ignores an unknown enum value unless
+		// told not to (--reject-unknown-dynamic-fields): the start fails.
+		{"bootstrap rejected, run in place", "run", head("rejected.yaml") + agent, 1, []string{"envoy is LIVE without all of its listeners and clusters", "Envoy has not taken cds.yaml whole", "NOT_A_TYPE"}},
 		{"admin moved by extra_args", "run", head("envoy.yaml") + "extra_args = [\"--config-yaml\", \"admin: {address: {socket_address: {address: 127.0.0.1, port_value: " + strconv.Itoa(otherAdmin) + "}}}\"]\n" + agent,
 			3, []string{"Envoy's admin listener is on 127.0.0.1:" + strconv.Itoa(otherAdmin) + ", not on port " + strconv.Itoa(ports.Admin)}},
 	}

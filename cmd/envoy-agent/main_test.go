@@ -144,6 +144,9 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 		agentKeys := map[string]string{
 			"status_port": strconv.Itoa(ports.Status), "prometheus_port": strconv.Itoa(ports.Prometheus),
 			"termination_drain_duration": `"10s"`, "min_drain_duration": `"1s"`, "run_dir": `"run"`,
+			// The tests of the hot restart's own behaviour (epochs, the
+			// wait for a draining one) choose it; "" tests the default.
+			"reload_method": `"hot_restart"`,
 		}
 		maps.Copy(envoyKeys, o.envoy)
 		maps.Copy(agentKeys, o.agent)

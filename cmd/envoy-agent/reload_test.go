@@ -477,8 +477,8 @@ func TestInPlaceStartWaitsForAcceptance(t *testing.T) {
 	assertNoEnvoyFor(t, p.dir)
 }
 
-// TestInPlaceListenerChangeHotRestarts: with reload_method "auto", a
-// change of a listener's routes alone is a route update in place, which a
+// TestInPlaceListenerChangeHotRestarts: with reload_method unset (the
+// default, "auto"), a change of a listener's routes alone is a route update in place, which a
 // request in flight through it outlives; a change of a listener beside its
 // routes is a hot restart, not a listener update in place: in place, Envoy
 // would cut a request in flight through it after drain_duration (1s here);
@@ -487,7 +487,7 @@ func TestInPlaceStartWaitsForAcceptance(t *testing.T) {
 func TestInPlaceListenerChangeHotRestarts(t *testing.T) {
 	t.Parallel()
 	p := startAgent(t, procOptions{envoy: map[string]string{"drain_duration": `"1s"`, "parent_shutdown_duration": `"4s"`},
-		agent: map[string]string{"reload_method": `"auto"`}, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
+		agent: map[string]string{"reload_method": ""}, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
 	v0, err := envoykit.RenderBootstrap(testenvoy.BootstrapOptions{Ports: p.ports, ResponseHeader: "v0"})
 	if err != nil {
 		t.Fatal(err)

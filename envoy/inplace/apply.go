@@ -565,7 +565,7 @@ func Accepted(ctx context.Context, dir string, admin Admin) error {
 		if want := fileVersion(data); st.version != want {
 			reason, ok := rejection(ctx, admin, k, time.Time{})
 			if !ok {
-				reason = fmt.Sprintf("Envoy has not taken %s whole (its version is %q, the file's %q)", k.file, st.version, want)
+				reason = fmt.Sprintf("Envoy has not taken %s whole (its version is %q, the file's %q; its log says why)", k.file, st.version, want)
 			}
 			reasons = append(reasons, reason)
 		}

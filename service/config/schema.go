@@ -74,11 +74,16 @@ type AgentConfig struct {
 	LogFormat                   string   `toml:"log_format"`
 	RunDir                      string   `toml:"run_dir"`
 	ControlSocket               string   `toml:"control_socket"`
-	// ReloadMethod is "" (the default) or ReloadHotRestart, or ReloadAuto.
-	// Left out of the JSON when "": a live upgrade's state (handover.go)
-	// then stays readable by an agent that predates the key.
+	// ReloadMethod is "" (the default: ReloadAuto), ReloadAuto or
+	// ReloadHotRestart (InPlace says which). Left out of the JSON when "":
+	// a live upgrade's state (handover.go) then stays readable by an agent
+	// that predates the key.
 	ReloadMethod string `toml:"reload_method" json:",omitempty"`
 }
+
+// InPlace reports whether Envoy runs from resource files that a reload
+// can change in place: reload_method "auto", the default.
+func (a AgentConfig) InPlace() bool { return a.ReloadMethod != ReloadHotRestart }
 
 // Port is a TCP port number in a TOML file.
 type Port uint16
@@ -165,8 +170,9 @@ func DefaultConfig() Config {
 
 // The values of agent.reload_method.
 const (
-	// ReloadAuto changes listeners and clusters in place when a reload
-	// changes only those, and hot restarts otherwise.
+	// ReloadAuto (the default) changes routes and clusters, and adds
+	// listeners, in place when a reload changes only those, and hot
+	// restarts otherwise.
 	ReloadAuto = "auto"
 	// ReloadHotRestart hot restarts at every reload.
 	ReloadHotRestart = "hot_restart"

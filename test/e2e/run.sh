@@ -435,30 +435,24 @@ reload_bad_after_good() {
 	expect_body
 }
 
-# reload_in_place (issue 33): the packaged unit with `reload_method = "auto"` in [agent]. The key
-# is not restart-only: the reload that sets it hot-restarts (the key takes effect with the next
-# new epoch, which runs the listeners from LDS files), so an operator reloads; the next reload of
-# a changed route is then made in place under the non-retrying load: 0 failed, the same Envoy
-# pid, and the journal has the answer "reloaded in place". reload_in_place_undo puts the
-# configuration back byte for byte and restarts the unit, whatever this step did, so that the
-# later steps (upgrades, and the upgrade from an agent that predates the key) run as before.
+# reload_in_place (issue 33): the packaged unit, with no reload_method in its config.toml (the
+# default, "auto"), runs Envoy from resource files, and a reload of a changed route is made in
+# place under the non-retrying load: 0 failed, the same Envoy pid, and the journal has the answer
+# "reloaded in place: routes updated". Then reload_method = "hot_restart" is set by a reload (the
+# key is not restart-only: that reload starts a new epoch, which runs the bootstrap as it is).
+# reload_in_place_undo puts the configuration back byte for byte and restarts the unit, whatever
+# this step did, so that the later steps run as before.
 CONFIG_SAVED=/run/e2e-config.toml.orig
 reload_in_place() {
 	has_reload
-	local c=/etc/envoy-agent/config.toml from to cur pid0 pid1 out
+	local c=/etc/envoy-agent/config.toml from to cur pid0 pid1 out hr
 	from=$(current)
 	to=v1
 	[ "$from" != v1 ] || to=v2
 	ct_run cp -p "$c" "$CONFIG_SAVED" || return 1
-	ct_sh "! grep -q '^[[:space:]]*reload_method' $c && grep -q '^\[agent\]\$' $c" || fail "no [agent] table, or reload_method already set, in $c"
-	ct_sh "sed -i 's/^\[agent\]\$/[agent]\nreload_method = \"auto\"/' $c" || return 1
+	ct_sh "! grep -q '^[[:space:]]*reload_method' $c && grep -q '^\[agent\]\$' $c" || fail "no [agent] table, or reload_method set, in $c"
+	ct_sh 'ls -d /run/envoy-agent/epoch-*.yaml.d' >/dev/null || fail "the packaged unit's Envoy does not run from resource files (no epoch folder in /run/envoy-agent)"
 	client_start inplace || return 1
-	# The reload that sets the key: a hot restart into an epoch that can change in place.
-	cur=$(cursor)
-	T=120 ct_run systemctl reload "$UNIT" || { client_stop inplace; fail "the reload that sets reload_method failed"; }
-	out=$(journal_after "$cur")
-	grep -q 'reloaded: epoch [0-9]* is serving' <<<"$out" || { echo "$out" | tail -n 20; client_stop inplace; fail "the reload that sets reload_method did not start a new epoch"; }
-	echo "detail: setting the key: $(grep -o 'reloaded: epoch [0-9]* is serving[^"]*' <<<"$out" | head -n1)"
 	pid0=$(envoy_pid)
 	# The route changed: in place, the same Envoy.
 	put_bootstrap "$to" || return 1
@@ -468,6 +462,11 @@ reload_in_place() {
 	out=$(journal_after "$cur")
 	pid1=$(envoy_pid)
 	expect_body "$to" || { client_stop inplace; return 1; }
+	# reload_method = "hot_restart", set by a reload: a new epoch.
+	ct_sh "sed -i 's/^\[agent\]\$/[agent]\nreload_method = \"hot_restart\"/' $c" || { client_stop inplace; return 1; }
+	cur=$(cursor)
+	T=120 ct_run systemctl reload "$UNIT" || { client_stop inplace; fail "the reload that sets reload_method failed"; }
+	hr=$(journal_after "$cur")
 	sleep 1
 	client_stop inplace || return 1
 	grep -qx "200 $from" "$work/inplace.client" && grep -qx "200 $to" "$work/inplace.client" ||
@@ -476,7 +475,8 @@ reload_in_place() {
 	grep -q 'reloaded in place: routes updated e2e_http/0/0; epoch [0-9]* keeps serving' <<<"$out" ||
 		{ echo "$out" | tail -n 20; fail "the reload of a changed route did not say it was made in place"; }
 	[ -n "$pid0" ] && [ "$pid0" = "$pid1" ] || fail "Envoy's pid changed: $pid0 -> $pid1"
-	ct_sh 'ls -d /run/envoy-agent/epoch-*.yaml.d' >/dev/null || fail "no epoch resource folder in /run/envoy-agent"
+	echo "detail: setting reload_method = \"hot_restart\": $(grep -o 'reloaded: epoch [0-9]* is serving[^"]*' <<<"$hr" | head -n1)"
+	grep -q 'reloaded: epoch [0-9]* is serving' <<<"$hr" || { echo "$hr" | tail -n 20; fail "the reload that sets reload_method = \"hot_restart\" did not start a new epoch"; }
 	unit_is active
 }
 
@@ -488,7 +488,7 @@ reload_in_place_undo() {
 	put_bootstrap "$(current)" || return 1
 	T=120 ct_run systemctl restart "$UNIT" || { ct_run journalctl -u "$UNIT" -n 30 --no-pager; return 1; }
 	wait_for 60 unit_is active || fail "unit $(prop ActiveState)"
-	ct_sh 'ls -d /run/envoy-agent/epoch-*.yaml.d 2>/dev/null' && fail "an epoch still runs from resource files"
+	ct_sh 'ls -d /run/envoy-agent/epoch-*.yaml.d' >/dev/null || fail "Envoy does not run from resource files again"
 	echo "detail: $c as before (cmp), restarted: MainPID $(prop MainPID), Envoy pid $(envoy_pid)"
 	expect_body
 }
@@ -1360,8 +1360,8 @@ release_full() {
 			step "reload: edited bootstrap switches v1 -> v2, zero failed requests" reload_good
 			step "reload: a bad bootstrap fails systemctl reload, traffic continues" reload_bad
 			step "reload: a bad bootstrap right after a good reload fails in under 2 s while the old epoch drains" reload_bad_after_good
-			step "reload in place: reload_method = \"auto\" set by a reload (hot restart), then a route change reloaded in place under load, 0 failed, same Envoy pid" reload_in_place
-			step "reload in place: config.toml put back byte for byte, restart: the listeners are static again" reload_in_place_undo
+			step "reload in place (the default): a route change reloaded in place under load, 0 failed, same Envoy pid; reload_method = \"hot_restart\" set by a reload starts a new epoch" reload_in_place
+			step "reload in place: config.toml put back byte for byte, restart: Envoy runs from resource files again" reload_in_place_undo
 			step "envoy package: dpkg -i $ENVOY_FROM -> $ENVOY_TO under load, trigger reloads, 0 failed, /server_info $ENVOY_TO" envoy_upgrade
 			step "envoy package: dpkg -i $ENVOY_TO -> $ENVOY_FROM (downgrade) under load, 0 failed, /server_info $ENVOY_FROM" envoy_downgrade
 			step "envoy replaced by hand: STATUS= and the log say so, systemctl reload switches" envoy_by_hand
