@@ -79,3 +79,20 @@ func TestArgs(t *testing.T) {
 		})
 	}
 }
+
+// An epoch run from resource files reads them as strictly as a static
+// bootstrap, unless the operator's extra_args chose either way.
+func TestStrictResources(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-c", "b.yaml"}, "-c b.yaml --reject-unknown-dynamic-fields"},
+		{[]string{"-c", "b.yaml", "--ignore-unknown-dynamic-fields"}, "-c b.yaml --ignore-unknown-dynamic-fields"},
+		{[]string{"-c", "b.yaml", "--reject-unknown-dynamic-fields"}, "-c b.yaml --reject-unknown-dynamic-fields"},
+	} {
+		if got := strings.Join(strictResources(tc.args), " "); got != tc.want {
+			t.Errorf("strictResources(%q) = %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}
