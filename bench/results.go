@@ -207,7 +207,7 @@ type IdleStats struct {
 // per change) and what tells the paths apart.
 type InPlaceSide struct {
 	ReloadSide
-	ReloadMethod string `json:"reload_method"` // [agent] reload_method: "" or "auto"
+	ReloadMethod string `json:"reload_method"` // [agent] reload_method: "hot_restart" or "auto"
 	// PathTaken is how many reloads answered as the path does
 	// ("reloaded in place: ..." or "reloaded: epoch N ..."); OtherAnswer is
 	// the first answer that did not.

@@ -34,11 +34,11 @@ var idlePauses = []time.Duration{2200 * time.Millisecond, 2400 * time.Millisecon
 	2800 * time.Millisecond, 3000 * time.Millisecond, 3200 * time.Millisecond}
 
 // scenarioInPlace is scenario 6: the agent's reload of the same edit (the
-// first listener's route) by hot restart (reload_method unset) and in place
-// (reload_method = "auto"), o.reloads times each, under the reload
-// scenario's load on that listener, with idle keep-alive connections to
-// another one; then, with o.scaleListeners listeners, the same edit timed
-// both ways.
+// first listener's route) by hot restart (reload_method = "hot_restart")
+// and in place (reload_method = "auto", the default), o.reloads times
+// each, under the reload scenario's load on that listener, with idle
+// keep-alive connections to another one; then, with o.scaleListeners
+// listeners, the same edit timed both ways.
 func (b *bench) scenarioInPlace(ctx context.Context) (*InPlaceResult, error) {
 	r := &InPlaceResult{Workers: b.o.workers, RateRPS: b.o.rate, IdlePausesMs: msAll(idlePauses),
 		GapMs: ms(reloadGap), ParentShutdownMs: ms(quickDrain.ParentShutdown), DrainMs: ms(quickDrain.DrainDuration)}
@@ -49,7 +49,7 @@ func (b *bench) scenarioInPlace(ctx context.Context) (*InPlaceResult, error) {
 	for _, side := range []struct {
 		method string
 		out    *InPlaceSide
-	}{{"", &r.HotRestart}, {"auto", &r.InPlace}} {
+	}{{"hot_restart", &r.HotRestart}, {"auto", &r.InPlace}} {
 		got, err := b.inPlaceUnderLoad(ctx, side.method)
 		if got != nil {
 			*side.out = *got
@@ -62,7 +62,7 @@ func (b *bench) scenarioInPlace(ctx context.Context) (*InPlaceResult, error) {
 		for _, side := range []struct {
 			method string
 			out    *InPlaceScaleSide
-		}{{"", &r.ScaleHotRestart}, {"auto", &r.ScaleInPlace}} {
+		}{{"hot_restart", &r.ScaleHotRestart}, {"auto", &r.ScaleInPlace}} {
 			got, err := b.inPlaceAtScale(ctx, side.method, b.o.scaleListeners)
 			if got != nil {
 				*side.out = *got
@@ -78,9 +78,9 @@ func (b *bench) scenarioInPlace(ctx context.Context) (*InPlaceResult, error) {
 // methodName is how the table names a reload_method.
 func methodName(method string) string {
 	if method == "auto" {
-		return `in place (reload_method = "auto")`
+		return `in place (reload_method = "auto", the default)`
 	}
-	return "hot restart (reload_method unset)"
+	return `hot restart (reload_method = "hot_restart")`
 }
 
 // inPlaceAgent starts an agent with that reload_method on a site of

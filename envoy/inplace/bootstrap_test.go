@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -286,5 +287,33 @@ func TestRoutesMoveOutOfListeners(t *testing.T) {
 	}
 	if _, err := parse(t, hcm).ListenerFile(`/run/"x`); err == nil {
 		t.Error("a folder with a quote was put into the listener file")
+	}
+}
+
+// Past MaxRouteFiles connection managers, routes stay inline: Envoy opens
+// an inotify instance for each file it watches (128 to a user by default).
+func TestRouteFilesBounded(t *testing.T) {
+	many := func(status int) string {
+		var b strings.Builder
+		b.WriteString("static_resources:\n  listeners:\n")
+		for i := range MaxRouteFiles + 8 {
+			s := 200
+			if i == MaxRouteFiles+4 {
+				s = status
+			}
+			fmt.Fprintf(&b, `  - name: l%d
+    address: { socket_address: { address: 127.0.0.1, port_value: %d } }
+    filter_chains: [{ filters: [{ name: hcm, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager, stat_prefix: l%d, route_config: { virtual_hosts: [{ name: all, domains: ["*"], routes: [{ match: { prefix: "/" }, direct_response: { status: %d } }] }] }, http_filters: [{ name: envoy.filters.http.router, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router } }] } }] }]
+`, i, 10000+i, i, s)
+		}
+		return b.String()
+	}
+	old, b := parse(t, many(200)), parse(t, many(201))
+	if n := len(b.Routes()); n != MaxRouteFiles {
+		t.Errorf("%d route files, want %d", n, MaxRouteFiles)
+	}
+	want := fmt.Sprintf("listeners updated l%d", MaxRouteFiles+4)
+	if c, err := Compare(old, b); err != nil || c.String() != want {
+		t.Errorf("Compare = %q, %v; want %q", c, err, want)
 	}
 }

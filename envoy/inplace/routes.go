@@ -29,6 +29,16 @@ const (
 	folderToken = "@envoy-agent-resource-folder@"
 )
 
+// MaxRouteFiles bounds how many connection managers get an RDS file: Envoy
+// opens an inotify instance for every file it reads resources from, and
+// Linux allows 128 of them to a user by default (fs.inotify.max_user_instances,
+// shared by all of that user's processes). With 1,000 listeners each
+// reading its routes from a file, Envoy 1.40 aborted at its start
+// ("assert failure: inotify_fd_ >= 0"). The first MaxRouteFiles connection
+// managers of the bootstrap, in order, get one; the others keep their
+// routes inline, and a change of those is a listener change.
+const MaxRouteFiles = 32
+
 // safeName is what a route configuration's name and its connection
 // manager's stat_prefix may hold for the agent to find the route's stats
 // (http.<stat_prefix>.rds.<name>.*) as it wrote them: Envoy rewrites some
@@ -47,9 +57,9 @@ func RouteFile(name string) string {
 // <listener>/<filter chain>/<filter> (<listener>/default/<filter> in the
 // default filter chain), and puts in its place an RDS source that reads
 // it from its file. A connection manager whose stat_prefix or listener
-// name has characters outside safeName keeps its routes inline (a change
-// of them is then a listener update). It changes the listeners' nodes and
-// texts.
+// name has characters outside safeName, or past the first MaxRouteFiles,
+// keeps its routes inline (a change of them is then a listener update).
+// It changes the listeners' nodes and texts.
 func moveRoutes(listeners []resource) ([]resource, map[string]string, error) {
 	var routes []resource
 	prefixes := map[string]string{}
@@ -68,7 +78,7 @@ func moveRoutes(listeners []resource) ([]resource, map[string]string, error) {
 					continue
 				}
 				name := fmt.Sprintf("%s/%s/%d", l.name, chain, fi)
-				if !safeName.MatchString(name) || !safeName.MatchString(scalar(value(tc, "stat_prefix"))) || seen[name] {
+				if len(routes) >= MaxRouteFiles || !safeName.MatchString(name) || !safeName.MatchString(scalar(value(tc, "stat_prefix"))) || seen[name] {
 					continue
 				}
 				seen[name] = true
