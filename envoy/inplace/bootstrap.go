@@ -99,6 +99,7 @@ func Parse(name string, data []byte) (*Bootstrap, error) {
 	if value(root, "dynamic_resources") != nil {
 		return nil, notRewritable("it has dynamic_resources (its own xDS)")
 	}
+	budget := routeFileBudget(root)
 	b := &Bootstrap{rest: shallow(root)}
 	var static *yaml.Node
 	if sr := value(root, "static_resources"); sr != nil {
@@ -115,7 +116,7 @@ func Parse(name string, data []byte) (*Bootstrap, error) {
 	if b.clusters, err = resources(static, "clusters"); err != nil {
 		return nil, err
 	}
-	if b.routes, b.prefixes, err = moveRoutes(b.listeners); err != nil {
+	if b.routes, b.prefixes, err = moveRoutes(b.listeners, budget); err != nil {
 		return nil, err
 	}
 	if static != nil {

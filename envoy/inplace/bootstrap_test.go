@@ -317,3 +317,22 @@ func TestRouteFilesBounded(t *testing.T) {
 		t.Errorf("Compare = %q, %v; want %q", c, err, want)
 	}
 }
+
+// Route files get what is left of the watched-file budget once the other
+// watched files (LDS, CDS, certificates' SDS files) are counted.
+func TestRouteFileBudget(t *testing.T) {
+	for _, tc := range []struct{ sources, want int }{{0, MaxRouteFiles}, {70, watchBudget - 2 - 70}, {100, 0}} {
+		var b strings.Builder
+		b.WriteString("secrets:\n")
+		for i := range tc.sources {
+			fmt.Fprintf(&b, "- { name: s%d, sds_config: { path_config_source: { path: /run/s%d.yaml } } }\n", i, i)
+		}
+		var doc yaml.Node
+		if err := yaml.Unmarshal([]byte(b.String()), &doc); err != nil {
+			t.Fatal(err)
+		}
+		if got := routeFileBudget(&doc); got != tc.want {
+			t.Errorf("%d other watched files: budget %d, want %d", tc.sources, got, tc.want)
+		}
+	}
+}

@@ -39,6 +39,34 @@ const (
 // routes inline, and a change of those is a listener change.
 const MaxRouteFiles = 32
 
+// watchBudget is how many watched files the agent lets one Envoy have in
+// all (the LDS and CDS files, the SDS files of the certificates the agent
+// serves, the operator's own path_config_sources, and the route files),
+// out of the 128 inotify instances a user gets by default: route files
+// are given only what is left.
+const watchBudget = 96
+
+// routeFileBudget is how many route files a bootstrap whose tree root
+// already names other path_config_sources may have.
+func routeFileBudget(root *yaml.Node) int {
+	n := 2 // lds.yaml, cds.yaml
+	var count func(*yaml.Node)
+	count = func(m *yaml.Node) {
+		if m.Kind == yaml.MappingNode {
+			for i := 0; i+1 < len(m.Content); i += 2 {
+				if m.Content[i].Value == "path_config_source" {
+					n++
+				}
+			}
+		}
+		for _, c := range m.Content {
+			count(c)
+		}
+	}
+	count(root)
+	return max(0, min(MaxRouteFiles, watchBudget-n))
+}
+
 // safeName is what a route configuration's name and its connection
 // manager's stat_prefix may hold for the agent to find the route's stats
 // (http.<stat_prefix>.rds.<name>.*) as it wrote them: Envoy rewrites some
@@ -57,10 +85,10 @@ func RouteFile(name string) string {
 // <listener>/<filter chain>/<filter> (<listener>/default/<filter> in the
 // default filter chain), and puts in its place an RDS source that reads
 // it from its file. A connection manager whose stat_prefix or listener
-// name has characters outside safeName, or past the first MaxRouteFiles,
-// keeps its routes inline (a change of them is then a listener update).
+// name has characters outside safeName, or past the first budget of them
+// (routeFileBudget), keeps its routes inline (a change of them is then a listener update).
 // It changes the listeners' nodes and texts.
-func moveRoutes(listeners []resource) ([]resource, map[string]string, error) {
+func moveRoutes(listeners []resource, budget int) ([]resource, map[string]string, error) {
 	var routes []resource
 	prefixes := map[string]string{}
 	seen := map[string]bool{}
@@ -78,7 +106,7 @@ func moveRoutes(listeners []resource) ([]resource, map[string]string, error) {
 					continue
 				}
 				name := fmt.Sprintf("%s/%s/%d", l.name, chain, fi)
-				if len(routes) >= MaxRouteFiles || !safeName.MatchString(name) || !safeName.MatchString(scalar(value(tc, "stat_prefix"))) || seen[name] {
+				if len(routes) >= budget || !safeName.MatchString(name) || !safeName.MatchString(scalar(value(tc, "stat_prefix"))) || seen[name] {
 					continue
 				}
 				seen[name] = true
