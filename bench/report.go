@@ -257,10 +257,11 @@ func renderInPlace(w writer, r *Results) {
 		return msf(d.Median)
 	}
 	w("| of which `envoy --mode validate` (the log's `validate_ms`), median | %s | %s | | |\n", step(h, "validate_ms"), step(p, "validate_ms"))
+	w("| of which reading the TOML and its checks (`load_ms`) / comparing the two bootstraps (`plan_ms`), median | %s / %s | %s / %s | | |\n", step(h, "load_ms"), step(h, "plan_ms"), step(p, "load_ms"), step(p, "plan_ms"))
 	ip := p.Steps["in_place_ms"]
 	w("| the apply step, median: a new epoch to LIVE (`hot_restart_ms`) / the files until Envoy took them (`in_place_ms`) | %s | %s | | in place ≤ %.0f ms: %s |\n",
 		step(h, "hot_restart_ms"), step(p, "in_place_ms"), inPlaceApplyMs, yesNo(ip.N > 0 && ip.Median <= inPlaceApplyMs))
-	w("| the agent's own count of the reload (`took_ms`: load, copy, validate, apply), median | %s | %s | %s | |\n", step(h, "took_ms"), step(p, "took_ms"), ratio(p.Steps["took_ms"].Median, h.Steps["took_ms"].Median))
+	w("| the agent's own count of the reload (`took_ms`: load, copy, validate, plan, apply), median | %s | %s | %s | |\n", step(h, "took_ms"), step(p, "took_ms"), ratio(p.Steps["took_ms"].Median, h.Steps["took_ms"].Median))
 	w("| requests through the changed listener: sent / failed | %d / %s | %d / %s | | in place 0: %s |\n", h.Load.Sent, failed(h.Load), p.Load.Sent, failed(p.Load), yesNo(p.Load.Sent > 0 && p.Load.Failed == 0))
 	w("| latency p50 / p99 / max | %s / %s / %s | %s / %s / %s | | |\n", msf(h.Load.Latency.Median), msf(h.Load.Latency.P99), msf(h.Load.Latency.Max),
 		msf(p.Load.Latency.Median), msf(p.Load.Latency.P99), msf(p.Load.Latency.Max))
@@ -299,8 +300,9 @@ func renderInPlace(w writer, r *Results) {
 			return msf(d.Median)
 		}
 		w("| of which `envoy --mode validate`, median | %s | %s | | |\n", scaleStep(sh, "validate_ms"), scaleStep(sp, "validate_ms"))
+		w("| of which reading the TOML and its checks (`load_ms`) / comparing the two bootstraps (`plan_ms`), median | %s / %s | %s / %s | | |\n", scaleStep(sh, "load_ms"), scaleStep(sh, "plan_ms"), scaleStep(sp, "load_ms"), scaleStep(sp, "plan_ms"))
 		w("| the apply step, median (`hot_restart_ms` / `in_place_ms`) | %s | %s | | |\n", scaleStep(sh, "hot_restart_ms"), scaleStep(sp, "in_place_ms"))
-		w("| the agent's own count of the reload (`took_ms`: load, copy, validate, apply), median | %s | %s | %s | |\n", scaleStep(sh, "took_ms"), scaleStep(sp, "took_ms"),
+		w("| the agent's own count of the reload (`took_ms`: load, copy, validate, plan, apply), median | %s | %s | %s | |\n", scaleStep(sh, "took_ms"), scaleStep(sp, "took_ms"),
 			ratio(sp.Steps["took_ms"].Median, sh.Steps["took_ms"].Median))
 		w("| the agent's exec to READY=1 (for scale) | %s | %s | | |\n", msf(sh.StartMs), msf(sp.StartMs))
 		for _, side := range []InPlaceScaleSide{sh, sp} {

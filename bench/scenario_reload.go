@@ -110,7 +110,7 @@ func (b *bench) agentReload(ctx context.Context, run *agentRun) (string, error) 
 // reloadStepKeys are the fields of the agent's "reloaded" log line that
 // time its parts (service/reload.go), in order: a reload in place has
 // in_place_ms (its files until Envoy took them) instead of hot_restart_ms.
-var reloadStepKeys = []string{"load_ms", "copy_ms", "validate_ms", "versions_ms", "hot_restart_ms", "in_place_ms", "took_ms"}
+var reloadStepKeys = []string{"load_ms", "copy_ms", "validate_ms", "versions_ms", "plan_ms", "hot_restart_ms", "in_place_ms", "took_ms"}
 
 // reloadSteps reads the agent's log for its successful reloads and sums up
 // how long each part took.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
+	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 )
 
 // Proxy is one Envoy that an Agent supervises, as in Istio's pkg/envoy.
@@ -237,8 +238,9 @@ func (e *Envoy) startEpochFrom(cfg ProxyConfig, snapshot string, epoch int) (*pr
 	runCfg := cfg
 	runCfg.ConfigPath = snapshot
 	var resources string
+	var layout *inplace.Bootstrap
 	if cfg.ResourceFiles {
-		if resources, runCfg.ConfigPath = e.writeResources(snapshot, cfg.ConfigPath, epoch); resources == "" {
+		if resources, runCfg.ConfigPath, layout = e.writeResources(snapshot, cfg.ConfigPath, epoch); resources == "" {
 			runCfg.ConfigPath = snapshot
 		}
 	}
@@ -257,6 +259,7 @@ func (e *Envoy) startEpochFrom(cfg ProxyConfig, snapshot string, epoch int) (*pr
 		return nil, err
 	}
 	p.snapshot, p.resources, p.binary = snapshot, resources, binary
+	p.layout.Store(layout)
 	e.log.Infof("started envoy epoch %d, pid %d: %s %s", epoch, p.pid, cfg.BinaryPath, strings.Join(args, " "))
 	e.track(p)
 	return p, nil

@@ -148,7 +148,7 @@ func resourceDir(snapshot string) string { return snapshot + ".d" }
 // a folder of the epoch's own, so that no two epochs share a file a reload
 // rewrites. It returns the folder and that bootstrap's path, or "" (run
 // snapshot as it is) when the bootstrap cannot be rewritten; it says why.
-func (e *Envoy) writeResources(snapshot, original string, epoch int) (dir, bootstrap string) {
+func (e *Envoy) writeResources(snapshot, original string, epoch int) (dir, bootstrap string, layout *inplace.Bootstrap) {
 	data, err := safefile.ReadRegular(snapshot, MaxBootstrapSize)
 	var b *inplace.Bootstrap
 	if err == nil {
@@ -162,9 +162,9 @@ func (e *Envoy) writeResources(snapshot, original string, epoch int) (dir, boots
 	}
 	if err != nil {
 		e.log.Warnf("envoy epoch %d runs %s as it is (a reload will hot restart it): %v", epoch, original, err)
-		return "", ""
+		return "", "", nil
 	}
-	return dir, bootstrap
+	return dir, bootstrap, b
 }
 
 // InPlacePlan is a reload that the serving epoch can take in place: its
@@ -199,9 +199,12 @@ func (e *Envoy) PlanInPlace(copied string) (*InPlacePlan, error) {
 		}
 		return inplace.Parse(e.config().ConfigPath, data)
 	}
-	old, err := parse(p.snapshot)
-	if err != nil {
-		return nil, err
+	old := p.layout.Load() // parsed when the epoch started, or its last change in place
+	if old == nil {
+		var err error
+		if old, err = parse(p.snapshot); err != nil {
+			return nil, err
+		}
 	}
 	b, err := parse(copied)
 	if err != nil {
@@ -232,8 +235,10 @@ func (e *Envoy) ApplyInPlace(ctx context.Context, plan *InPlacePlan) error {
 		return err
 	}
 	if err := os.Rename(plan.copied, plan.p.snapshot); err != nil {
+		plan.p.layout.Store(nil) // the copy on disk is the old one: parse it again
 		return fmt.Errorf("keep the new bootstrap copy: %w", err)
 	}
+	plan.p.layout.Store(plan.new)
 	return nil
 }
 

@@ -45,7 +45,7 @@ type preparedReload struct {
 // reloadSteps is how long each part of one reload took, for the log (the
 // breakdown README gives comes from it).
 type reloadSteps struct {
-	load, copy, validate, versions, hotRestart, inPlace time.Duration
+	load, copy, validate, versions, plan, hotRestart, inPlace time.Duration
 }
 
 func (st reloadSteps) fields() logrus.Fields {
@@ -54,6 +54,9 @@ func (st reloadSteps) fields() logrus.Fields {
 	if st.inPlace > 0 {
 		f["in_place_ms"] = ms(st.inPlace)
 		delete(f, "hot_restart_ms")
+	}
+	if st.plan > 0 {
+		f["plan_ms"] = ms(st.plan)
 	}
 	return f
 }
@@ -158,7 +161,9 @@ func (s *supervisor) checkReload() (*preparedReload, error) {
 	}
 	p.version = v.version
 	if cfg.Agent.InPlace() {
+		t := time.Now()
 		p.inPlace, p.why = s.planInPlace(old, cfg, copied, p.restart)
+		p.steps.plan = time.Since(t)
 	}
 	return p, nil
 }
@@ -279,7 +284,7 @@ func (s *supervisor) applyReload(p *preparedReload) control.ReloadResult {
 	p.steps.hotRestart = time.Since(t)
 	s.endReload()
 	// The reload's own work; the wait for a draining epoch is WaitedMs.
-	took := p.steps.load + p.steps.copy + p.steps.validate + p.steps.hotRestart
+	took := p.steps.load + p.steps.copy + p.steps.validate + p.steps.plan + p.steps.hotRestart
 	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
 	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds(), Note: note}
 	if cfg.Agent.InPlace() {
@@ -317,7 +322,7 @@ func (s *supervisor) applyInPlace(p *preparedReload) control.ReloadResult {
 	err := s.proxy.ApplyInPlace(ctx, p.inPlace)
 	cancel()
 	p.steps.inPlace = time.Since(t)
-	took := p.steps.load + p.steps.copy + p.steps.validate + p.steps.inPlace
+	took := p.steps.load + p.steps.copy + p.steps.validate + p.steps.plan + p.steps.inPlace
 	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds(),
 		Path: control.PathInPlace, Changed: p.inPlace.Change.String()}
 	if err != nil {
