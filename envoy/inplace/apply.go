@@ -2,6 +2,7 @@ package inplace
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -109,9 +110,9 @@ func uniq(s []string) []string {
 
 func delta(old, new []resource) Delta {
 	var d Delta
-	was := map[string]string{}
+	was := map[string][sha256.Size]byte{}
 	for _, r := range old {
-		was[r.name] = r.text
+		was[r.name] = r.sum
 	}
 	is := map[string]bool{}
 	for _, r := range new {
@@ -119,7 +120,7 @@ func delta(old, new []resource) Delta {
 		switch t, ok := was[r.name]; {
 		case !ok:
 			d.Added = append(d.Added, r.name)
-		case t != r.text:
+		case t != r.sum:
 			d.Updated = append(d.Updated, r.name)
 		}
 	}

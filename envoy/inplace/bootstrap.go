@@ -20,6 +20,7 @@ package inplace
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"path/filepath"
@@ -54,12 +55,40 @@ func notRewritable(format string, args ...any) error {
 	return &NotRewritableError{Reason: fmt.Sprintf(format, args...)}
 }
 
-// resource is one listener or cluster: its name, its YAML and that YAML's
-// encoding (comments left out), which two bootstraps compare.
+// resource is one listener, route configuration or cluster: its name, its
+// YAML and that YAML's digest, which two bootstraps compare.
 type resource struct {
 	name string
 	node *yaml.Node
-	text string
+	sum  [sha256.Size]byte // digest(node)
+}
+
+// digest is what two resources compare, and what a file's version is made
+// of: the tree's kinds, tags, quoting styles and values, each length
+// prefixed, without comments or positions. Encoding each resource to YAML
+// for the comparison took half of parsing a bootstrap of 1,000 listeners
+// (60 of 120 ms).
+func digest(n *yaml.Node) [sha256.Size]byte {
+	h := sha256.New()
+	var buf [binary.MaxVarintLen64]byte
+	put := func(s string) {
+		h.Write(buf[:binary.PutUvarint(buf[:], uint64(len(s)))])
+		h.Write([]byte(s))
+	}
+	var walk func(*yaml.Node)
+	walk = func(n *yaml.Node) {
+		h.Write([]byte{byte(n.Kind), byte(n.Style)})
+		put(n.Tag)
+		put(n.Value)
+		h.Write(buf[:binary.PutUvarint(buf[:], uint64(len(n.Content)))])
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(n)
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }
 
 // Bootstrap is an operator's bootstrap split into what Envoy reads at start
@@ -197,8 +226,7 @@ func resourceFile(typ string, rs []resource) ([]byte, error) {
 	h := sha256.New()
 	seq := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
 	for _, r := range rs {
-		h.Write([]byte(r.text))
-		h.Write([]byte{0})
+		h.Write(r.sum[:])
 		n := shallow(r.node)
 		if value(n, "@type") == nil {
 			n.Content = append([]*yaml.Node{str("@type"), str(typ)}, n.Content...) // "@type" must be quoted
@@ -246,11 +274,7 @@ func resources(static *yaml.Node, key string) ([]resource, error) {
 			return nil, notRewritable("static_resources.%s has two named %q", key, name.Value)
 		}
 		seen[name.Value] = true
-		text, err := encode(n)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, resource{name: name.Value, node: n, text: text})
+		out = append(out, resource{name: name.Value, node: n, sum: digest(n)})
 	}
 	return out, nil
 }

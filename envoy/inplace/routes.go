@@ -114,11 +114,7 @@ func moveRoutes(listeners []resource, budget int) ([]resource, map[string]string
 				route := shallow(rc)
 				del(route, "name")
 				route.Content = append([]*yaml.Node{plainKey("name"), str(name)}, route.Content...)
-				text, err := encode(route)
-				if err != nil {
-					return err
-				}
-				routes = append(routes, resource{name: name, node: route, text: text})
+				routes = append(routes, resource{name: name, node: route, sum: digest(route)})
 				source := mapping("route_config_name", str(name), "config_source",
 					mapping("path_config_source", mapping("path", str(folderToken+"/"+RouteFile(name))), "resource_api_version", str("V3")))
 				for i := 0; i+1 < len(tc.Content); i += 2 {
@@ -141,11 +137,7 @@ func moveRoutes(listeners []resource, budget int) ([]resource, map[string]string
 			return nil, nil, err
 		}
 		if moved {
-			text, err := encode(l.node)
-			if err != nil {
-				return nil, nil, err
-			}
-			l.text = text
+			l.sum = digest(l.node)
 		}
 	}
 	return routes, prefixes, nil
