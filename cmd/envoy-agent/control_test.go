@@ -233,7 +233,7 @@ func TestControlOnlyOperators(t *testing.T) {
 		t.Errorf("control socket left after the exit: %v", err)
 	}
 	for _, want := range []string{"refused POST /quitquitquit", "/drain from pid", "/quitquitquit from pid"} {
-		if !strings.Contains(p.stderr.String(), want) {
+		if !p.logged(want) {
 			t.Errorf("the agent's log lacks %q", want)
 		}
 	}

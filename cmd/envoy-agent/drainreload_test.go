@@ -92,7 +92,7 @@ func TestStopRightAfterReloadWaitsForTheOldEpochsRequest(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	if !strings.Contains(p.stderr.String(), "no active connections left") {
+	if !p.logged("no active connections left") {
 		t.Errorf("the drain did not end at zero connections")
 	}
 }
@@ -251,7 +251,7 @@ func TestReloadsUnderBusyLoadFailNothing(t *testing.T) {
 		t.Fatalf("stop after the reloads exited %d", code)
 	}
 	for _, want := range []string{"draining envoy", "drain ended"} {
-		if !strings.Contains(p.stderr.String(), want) {
+		if !p.logged(want) {
 			t.Errorf("the stop's log lacks %q", want)
 		}
 	}

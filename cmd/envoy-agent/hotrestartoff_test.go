@@ -132,7 +132,7 @@ func TestHotRestartCompiledOutStartsWithoutHotRestart(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "hot-restart version disabled") || !strings.Contains(stdout, hotRestartOffNote) {
 		t.Errorf("envoy-agent status: exit %d: %s%s", code, stdout, stderr)
 	}
-	if !strings.Contains(p.stderr.String(), "it runs with --disable-hot-restart") {
+	if !p.logged("it runs with --disable-hot-restart") {
 		t.Errorf("the log does not say the mode")
 	}
 }
@@ -197,7 +197,7 @@ func TestHotRestartCompiledOutReloadDrainsAndRestarts(t *testing.T) {
 	if !draining || !readyAfter {
 		t.Errorf("STATUS= said the drain %v, READY=1 after the reload said the mode %v: %v", draining, readyAfter, p.ns.Messages())
 	}
-	if !strings.Contains(p.stderr.String(), "reload: "+hotRestartOffNote) {
+	if !p.logged("reload: "+hotRestartOffNote) {
 		t.Errorf("the log does not say how the reload went")
 	}
 
@@ -206,7 +206,7 @@ func TestHotRestartCompiledOutReloadDrainsAndRestarts(t *testing.T) {
 	if code, took := p.wait(sent, 30*time.Second); code != 0 || took < time.Second {
 		t.Fatalf("stop after the restart: exit %d after %s; want 0 after min_drain_duration 1s", code, took)
 	}
-	if !strings.Contains(p.stderr.String(), "draining envoy: up to 12s") {
+	if !p.logged("draining envoy: up to 12s") {
 		t.Errorf("the stop did not drain with the reloaded termination_drain_duration 12s")
 	}
 	assertNoEnvoyFor(t, p.dir)

@@ -209,7 +209,7 @@ func TestReopenLogsAfterRotation(t *testing.T) {
 	}) {
 		t.Fatal("no \"envoy reopened its log files\" after SIGUSR1")
 	}
-	if !strings.Contains(p.stderr.String(), "envoy reopened its log files\" epochs=2") {
+	if !p.logged("envoy reopened its log files\" epochs=2") {
 		t.Errorf("SIGUSR1 with a draining epoch did not reach two epochs")
 	}
 	if !testenvoy.Eventually(10*time.Second, func() bool {
