@@ -9,7 +9,10 @@ ENVOY_CACHED  := $(CACHE)/envoy/$(ENVOY_VERSION)/envoy
 ENVOY_BIN     ?= $(or $(shell command -v envoy 2>/dev/null),$(ENVOY_CACHED))
 export ENVOY_BIN
 
-VERSION ?= $(or $(shell git describe --tags --always --dirty 2>/dev/null),0.0.0)
+# Without a tag, the commit as g<hash>: `git describe --always` gives the bare hash, which
+# mkpkg could not tell from a numeric tag when it has no letter (0394358 did: rpmlint then
+# refused the package's changelog version).
+VERSION ?= $(or $(shell git describe --tags --dirty 2>/dev/null),$(shell h=$$(git rev-parse --short=7 HEAD 2>/dev/null) && echo "g$$h$$(git diff --quiet HEAD 2>/dev/null || echo -dirty)"),0.0.0)
 GO      ?= go
 LDFLAGS := -X main.version=$(VERSION)
 

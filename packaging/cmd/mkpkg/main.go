@@ -17,7 +17,8 @@
 //
 // The version is normalized for dpkg and rpm, which need it to start with a digit and to sort the
 // way releases do: "v1.2.3" becomes 1.2.3, "v1.2.3-4-gabc123-dirty" (git describe after a tag)
-// becomes 1.2.3+4.gabc123.dirty, and a bare commit "abc123" becomes 0.0.0+git.abc123.
+// becomes 1.2.3+4.gabc123.dirty, and a bare commit "abc123" or "g0123456" becomes
+// 0.0.0+git.abc123 or 0.0.0+git.0123456.
 package main
 
 import (
@@ -172,6 +173,9 @@ var (
 	// commitRe matches `git describe --always` output when there is no tag: an abbreviated
 	// commit hash (with at least one letter, so that a numeric tag is not taken for one).
 	commitRe = regexp.MustCompile(`^[0-9a-f]*[a-f][0-9a-f]*$`)
+	// gCommitRe matches the Makefile's VERSION when there is no tag: g and an abbreviated
+	// commit hash, which may have no letter of its own.
+	gCommitRe = regexp.MustCompile(`^g([0-9a-f]{7,})$`)
 	// versionRe is what dpkg and rpm both accept.
 	versionRe = regexp.MustCompile(`^[0-9][0-9A-Za-z.+~-]*$`)
 )
@@ -187,6 +191,8 @@ func normalizeVersion(v string) (string, error) {
 	var meta []string
 	if m := describeRe.FindStringSubmatch(base); m != nil {
 		base, meta = strings.TrimPrefix(m[1], "v"), []string{m[2], "g" + m[3]}
+	} else if m := gCommitRe.FindStringSubmatch(base); m != nil {
+		base, meta = "0.0.0", []string{"git", m[1]}
 	} else if len(base) >= 7 && commitRe.MatchString(base) {
 		base, meta = "0.0.0", []string{"git", base}
 	}
