@@ -197,7 +197,7 @@ func TestHotRestartCompiledOutReloadDrainsAndRestarts(t *testing.T) {
 	if !draining || !readyAfter {
 		t.Errorf("STATUS= said the drain %v, READY=1 after the reload said the mode %v: %v", draining, readyAfter, p.ns.Messages())
 	}
-	if !p.logged("reload: "+hotRestartOffNote) {
+	if !p.logged("reload: " + hotRestartOffNote) {
 		t.Errorf("the log does not say how the reload went")
 	}
 
