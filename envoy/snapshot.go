@@ -18,7 +18,6 @@ import (
 	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
-	"golang.org/x/sys/unix"
 )
 
 // MaxBootstrapSize bounds the bootstrap the agent reads: to check it, and to
@@ -67,7 +66,7 @@ func (e *Envoy) CopyBootstrap(path string) (*BootstrapCopy, error) {
 	if _, err := e.ensureRunDir(); err != nil {
 		return nil, err
 	}
-	before, err := statFile(path)
+	before, err := safefile.Identify(path)
 	if err != nil {
 		return nil, fmt.Errorf("read envoy bootstrap: %w", err)
 	}
@@ -89,7 +88,7 @@ type BootstrapCopy struct {
 	Path   string
 	source string
 	sum    [sha256.Size]byte
-	state  fileState // the source's, before it was read
+	state  safefile.Identity // the source's, before it was read
 }
 
 // ErrBootstrapChanged says that the bootstrap file changed after a copy
@@ -108,7 +107,7 @@ var ErrBootstrapChanged = errors.New("the file changed while the agent read and 
 // compared as well as the bytes because a writer in a loop shows the same
 // torn text (an empty file, say) again and again.
 func (c *BootstrapCopy) SourceUnchanged() error {
-	now, err := statFile(c.source)
+	now, err := safefile.Identify(c.source)
 	if err != nil {
 		return fmt.Errorf("read envoy bootstrap again: %w", err)
 	}
@@ -116,27 +115,10 @@ func (c *BootstrapCopy) SourceUnchanged() error {
 	if err != nil {
 		return fmt.Errorf("read envoy bootstrap again: %w", err)
 	}
-	if sha256.Sum256(data) != c.sum || (now.sameFile(c.state) && now != c.state) {
+	if sha256.Sum256(data) != c.sum || (now.SameInode(c.state) && now != c.state) {
 		return fmt.Errorf("%s: %w (it is being written in place)", c.source, ErrBootstrapChanged)
 	}
 	return nil
-}
-
-// fileState is what writing a file changes in its metadata.
-type fileState struct {
-	dev, ino     uint64
-	size         int64
-	mtime, ctime unix.Timespec
-}
-
-func (s fileState) sameFile(o fileState) bool { return s.dev == o.dev && s.ino == o.ino }
-
-func statFile(path string) (fileState, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return fileState{}, &os.PathError{Op: "stat", Path: path, Err: err}
-	}
-	return fileState{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, nil
 }
 
 // resourceDir is the folder of an epoch's resource files, beside its

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
 
 // A failed epoch's clean-up removes its bootstrap copy by name when Envoy is
@@ -121,7 +123,7 @@ func TestBootstrapCopySourceUnchanged(t *testing.T) {
 		{"same, in place", func(t *testing.T, path string) {
 			// As a writer in a loop does: the same (torn) text again.
 			// The change time moves in clock ticks; wait for one.
-			before, err := statFile(path)
+			before, err := safefile.Identify(path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,7 +131,7 @@ func TestBootstrapCopySourceUnchanged(t *testing.T) {
 				if err := os.WriteFile(path, full, 0o600); err != nil {
 					t.Fatal(err)
 				}
-				if now, err := statFile(path); err != nil || now != before {
+				if now, err := safefile.Identify(path); err != nil || now != before {
 					return
 				}
 			}

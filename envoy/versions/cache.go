@@ -8,12 +8,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
 
 // Each question is a full start of a 100 MB binary (about 33 ms each on
@@ -37,22 +37,6 @@ func truncate(s string, n int) string {
 	return s[:n] + "..."
 }
 
-// fileIdentity tells one binary from another at the same path.
-type fileIdentity struct {
-	dev, ino     uint64
-	size         int64
-	mtime, ctime syscall.Timespec
-}
-
-// identify stats path (following links, as exec does).
-func identify(path string) (fileIdentity, error) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return fileIdentity{}, &os.PathError{Op: "stat", Path: path, Err: err}
-	}
-	return fileIdentity{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, nil
-}
-
 // versionQuestion is one flag whose answer is cached.
 type versionQuestion string
 
@@ -68,7 +52,7 @@ type versionKey struct {
 }
 
 type versionAnswer struct {
-	id   fileIdentity
+	id   safefile.Identity
 	text string
 }
 
@@ -103,7 +87,7 @@ func (c *Cache) HotRestartVersion(ctx context.Context, binary string) (string, e
 // the file at binary now, without running anything; ok is false when
 // either is not known for this very file.
 func (c *Cache) Cached(binary string) (version, hotRestart string, ok bool) {
-	id, err := identify(binary)
+	id, err := safefile.Identify(binary)
 	if err != nil {
 		return "", "", false
 	}
@@ -119,7 +103,7 @@ func (c *Cache) Cached(binary string) (version, hotRestart string, ok bool) {
 }
 
 func (c *Cache) ask(ctx context.Context, binary string, q versionQuestion) (string, error) {
-	before, err := identify(binary)
+	before, err := safefile.Identify(binary)
 	if err != nil {
 		return "", err
 	}
@@ -143,7 +127,7 @@ func (c *Cache) ask(ctx context.Context, binary string, q versionQuestion) (stri
 		}
 		return text, fmt.Errorf("%s %s: %w: %s", binary, q, err, truncate(text, 200))
 	}
-	if after, err := identify(binary); err == nil && after == before {
+	if after, err := safefile.Identify(binary); err == nil && after == before {
 		c.mu.Lock()
 		if c.answers == nil {
 			c.answers = map[versionKey]versionAnswer{}
