@@ -48,6 +48,13 @@ type reloadSteps struct {
 	load, copy, validate, versions, plan, hotRestart, inPlace time.Duration
 }
 
+// took is the reload's own work: the steps it ran one after the other (the
+// versions run beside validation; the wait for a draining epoch is
+// WaitedMs, apart).
+func (st reloadSteps) took() time.Duration {
+	return st.load + st.copy + st.validate + st.plan + st.hotRestart + st.inPlace
+}
+
 func (st reloadSteps) fields() logrus.Fields {
 	f := logrus.Fields{"load_ms": ms(st.load), "copy_ms": ms(st.copy), "validate_ms": ms(st.validate),
 		"versions_ms": ms(st.versions), "hot_restart_ms": ms(st.hotRestart)}
@@ -283,8 +290,7 @@ func (s *supervisor) applyReload(p *preparedReload) control.ReloadResult {
 	}
 	p.steps.hotRestart = time.Since(t)
 	s.endReload()
-	// The reload's own work; the wait for a draining epoch is WaitedMs.
-	took := p.steps.load + p.steps.copy + p.steps.validate + p.steps.plan + p.steps.hotRestart
+	took := p.steps.took()
 	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
 	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds(), Note: note}
 	if cfg.Agent.InPlace() {
@@ -322,7 +328,7 @@ func (s *supervisor) applyInPlace(p *preparedReload) control.ReloadResult {
 	err := s.proxy.ApplyInPlace(ctx, p.inPlace)
 	cancel()
 	p.steps.inPlace = time.Since(t)
-	took := p.steps.load + p.steps.copy + p.steps.validate + p.steps.plan + p.steps.inPlace
+	took := p.steps.took()
 	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds(),
 		Path: control.PathInPlace, Changed: p.inPlace.Change.String()}
 	if err != nil {
