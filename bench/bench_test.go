@@ -26,25 +26,12 @@ func TestBenchSmoke(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", launcher, "./launcher").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	out := t.TempDir()
-	var stdout, stderr bytes.Buffer
-	code := run([]string{"-agent", agent, "-launcher", launcher, "-envoy", envoyBin, "-out", out, "-starts", "10", "-reloads", "1",
-		"-rate", "100", "-scenarios", "start,reload"}, &stdout, &stderr)
-	if code != 0 {
-		t.Fatalf("bench exited %d:\n%s", code, stderr.String())
-	}
+	out, stdout, res := runSmoke(t, "-agent", agent, "-launcher", launcher, "-envoy", envoyBin, "-starts", "10", "-reloads", "1",
+		"-rate", "100", "-scenarios", "start,reload")
 	for _, want := range []string{"## 1. Start: exec to ready", "## 2. Reload under load"} {
-		if !strings.Contains(stdout.String(), want) {
-			t.Errorf("the table lacks %q:\n%s", want, stdout.String())
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the table lacks %q:\n%s", want, stdout)
 		}
-	}
-	b, err := os.ReadFile(filepath.Join(out, "results.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res Results
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatalf("results.json: %v", err)
 	}
 	if res.Start == nil || res.Start.Agent.N != 10 || res.Start.Baseline.N != 10 || res.Start.Agent.Median <= 0 {
 		t.Errorf("start scenario: %+v, want 10 timed starts a side", res.Start)
@@ -68,7 +55,7 @@ func TestBenchSmoke(t *testing.T) {
 		t.Errorf("the agent's reload breakdown: %v; want its one reload's steps from its log", agentSide.Steps)
 	}
 	for _, want := range []string{"Bare validate + hot restart", "≤ ×1.15", "≤ ×1.05", "the agent's own work"} {
-		if !strings.Contains(stdout.String(), want) {
+		if !strings.Contains(stdout, want) {
 			t.Errorf("the table lacks %q", want)
 		}
 	}
@@ -86,21 +73,8 @@ func TestBenchInPlaceSmoke(t *testing.T) {
 		t.Skip("the in-place smoke run takes about 25 s and runs the real Envoy: make test")
 	}
 	envoyBin, agent := smokeBinaries(t)
-	out := t.TempDir()
-	var stdout, stderr bytes.Buffer
-	code := run([]string{"-agent", agent, "-envoy", envoyBin, "-out", out, "-reloads", "1", "-rate", "100",
-		"-inplace-listeners", "3", "-scenarios", "inplace"}, &stdout, &stderr)
-	if code != 0 {
-		t.Fatalf("bench exited %d:\n%s", code, stderr.String())
-	}
-	b, err := os.ReadFile(filepath.Join(out, "results.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res Results
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatalf("results.json: %v", err)
-	}
+	_, stdout, res := runSmoke(t, "-agent", agent, "-envoy", envoyBin, "-reloads", "1", "-rate", "100",
+		"-inplace-listeners", "3", "-scenarios", "inplace")
 	r := res.InPlace
 	if r == nil {
 		t.Fatalf("no in-place scenario in results.json")
@@ -133,8 +107,8 @@ func TestBenchInPlaceSmoke(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"## 6. Reload in place against hot restart", "At scale: the agent on a bootstrap of 3 HTTP listeners", "in place 1 (pid unchanged): yes"} {
-		if !strings.Contains(stdout.String(), want) {
-			t.Errorf("the table lacks %q:\n%s", want, stdout.String())
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the table lacks %q:\n%s", want, stdout)
 		}
 	}
 }
@@ -165,6 +139,25 @@ func TestSteadyAndPeak(t *testing.T) {
 
 // smokeBinaries are the real Envoy and the agent built from this tree, for
 // a smoke run of the benchmark.
+// runSmoke runs the benchmark with args and -out a folder of its own, and
+// returns that folder, the table it printed and its results.json.
+func runSmoke(t *testing.T, args ...string) (out, stdout string, res Results) {
+	t.Helper()
+	out = t.TempDir()
+	var so, se bytes.Buffer
+	if code := run(append(args, "-out", out), &so, &se); code != 0 {
+		t.Fatalf("bench exited %d:\n%s", code, se.String())
+	}
+	b, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("results.json: %v", err)
+	}
+	return out, so.String(), res
+}
+
 func smokeBinaries(t *testing.T) (envoyBin, agent string) {
 	t.Helper()
 	envoyBin, err := envoykit.FindEnvoy("")

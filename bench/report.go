@@ -249,19 +249,12 @@ func renderInPlace(w writer, r *Results) {
 		h.PathTaken, h.Changes, p.PathTaken, p.Changes, yesNo(p.Changes > 0 && p.PathTaken == p.Changes))
 	w("| time per reload (`envoy-agent reload`), median / max | %s | %s | %s | ≤ ×%.2f: %s |\n", medMax(h.ChangeMs), medMax(p.ChangeMs), ratio(p.ChangeMs.Median, h.ChangeMs.Median),
 		inPlaceTimeTarget, yesNo(h.ChangeMs.Median > 0 && p.ChangeMs.Median > 0 && p.ChangeMs.Median <= inPlaceTimeTarget*h.ChangeMs.Median))
-	step := func(side InPlaceSide, k string) string {
-		d, ok := side.Steps[k]
-		if !ok {
-			return "—"
-		}
-		return msf(d.Median)
-	}
-	w("| of which `envoy --mode validate` (the log's `validate_ms`), median | %s | %s | | |\n", step(h, "validate_ms"), step(p, "validate_ms"))
-	w("| of which reading the TOML and its checks (`load_ms`) / comparing the two bootstraps (`plan_ms`), median | %s / %s | %s / %s | | |\n", step(h, "load_ms"), step(h, "plan_ms"), step(p, "load_ms"), step(p, "plan_ms"))
+	w("| of which `envoy --mode validate` (the log's `validate_ms`), median | %s | %s | | |\n", stepMedian(h.Steps, "validate_ms"), stepMedian(p.Steps, "validate_ms"))
+	w("| of which reading the TOML and its checks (`load_ms`) / comparing the two bootstraps (`plan_ms`), median | %s / %s | %s / %s | | |\n", stepMedian(h.Steps, "load_ms"), stepMedian(h.Steps, "plan_ms"), stepMedian(p.Steps, "load_ms"), stepMedian(p.Steps, "plan_ms"))
 	ip := p.Steps["in_place_ms"]
 	w("| the apply step, median: a new epoch to LIVE (`hot_restart_ms`) / the files until Envoy took them (`in_place_ms`) | %s | %s | | in place ≤ %.0f ms: %s |\n",
-		step(h, "hot_restart_ms"), step(p, "in_place_ms"), inPlaceApplyMs, yesNo(ip.N > 0 && ip.Median <= inPlaceApplyMs))
-	w("| the agent's own count of the reload (`took_ms`: load, copy, validate, plan, apply), median | %s | %s | %s | |\n", step(h, "took_ms"), step(p, "took_ms"), ratio(p.Steps["took_ms"].Median, h.Steps["took_ms"].Median))
+		stepMedian(h.Steps, "hot_restart_ms"), stepMedian(p.Steps, "in_place_ms"), inPlaceApplyMs, yesNo(ip.N > 0 && ip.Median <= inPlaceApplyMs))
+	w("| the agent's own count of the reload (`took_ms`: load, copy, validate, plan, apply), median | %s | %s | %s | |\n", stepMedian(h.Steps, "took_ms"), stepMedian(p.Steps, "took_ms"), ratio(p.Steps["took_ms"].Median, h.Steps["took_ms"].Median))
 	w("| requests through the changed listener: sent / failed | %d / %s | %d / %s | | in place 0: %s |\n", h.Load.Sent, failed(h.Load), p.Load.Sent, failed(p.Load), yesNo(p.Load.Sent > 0 && p.Load.Failed == 0))
 	w("| latency p50 / p99 / max | %s / %s / %s | %s / %s / %s | | |\n", msf(h.Load.Latency.Median), msf(h.Load.Latency.P99), msf(h.Load.Latency.Max),
 		msf(p.Load.Latency.Median), msf(p.Load.Latency.P99), msf(p.Load.Latency.Max))
@@ -292,17 +285,10 @@ func renderInPlace(w writer, r *Results) {
 		w("| the first request after `envoy-agent reload` returned answered the new route | %d/%d | %d/%d | | |\n", sh.ServedAtReturn, sh.ChangesOK, sp.ServedAtReturn, sp.ChangesOK)
 		w("| time per reload (`envoy-agent reload`), median / max | %s | %s | %s | ≤ ×%.2f: %s |\n", medMax(sh.ChangeMs), medMax(sp.ChangeMs), ratio(sp.ChangeMs.Median, sh.ChangeMs.Median),
 			inPlaceScaleTarget, yesNo(sh.ChangeMs.Median > 0 && sp.ChangeMs.Median > 0 && sp.ChangeMs.Median <= inPlaceScaleTarget*sh.ChangeMs.Median))
-		scaleStep := func(side InPlaceScaleSide, k string) string {
-			d, ok := side.Steps[k]
-			if !ok {
-				return "—"
-			}
-			return msf(d.Median)
-		}
-		w("| of which `envoy --mode validate`, median | %s | %s | | |\n", scaleStep(sh, "validate_ms"), scaleStep(sp, "validate_ms"))
-		w("| of which reading the TOML and its checks (`load_ms`) / comparing the two bootstraps (`plan_ms`), median | %s / %s | %s / %s | | |\n", scaleStep(sh, "load_ms"), scaleStep(sh, "plan_ms"), scaleStep(sp, "load_ms"), scaleStep(sp, "plan_ms"))
-		w("| the apply step, median (`hot_restart_ms` / `in_place_ms`) | %s | %s | | |\n", scaleStep(sh, "hot_restart_ms"), scaleStep(sp, "in_place_ms"))
-		w("| the agent's own count of the reload (`took_ms`: load, copy, validate, plan, apply), median | %s | %s | %s | |\n", scaleStep(sh, "took_ms"), scaleStep(sp, "took_ms"),
+		w("| of which `envoy --mode validate`, median | %s | %s | | |\n", stepMedian(sh.Steps, "validate_ms"), stepMedian(sp.Steps, "validate_ms"))
+		w("| of which reading the TOML and its checks (`load_ms`) / comparing the two bootstraps (`plan_ms`), median | %s / %s | %s / %s | | |\n", stepMedian(sh.Steps, "load_ms"), stepMedian(sh.Steps, "plan_ms"), stepMedian(sp.Steps, "load_ms"), stepMedian(sp.Steps, "plan_ms"))
+		w("| the apply step, median (`hot_restart_ms` / `in_place_ms`) | %s | %s | | |\n", stepMedian(sh.Steps, "hot_restart_ms"), stepMedian(sp.Steps, "in_place_ms"))
+		w("| the agent's own count of the reload (`took_ms`: load, copy, validate, plan, apply), median | %s | %s | %s | |\n", stepMedian(sh.Steps, "took_ms"), stepMedian(sp.Steps, "took_ms"),
 			ratio(sp.Steps["took_ms"].Median, sh.Steps["took_ms"].Median))
 		w("| the agent's exec to READY=1 (for scale) | %s | %s | | |\n", msf(sh.StartMs), msf(sp.StartMs))
 		for _, side := range []InPlaceScaleSide{sh, sp} {
@@ -431,4 +417,14 @@ func oneLine(s string) string {
 		s = s[:600] + "..."
 	}
 	return s
+}
+
+// stepMedian is the median of one step of the agent's reload breakdown
+// (its log's *_ms fields), or a dash when the reloads had no such step.
+func stepMedian(steps map[string]Dist, k string) string {
+	d, ok := steps[k]
+	if !ok {
+		return "—"
+	}
+	return msf(d.Median)
 }
