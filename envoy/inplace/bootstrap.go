@@ -145,9 +145,7 @@ func Parse(name string, data []byte) (*Bootstrap, error) {
 	if b.clusters, err = resources(static, "clusters"); err != nil {
 		return nil, err
 	}
-	if b.routes, b.prefixes, err = moveRoutes(b.listeners, budget); err != nil {
-		return nil, err
-	}
+	b.routes, b.prefixes = moveRoutes(b.listeners, budget)
 	if static != nil {
 		del(static, "listeners")
 		del(static, "clusters")

@@ -86,18 +86,19 @@ func RouteFile(name string) string {
 // default filter chain), and puts in its place an RDS source that reads
 // it from its file. A connection manager whose stat_prefix or listener
 // name has characters outside safeName, or past the first budget of them
-// (routeFileBudget), keeps its routes inline (a change of them is then a listener update).
-// It changes the listeners' nodes and texts.
-func moveRoutes(listeners []resource, budget int) ([]resource, map[string]string, error) {
+// (routeFileBudget), keeps its routes inline (a change of them is then a
+// listener update). It changes the listeners' nodes and digests.
+func moveRoutes(listeners []resource, budget int) ([]resource, map[string]string) {
 	var routes []resource
 	prefixes := map[string]string{}
-	seen := map[string]bool{}
 	for li := range listeners {
 		l := &listeners[li]
 		moved := false
-		move := func(chain string, filters *yaml.Node) error {
+		// Names are unique: listener names are, and each adds exactly two
+		// parts without a slash.
+		move := func(chain string, filters *yaml.Node) {
 			if filters == nil || filters.Kind != yaml.SequenceNode {
-				return nil
+				return
 			}
 			for fi, f := range filters.Content {
 				tc := value(f, "typed_config")
@@ -106,10 +107,9 @@ func moveRoutes(listeners []resource, budget int) ([]resource, map[string]string
 					continue
 				}
 				name := fmt.Sprintf("%s/%s/%d", l.name, chain, fi)
-				if len(routes) >= budget || !safeName.MatchString(name) || !safeName.MatchString(scalar(value(tc, "stat_prefix"))) || seen[name] {
+				if len(routes) >= budget || !safeName.MatchString(name) || !safeName.MatchString(scalar(value(tc, "stat_prefix"))) {
 					continue
 				}
-				seen[name] = true
 				prefixes[name] = scalar(value(tc, "stat_prefix"))
 				route := shallow(rc)
 				del(route, "name")
@@ -124,23 +124,18 @@ func moveRoutes(listeners []resource, budget int) ([]resource, map[string]string
 				}
 				moved = true
 			}
-			return nil
 		}
 		if chains := value(l.node, "filter_chains"); chains != nil && chains.Kind == yaml.SequenceNode {
 			for ci, c := range chains.Content {
-				if err := move(strconv.Itoa(ci), value(c, "filters")); err != nil {
-					return nil, nil, err
-				}
+				move(strconv.Itoa(ci), value(c, "filters"))
 			}
 		}
-		if err := move("default", value(value(l.node, "default_filter_chain"), "filters")); err != nil {
-			return nil, nil, err
-		}
+		move("default", value(value(l.node, "default_filter_chain"), "filters"))
 		if moved {
 			l.sum = digest(l.node)
 		}
 	}
-	return routes, prefixes, nil
+	return routes, prefixes
 }
 
 // scalar is n's value when it is a scalar, else "".
