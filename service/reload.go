@@ -216,8 +216,8 @@ func (s *supervisor) copyAndValidate(ctx context.Context, cfg *config.Config, st
 
 // planInPlace is the in-place change from old to cfg, whose bootstrap copy
 // is copied, or nil and why a new epoch is needed: the command line or the
-// binary changed, the bootstrap outside its listeners, routes and
-// clusters, or a listener beside its routes while Envoy can hot restart
+// binary changed, the bootstrap outside its listeners, routes, clusters
+// and moved secrets, or a listener beside its routes while Envoy can hot restart
 // (drainRestart false).
 func (s *supervisor) planInPlace(old, cfg *config.Config, copied string, drainRestart bool) (*envoy.InPlacePlan, string) {
 	if !envoy.SameCommandLine(s.proxyConfig(old), s.proxyConfig(cfg)) {

@@ -443,3 +443,76 @@ func TestRenewedCertificateServedWithoutReload(t *testing.T) {
 		})
 	}
 }
+
+// TestStaticSecretReloadsInPlace: a certificate inline in a static secret
+// (static_resources.secrets) changes with `envoy-agent reload` in the
+// Envoy that serves: the reload says so, new handshakes see the new
+// certificate, a TLS connection opened before goes on; a certificate with
+// another's key is refused with Envoy still serving the previous one; no
+// key reaches the answers or the log.
+func TestStaticSecretReloadsInPlace(t *testing.T) {
+	t.Parallel()
+	pair := func() (string, string, string) {
+		c, k, s, err := envoykit.ServingPair(time.Now().Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, k, s
+	}
+	c1, k1, s1 := pair()
+	bootstrap := filepath.Join(t.TempDir(), "envoy.yaml")
+	p := startAgentWith(t, procOptions{bootstrapFile: bootstrap, agent: map[string]string{"reload_method": `"auto"`}}, func(ports testenvoy.Ports) {
+		writeFile(t, bootstrap, string(envoykit.SecretTLSBootstrap(c1, k1, ports.Listener, ports.Admin)))
+	})
+	if got, err := envoykit.TLSSerial(p.ports.Listener); err != nil || got != s1 {
+		t.Fatalf("first handshake: %s, %v; want serial %s", got, err, s1)
+	}
+	open, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(p.ports.Listener), &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	br := bufio.NewReader(open)
+	get := func(what string) {
+		t.Helper()
+		_ = open.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := open.Write([]byte("GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 || resp.Close {
+			t.Fatalf("%s: %v %v", what, resp, err)
+		}
+		resp.Body.Close()
+	}
+	get("the connection opened first")
+
+	c2, k2, s2 := pair()
+	renameInto(t, bootstrap, string(envoykit.SecretTLSBootstrap(c2, k2, p.ports.Listener, p.ports.Admin)))
+	code, out := p.reload()
+	if code != 0 || !strings.Contains(out, "reloaded in place: secrets updated srv; epoch 0 keeps serving") {
+		t.Fatalf("reload of a new certificate: exit %d: %s", code, out)
+	}
+	if got, err := envoykit.TLSSerial(p.ports.Listener); err != nil || got != s2 {
+		t.Errorf("after the reload new handshakes see %s, %v; want serial %s", got, err, s2)
+	}
+	if pid := p.servingPid(); pid != p.envoyPid || !testenvoy.Alive(pid) {
+		t.Errorf("after the reload Envoy pid %d serves; want %d", pid, p.envoyPid)
+	}
+	get("the connection opened first, after the reload")
+	assertNoSecret(t, "the reload's answer", out, k2)
+
+	c3, _, _ := pair()
+	renameInto(t, bootstrap, string(envoykit.SecretTLSBootstrap(c3, k2, p.ports.Listener, p.ports.Admin)))
+	code, out = p.reload()
+	if code == 0 {
+		t.Fatalf("reload of a certificate with another's key: exit 0: %s", out)
+	}
+	if got, err := envoykit.TLSSerial(p.ports.Listener); err != nil || got != s2 {
+		t.Errorf("after the refused reload new handshakes see %s, %v; want serial %s", got, err, s2)
+	}
+	get("the connection opened first, after the refused reload")
+	assertNoSecret(t, "the refused reload's answer", out, k2)
+	assertNoSecret(t, "the agent's log", p.stderr.String(), k2)
+	t.Logf("refused: %s", out)
+}

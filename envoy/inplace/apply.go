@@ -39,13 +39,16 @@ func (d Delta) describe(kind string) []string {
 }
 
 // Change is what a reload changes in place. A change of a connection
-// manager's routes alone is in Routes, not Listeners: it drains nothing.
+// manager's routes alone is in Routes, not Listeners, and a static
+// secret's in Secrets: neither drains anything.
 type Change struct {
-	Listeners, Routes, Clusters Delta
+	Listeners, Routes, Clusters, Secrets Delta
 }
 
 // Empty reports that nothing changed.
-func (c Change) Empty() bool { return c.Listeners.empty() && c.Routes.empty() && c.Clusters.empty() }
+func (c Change) Empty() bool {
+	return c.Listeners.empty() && c.Routes.empty() && c.Clusters.empty() && c.Secrets.empty()
+}
 
 // String says what changed ("listeners updated ingress; clusters added
 // b"), or "nothing changed".
@@ -53,7 +56,7 @@ func (c Change) String() string {
 	if c.Empty() {
 		return "nothing changed"
 	}
-	return strings.Join(slices.Concat(c.Listeners.describe("listeners"), c.Routes.describe("routes"), c.Clusters.describe("clusters")), "; ")
+	return strings.Join(slices.Concat(c.Listeners.describe("listeners"), c.Routes.describe("routes"), c.Clusters.describe("clusters"), c.Secrets.describe("secrets")), "; ")
 }
 
 // RestartError is a change that cannot be made in place: Reason says what
@@ -68,7 +71,7 @@ func Compare(old, new *Bootstrap) (Change, error) {
 	if old.restText != new.restText {
 		return Change{}, &RestartError{Reason: restDiff(old, new)}
 	}
-	return Change{Listeners: delta(old.listeners, new.listeners), Routes: delta(old.routes, new.routes), Clusters: delta(old.clusters, new.clusters)}, nil
+	return Change{Listeners: delta(old.listeners, new.listeners), Routes: delta(old.routes, new.routes), Clusters: delta(old.clusters, new.clusters), Secrets: delta(old.secrets, new.secrets)}, nil
 }
 
 // restDiff names the top-level keys (and kept clusters) that differ.
@@ -147,7 +150,7 @@ func Write(dir string, b *Bootstrap) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cds, err := b.ClusterFile()
+	cds, err := b.ClusterFile(dir)
 	if err != nil {
 		return "", err
 	}
@@ -156,6 +159,13 @@ func Write(dir string, b *Bootstrap) (string, error) {
 		data []byte
 	}
 	var files []file
+	for _, r := range b.secrets {
+		data, err := secretFile(r)
+		if err != nil {
+			return "", err
+		}
+		files = append(files, file{SecretFile(r.name), data})
+	}
 	for _, r := range b.routes {
 		data, err := routeFile(r)
 		if err != nil {
@@ -217,14 +227,15 @@ func (e *RejectedError) Error() string {
 const ApplyTimeout = 10 * time.Second
 
 // Apply changes the Envoy that runs old from the files in dir into new, in
-// an order that never routes to a missing cluster nor points a listener at
-// a missing route file: clusters added and updated first (the removed ones
-// still there), then the route files added and updated, then the
-// listeners, then the route files and clusters removed. Each file is
-// confirmed through Envoy's lds, cds and rds counters and versions; when
-// Envoy rejects one, the files it had before are put back and the error is
-// a *RejectedError with Envoy's reason. A *RestartError says the change is
-// not one Apply can make.
+// an order that never routes to a missing cluster nor points a listener or
+// cluster at a missing file: the secret and route files added first, then
+// the clusters added and updated (the removed ones still there), then the
+// secrets and routes updated, then the listeners, then the clusters, route
+// files and secret files removed. Each file is confirmed through Envoy's
+// lds, cds, rds and sds counters and versions; when Envoy rejects one, the
+// files it had before are put back and the error is a *RejectedError with
+// Envoy's reason. A *RestartError says the change is not one Apply can
+// make.
 func Apply(ctx context.Context, dir string, old, new *Bootstrap, admin Admin) (Change, error) {
 	c, err := Compare(old, new)
 	if err != nil || c.Empty() {
@@ -240,7 +251,7 @@ func Apply(ctx context.Context, dir string, old, new *Bootstrap, admin Admin) (C
 	// change's apply.
 	var oldCDS, oldLDS []byte
 	if !c.Clusters.empty() {
-		if oldCDS, err = old.ClusterFile(); err != nil {
+		if oldCDS, err = old.ClusterFile(dir); err != nil {
 			return c, err
 		}
 	}
@@ -257,42 +268,67 @@ func Apply(ctx context.Context, dir string, old, new *Bootstrap, admin Admin) (C
 			}
 		}
 		data, err := resourceFile(clusterType, both)
+		if err == nil {
+			data, err = inFolder(data, dir)
+		}
 		if err != nil {
 			return c, err
 		}
 		steps = append(steps, step{cds, data, oldCDS})
 	}
-	// An added route's file is read when the listener that names it
-	// arrives: it is written, not confirmed, and removed on a rejection.
+	// An added secret's or route's file is read when the listener or
+	// cluster that names it arrives: it is written, not confirmed, and
+	// removed on a rejection.
 	var added []string
-	for _, r := range new.routes {
-		if !slices.Contains(c.Routes.Added, r.name) {
-			continue
+	for _, f := range []struct {
+		rs    []resource
+		names []string
+		file  func(string) string
+		data  func(resource) ([]byte, error)
+	}{{new.secrets, c.Secrets.Added, SecretFile, secretFile}, {new.routes, c.Routes.Added, RouteFile, routeFile}} {
+		for _, r := range f.rs {
+			if !slices.Contains(f.names, r.name) {
+				continue
+			}
+			data, err := f.data(r)
+			if err == nil {
+				err = replace(dir, f.file(r.name), data)
+			}
+			if err != nil {
+				removeFiles(dir, added)
+				return c, err
+			}
+			added = append(added, f.file(r.name))
 		}
-		data, err := routeFile(r)
-		if err == nil {
-			err = replace(dir, RouteFile(r.name), data)
-		}
-		if err != nil {
-			removeFiles(dir, added)
-			return c, err
-		}
-		added = append(added, RouteFile(r.name))
 	}
-	for _, r := range new.routes {
-		if !slices.Contains(c.Routes.Updated, r.name) {
-			continue
+	// An updated secret or route is one file each, confirmed: secrets
+	// first, as a listener updated beside one reads it.
+	updated := func(olds, news []resource, names []string, k func(string) kind, file func(resource) ([]byte, error)) error {
+		for _, r := range news {
+			if !slices.Contains(names, r.name) {
+				continue
+			}
+			i := slices.IndexFunc(olds, func(o resource) bool { return o.name == r.name })
+			data, err := file(r)
+			if err != nil {
+				return err
+			}
+			undo, err := file(olds[i])
+			if err != nil {
+				return err
+			}
+			steps = append(steps, step{k(r.name), data, undo})
 		}
-		i := slices.IndexFunc(old.routes, func(o resource) bool { return o.name == r.name })
-		data, err := routeFile(r)
-		if err != nil {
-			return c, err
-		}
-		undo, err := routeFile(old.routes[i])
-		if err != nil {
-			return c, err
-		}
-		steps = append(steps, step{routeKind(r.name, new.prefixes[r.name]), data, undo})
+		return nil
+	}
+	if err := updated(old.secrets, new.secrets, c.Secrets.Updated, secretKind, secretFile); err != nil {
+		removeFiles(dir, added)
+		return c, err
+	}
+	routeOf := func(name string) kind { return routeKind(name, new.prefixes[name]) }
+	if err := updated(old.routes, new.routes, c.Routes.Updated, routeOf, routeFile); err != nil {
+		removeFiles(dir, added)
+		return c, err
 	}
 	if !c.Listeners.empty() {
 		data, err := new.ListenerFile(dir)
@@ -302,7 +338,7 @@ func Apply(ctx context.Context, dir string, old, new *Bootstrap, admin Admin) (C
 		steps = append(steps, step{lds, data, oldLDS})
 	}
 	if len(c.Clusters.Removed) > 0 {
-		data, err := new.ClusterFile()
+		data, err := new.ClusterFile(dir)
 		if err != nil {
 			return c, err
 		}
@@ -331,12 +367,15 @@ func Apply(ctx context.Context, dir string, old, new *Bootstrap, admin Admin) (C
 	for _, name := range c.Routes.Removed {
 		removed = append(removed, RouteFile(name))
 	}
+	for _, name := range c.Secrets.Removed {
+		removed = append(removed, SecretFile(name))
+	}
 	removeFiles(dir, removed)
 	return c, nil
 }
 
-// removeFiles removes route files no listener names any more (a leftover
-// is harmless: nothing reads it).
+// removeFiles removes route and secret files nothing names any more (a
+// leftover is harmless: nothing reads it).
 func removeFiles(dir string, files []string) {
 	for _, f := range files {
 		_ = os.Remove(filepath.Join(dir, f))
@@ -546,24 +585,41 @@ func cmpOr(a, b string) string {
 // could not bind, or a cluster it rejected, left out. The error gives
 // Envoy's reason.
 func Accepted(ctx context.Context, dir string, admin Admin) error {
-	var reasons []string
-	kinds := []kind{cds, lds}
-	listeners, err := os.ReadFile(filepath.Join(dir, ListenersFile))
-	if err != nil {
-		return err
+	files := map[string][]byte{}
+	for _, f := range []string{ListenersFile, ClustersFile} {
+		data, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			return err
+		}
+		files[f] = data
 	}
-	routes, err := routeKinds(listeners, dir)
+	kinds := []kind{cds, lds}
+	routes, err := routeKinds(files[ListenersFile], dir)
 	if err != nil {
 		return err
 	}
 	kinds = append(kinds, routes...)
+	for _, f := range []string{ListenersFile, ClustersFile} {
+		secrets, err := secretKinds(files[f], dir)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		for _, k := range secrets {
+			if !slices.ContainsFunc(kinds, func(o kind) bool { return o.file == k.file }) {
+				kinds = append(kinds, k)
+			}
+		}
+	}
+	var reasons []string
 	for i, k := range kinds {
 		if i >= 2 && len(reasons) > 0 {
-			break // a listener refused has no route subscription
+			break // a listener or cluster refused has no route or secret subscription
 		}
-		data, err := os.ReadFile(filepath.Join(dir, k.file))
-		if err != nil {
-			return err
+		data, ok := files[k.file]
+		if !ok {
+			if data, err = os.ReadFile(filepath.Join(dir, k.file)); err != nil {
+				return err
+			}
 		}
 		st, err := readState(ctx, admin, k)
 		if err != nil {

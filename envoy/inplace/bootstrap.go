@@ -1,8 +1,9 @@
 // Package inplace runs an operator's static bootstrap with its listeners,
-// their routes and its clusters as filesystem xDS resources
-// (dynamic_resources with a path_config_source for LDS and CDS, and an RDS
-// source in each HTTP connection manager instead of its inline
-// route_config; files in a folder of the agent's), so that a reload can
+// their routes, its clusters and its static secrets as filesystem xDS
+// resources (dynamic_resources with a path_config_source for LDS and CDS,
+// an RDS source in each HTTP connection manager instead of its inline
+// route_config, an SDS source in each reference to a static secret; files
+// in a folder of the agent's), so that a reload can
 // change them in the Envoy that serves instead of starting a new one; a
 // change of routes alone drains no connection. It splits a bootstrap into the part Envoy reads at
 // start and the resources it can read again (Parse, Write), compares two
@@ -100,7 +101,8 @@ type Bootstrap struct {
 	routes    []resource        // the connection managers' route configurations (routes.go)
 	prefixes  map[string]string // their connection managers' stat prefixes, by route name
 	clusters  []resource
-	kept      []string // clusters that stay static, named from outside
+	secrets   []resource // the static secrets moved to SDS files (secrets.go)
+	kept      []string   // clusters that stay static, named from outside
 }
 
 // Parse splits the bootstrap data, read from a file called name (Envoy
@@ -128,7 +130,7 @@ func Parse(name string, data []byte) (*Bootstrap, error) {
 	if value(root, "dynamic_resources") != nil {
 		return nil, notRewritable("it has dynamic_resources (its own xDS)")
 	}
-	budget := routeFileBudget(root)
+	budget := watchesLeft(root)
 	b := &Bootstrap{rest: shallow(root)}
 	var static *yaml.Node
 	if sr := value(root, "static_resources"); sr != nil {
@@ -145,12 +147,12 @@ func Parse(name string, data []byte) (*Bootstrap, error) {
 	if b.clusters, err = resources(static, "clusters"); err != nil {
 		return nil, err
 	}
-	b.routes, b.prefixes = moveRoutes(b.listeners, budget)
 	if static != nil {
 		del(static, "listeners")
 		del(static, "clusters")
 	}
-	b.kept = keptClusters(b.rest, append(slices.Clone(b.listeners), b.routes...), b.clusters)
+	// The routes are still inside the listeners: what they name counts.
+	b.kept = keptClusters(b.rest, b.listeners, b.clusters)
 	if len(b.kept) > 0 {
 		seq := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
 		for _, c := range b.clusters {
@@ -161,6 +163,12 @@ func Parse(name string, data []byte) (*Bootstrap, error) {
 		set(static, "clusters", seq)
 		b.clusters = slices.DeleteFunc(b.clusters, func(c resource) bool { return slices.Contains(b.kept, c.name) })
 	}
+	if static != nil {
+		if b.secrets, err = moveSecrets(b.rest, static, b.listeners, b.clusters, min(MaxSecretFiles, budget)); err != nil {
+			return nil, err
+		}
+	}
+	b.routes, b.prefixes = moveRoutes(b.listeners, min(MaxRouteFiles, budget-len(b.secrets)))
 	if static != nil && len(static.Content) == 0 {
 		del(b.rest, "static_resources")
 	}
@@ -246,8 +254,15 @@ func (b *Bootstrap) ListenerFile(dir string) ([]byte, error) {
 	return inFolder(data, dir)
 }
 
-// ClusterFile is the CDS file of b's dynamic clusters.
-func (b *Bootstrap) ClusterFile() ([]byte, error) { return resourceFile(clusterType, b.clusters) }
+// ClusterFile is the CDS file of b's dynamic clusters, whose SDS sources
+// read from the resource folder dir.
+func (b *Bootstrap) ClusterFile(dir string) ([]byte, error) {
+	data, err := resourceFile(clusterType, b.clusters)
+	if err != nil {
+		return nil, err
+	}
+	return inFolder(data, dir)
+}
 
 // resources takes the named sequence of static (nil: none) apart.
 func resources(static *yaml.Node, key string) ([]resource, error) {

@@ -318,10 +318,11 @@ func TestRouteFilesBounded(t *testing.T) {
 	}
 }
 
-// Route files get what is left of the watched-file budget once the other
-// watched files (LDS, CDS, certificates' SDS files) are counted.
-func TestRouteFileBudget(t *testing.T) {
-	for _, tc := range []struct{ sources, want int }{{0, MaxRouteFiles}, {70, watchBudget - 2 - 70}, {100, 0}} {
+// Secrets' and route files get what is left of the watched-file budget
+// once the other watched files (LDS, CDS, certificates' SDS files) are
+// counted.
+func TestWatchesLeft(t *testing.T) {
+	for _, tc := range []struct{ sources, want int }{{0, watchBudget - 2}, {70, watchBudget - 2 - 70}, {100, 0}} {
 		var b strings.Builder
 		b.WriteString("secrets:\n")
 		for i := range tc.sources {
@@ -331,7 +332,7 @@ func TestRouteFileBudget(t *testing.T) {
 		if err := yaml.Unmarshal([]byte(b.String()), &doc); err != nil {
 			t.Fatal(err)
 		}
-		if got := routeFileBudget(&doc); got != tc.want {
+		if got := watchesLeft(&doc); got != tc.want {
 			t.Errorf("%d other watched files: budget %d, want %d", tc.sources, got, tc.want)
 		}
 	}

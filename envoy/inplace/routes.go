@@ -41,14 +41,15 @@ const MaxRouteFiles = 32
 
 // watchBudget is how many watched files the agent lets one Envoy have in
 // all (the LDS and CDS files, the SDS files of the certificates the agent
-// serves, the operator's own path_config_sources, and the route files),
-// out of the 128 inotify instances a user gets by default: route files
-// are given only what is left.
+// serves, the operator's own path_config_sources, the static secrets' SDS
+// files and the route files), out of the 128 inotify instances a user gets
+// by default: the static secrets are given what is left, then the route
+// files what the secrets left.
 const watchBudget = 96
 
-// routeFileBudget is how many route files a bootstrap whose tree root
+// watchesLeft is how many SDS and route files a bootstrap whose tree root
 // already names other path_config_sources may have.
-func routeFileBudget(root *yaml.Node) int {
+func watchesLeft(root *yaml.Node) int {
 	n := 2 // lds.yaml, cds.yaml
 	var count func(*yaml.Node)
 	count = func(m *yaml.Node) {
@@ -64,7 +65,7 @@ func routeFileBudget(root *yaml.Node) int {
 		}
 	}
 	count(root)
-	return max(0, min(MaxRouteFiles, watchBudget-n))
+	return max(0, watchBudget-n)
 }
 
 // safeName is what a route configuration's name and its connection
@@ -86,7 +87,7 @@ func RouteFile(name string) string {
 // default filter chain), and puts in its place an RDS source that reads
 // it from its file. A connection manager whose stat_prefix or listener
 // name has characters outside safeName, or past the first budget of them
-// (routeFileBudget), keeps its routes inline (a change of them is then a
+// (what the secrets left of watchesLeft), keeps its routes inline (a change of them is then a
 // listener update). It changes the listeners' nodes and digests.
 func moveRoutes(listeners []resource, budget int) ([]resource, map[string]string) {
 	var routes []resource

@@ -32,7 +32,7 @@ var Commands = []Command{
 	{
 		Name: "reload", Args: "[--config FILE]", ConfigFlag: true,
 		Summary:     "make the running agent apply its edited files",
-		Description: "ask the agent running with this file to reload (on its control socket, checking that the agent answering runs this file), wait, print `reloaded: epoch N is serving (T ms)` or the reason it failed (the unit's `ExecReload=`); a reload that must first wait for a draining epoch says so at once",
+		Description: "ask the agent running with this file to reload (on its control socket, checking that the agent answering runs this file), wait, print `reloaded in place: <what changed>; epoch N keeps serving (T ms)`, `reloaded: epoch N is serving (T ms); hot restart: <why>` or the reason it failed (the unit's `ExecReload=`); a reload that must first wait for a draining epoch says so at once",
 	},
 	{
 		Name: "upgrade", Args: "[--config FILE]", ConfigFlag: true,

@@ -1,0 +1,197 @@
+// The operator's static secrets (static_resources.secrets), moved out of
+// the bootstrap into SDS files of their own that Envoy reads (an SDS
+// source with a path_config_source in each reference to them), so that a
+// changed certificate, key, trusted CA or session ticket key is a secret
+// update: Envoy builds the TLS contexts that use it again, new handshakes
+// get the new secret, and no connection is drained or closed. Left static,
+// a secret's change would be a change of the bootstrap itself, which only
+// a hot restart can take.
+
+package inplace
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"regexp"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+const secretType = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+
+// MaxSecretFiles bounds how many static secrets get an SDS file, as
+// MaxRouteFiles does for route files (each is one of Envoy's inotify
+// instances). Secrets are given their share of the watch budget before
+// route files: left static, a secret's change needs a hot restart, while
+// a connection manager whose routes stay inline changes as a listener.
+const MaxSecretFiles = 32
+
+// safeSecretName is what a secret's name may hold for the agent to find
+// its stats (sds.<name>.*) as it wrote them.
+var safeSecretName = regexp.MustCompile(`^[A-Za-z0-9_./-]+$`)
+
+// SecretFile is the name of the SDS file of the secret name in a resource
+// folder.
+func SecretFile(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return "sds-" + hex.EncodeToString(sum[:8]) + ".yaml"
+}
+
+// secretFile is the SDS file of one secret.
+func secretFile(r resource) ([]byte, error) { return resourceFile(secretType, []resource{r}) }
+
+// secretKind is the SDS file of the secret name and the stats of its
+// subscription (sds.<name>.*). Envoy's config_dump keeps no error state
+// for a secret: its log says why it rejected one.
+func secretKind(name string) kind {
+	return kind{file: SecretFile(name), stats: "sds." + name, what: "secret"}
+}
+
+// secretRefs calls f with every reference to a secret by name alone (an
+// SdsSecretConfig without sds_config: tls_certificate_sds_secret_configs,
+// validation_context_sds_secret_config, session_ticket_keys_sds_secret_config
+// in either spelling) under n.
+func secretRefs(n *yaml.Node, f func(name string, ref *yaml.Node)) {
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := norm(n.Content[i].Value), n.Content[i+1]
+			switch {
+			case strings.HasSuffix(k, "sdssecretconfig") && v.Kind == yaml.MappingNode:
+				byName(v, f)
+			case strings.HasSuffix(k, "sdssecretconfigs") && v.Kind == yaml.SequenceNode:
+				for _, c := range v.Content {
+					byName(c, f)
+				}
+			default:
+				secretRefs(v, f)
+			}
+		}
+		return
+	}
+	for _, c := range n.Content {
+		secretRefs(c, f)
+	}
+}
+
+// byName calls f with ref when it names a static secret: a name and no
+// source.
+func byName(ref *yaml.Node, f func(string, *yaml.Node)) {
+	if ref.Kind != yaml.MappingNode {
+		return
+	}
+	name := scalar(value(ref, "name"))
+	for i := 0; i+1 < len(ref.Content); i += 2 {
+		if norm(ref.Content[i].Value) == "sdsconfig" {
+			return
+		}
+	}
+	if name != "" {
+		f(name, ref)
+	}
+}
+
+// norm folds a protobuf field name in either spelling
+// (validation_context_sds_secret_config, validationContextSdsSecretConfig)
+// to one.
+func norm(k string) string { return strings.ReplaceAll(strings.ToLower(k), "_", "") }
+
+// moveSecrets takes out of static (the bootstrap's static_resources, in
+// rest) the secrets that only the moved listeners and clusters name, each
+// through references by name alone (secretRefs), and points those
+// references at the secret's SDS file. A secret stays static when its name
+// is a scalar anywhere else (in the rest of the bootstrap, a kept cluster,
+// a filter's own secret field, or as another resource's name: keeping one
+// too many only means it cannot change in place), when nothing names it,
+// when its name has characters outside safeSecretName, or past the first
+// budget of them. It changes the listeners' and clusters' nodes and
+// digests.
+func moveSecrets(rest, static *yaml.Node, listeners, clusters []resource, budget int) ([]resource, error) {
+	all, err := resources(static, "secrets")
+	if err != nil || len(all) == 0 {
+		return nil, err
+	}
+	// Every scalar outside the secrets themselves, and the references.
+	seen := map[string]int{}
+	count := func(s string) { seen[s]++ }
+	for i := 0; i+1 < len(rest.Content); i += 2 {
+		if rest.Content[i+1] != static {
+			scalars(rest.Content[i+1], count)
+		}
+	}
+	for i := 0; i+1 < len(static.Content); i += 2 {
+		if static.Content[i].Value != "secrets" {
+			scalars(static.Content[i+1], count)
+		}
+	}
+	refs := map[string][]*yaml.Node{}
+	owners := map[string][]*resource{}
+	movable := func(rs []resource) {
+		for i := range rs {
+			r := &rs[i]
+			scalars(r.node, count)
+			secretRefs(r.node, func(name string, ref *yaml.Node) {
+				refs[name] = append(refs[name], ref)
+				owners[name] = append(owners[name], r)
+			})
+		}
+	}
+	movable(listeners)
+	movable(clusters)
+	var moved, left []resource
+	for _, s := range all {
+		if n := len(refs[s.name]); n == 0 || seen[s.name] != n || len(moved) >= budget || !safeSecretName.MatchString(s.name) {
+			left = append(left, s)
+			continue
+		}
+		moved = append(moved, s)
+		source := mapping("path_config_source", mapping("path", str(folderToken+"/"+SecretFile(s.name))), "resource_api_version", str("V3"))
+		for _, ref := range refs[s.name] {
+			ref.Content = append(ref.Content, plainKey("sds_config"), source)
+		}
+		for _, r := range owners[s.name] {
+			r.sum = digest(r.node)
+		}
+	}
+	if len(moved) == 0 {
+		return nil, nil
+	}
+	if len(left) == 0 {
+		del(static, "secrets")
+		return moved, nil
+	}
+	seq := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+	for _, s := range left {
+		seq.Content = append(seq.Content, s.node)
+	}
+	set(static, "secrets", seq)
+	return moved, nil
+}
+
+// Secrets are the names of the static secrets served from SDS files.
+func (b *Bootstrap) Secrets() []string { return names(b.secrets) }
+
+// secretKinds are the secrets that the resource file data (LDS or CDS)
+// reads from SDS files in the resource folder dir.
+func secretKinds(data []byte, dir string) ([]kind, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, err
+	}
+	var kinds []kind
+	var walk func(*yaml.Node)
+	walk = func(n *yaml.Node) {
+		if n.Kind == yaml.MappingNode {
+			name := scalar(value(n, "name"))
+			path := scalar(value(value(value(n, "sds_config"), "path_config_source"), "path"))
+			if name != "" && path == dir+"/"+SecretFile(name) {
+				kinds = append(kinds, secretKind(name))
+			}
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(&doc)
+	return kinds, nil
+}

@@ -1,0 +1,212 @@
+//go:build linux
+
+package inplace
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
+	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+)
+
+// secretsBase has a static secret for each case: srv.cert and upstream-ca
+// are named by reference alone, from a listener and a cluster (the latter
+// in JSON's camelCase); unused is named by nothing; web is also a
+// listener's name; a:b has a character Envoy rewrites in stats; sourced is
+// named only with an sds_config of the operator's.
+const secretsBase = `admin: { address: { socket_address: { address: 127.0.0.1, port_value: 15000 } } }
+static_resources:
+  secrets:
+  - { name: srv.cert, tls_certificate: { certificate_chain: { inline_string: CERT1 }, private_key: { inline_string: KEY1 } } }
+  - { name: upstream-ca, validation_context: { trusted_ca: { inline_string: CA1 } } }
+  - { name: unused, generic_secret: { secret: { inline_string: U1 } } }
+  - { name: web, tls_certificate: { certificate_chain: { inline_string: CERTW } } }
+  - { name: "a:b", tls_certificate: { certificate_chain: { inline_string: CERTAB } } }
+  - { name: sourced, tls_certificate: { certificate_chain: { inline_string: CERTS } } }
+  listeners:
+  - name: web
+    address: { socket_address: { address: 127.0.0.1, port_value: 10000 } }
+    filter_chains:
+    - transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+          common_tls_context:
+            tls_certificate_sds_secret_configs: [{ name: srv.cert }, { name: web }, { name: "a:b" }, { name: sourced, sds_config: { ads: {} } }]
+      filters: [{ name: envoy.filters.network.tcp_proxy, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy, stat_prefix: web, cluster: app } }]
+  clusters:
+  - name: app
+    type: STATIC
+    transport_socket: { name: envoy.transport_sockets.tls, typed_config: { "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext, commonTlsContext: { validationContextSdsSecretConfig: { name: upstream-ca } } } }
+    load_assignment: { cluster_name: app, endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 9000 } } } }] }] }
+`
+
+func TestSecretsMoveOutOfStatic(t *testing.T) {
+	b := parse(t, secretsBase)
+	if got := strings.Join(b.Secrets(), ","); got != "srv.cert,upstream-ca" {
+		t.Errorf("secrets moved: %s, want srv.cert,upstream-ca", got)
+	}
+	for _, name := range []string{"unused", "web", "a:b", "sourced"} {
+		if !strings.Contains(b.restText, "name: "+name) && !strings.Contains(b.restText, `name: "`+name+`"`) {
+			t.Errorf("secret %s is not static in the bootstrap Envoy runs:\n%s", name, b.restText)
+		}
+	}
+	if strings.Contains(b.restText, "srv.cert") || strings.Contains(b.restText, "upstream-ca") {
+		t.Errorf("a moved secret is still in the bootstrap:\n%s", b.restText)
+	}
+	lds, err := b.ListenerFile("/run/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cds, err := b.ClusterFile("/run/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		file, secret string
+		data         []byte
+	}{{"lds", "srv.cert", lds}, {"cds", "upstream-ca", cds}} {
+		kinds, err := secretKinds(c.data, "/run/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(kinds) != 1 || kinds[0].file != SecretFile(c.secret) || kinds[0].stats != "sds."+c.secret {
+			t.Errorf("%s reads secrets %v, want only %s from /run/x/%s\n%s", c.file, kinds, c.secret, SecretFile(c.secret), c.data)
+		}
+	}
+	if n := strings.Count(string(lds), "path_config_source"); n != 1 {
+		t.Errorf("the listener file has %d SDS sources, want 1 (srv.cert's; web's and a:b's stay static)\n%s", n, lds)
+	}
+
+	for _, tc := range []struct {
+		name, from, to, want string
+	}{
+		{"moved certificate", "KEY1", "KEY2", "secrets updated srv.cert"},
+		{"moved CA", "CA1", "CA2", "secrets updated upstream-ca"},
+		{"static, named by nothing", "U1", "U2", "restart"},
+		{"static, named as a listener too", "CERTW", "CERTW2", "restart"},
+		{"static, name rewritten in stats", "CERTAB", "CERTAB2", "restart"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Compare(b, parse(t, strings.Replace(secretsBase, tc.from, tc.to, 1)))
+			var restart *RestartError
+			switch {
+			case tc.want == "restart" && !errors.As(err, &restart):
+				t.Errorf("Compare = %q, %v; want a hot restart", c, err)
+			case tc.want != "restart" && (err != nil || c.String() != tc.want):
+				t.Errorf("Compare = %q, %v; want %q", c, err, tc.want)
+			}
+		})
+	}
+}
+
+// Past the watch budget's share of secrets, secrets stay static.
+func TestSecretFilesBounded(t *testing.T) {
+	var s strings.Builder
+	s.WriteString("static_resources:\n  secrets:\n")
+	for i := range MaxSecretFiles + 3 {
+		fmt.Fprintf(&s, "  - { name: s%d, generic_secret: { secret: { inline_string: x } } }\n", i)
+	}
+	s.WriteString("  listeners:\n  - name: l\n    address: { socket_address: { address: 127.0.0.1, port_value: 10000 } }\n    filter_chains:\n")
+	for i := range MaxSecretFiles + 3 {
+		fmt.Fprintf(&s, "    - { filter_chain_match: { server_names: [h%d] }, transport_socket: { name: tls, typed_config: { common_tls_context: { tls_certificate_sds_secret_configs: [{ name: s%d }] } } } }\n", i, i)
+	}
+	if n := len(parse(t, s.String()).Secrets()); n != MaxSecretFiles {
+		t.Errorf("%d secrets moved, want %d", n, MaxSecretFiles)
+	}
+}
+
+// TestSecretUpdatedInPlace: a static secret's new certificate reaches new
+// handshakes of the same Envoy, with no listener updated or drained, and a
+// TLS connection opened before goes on; a certificate with another's key,
+// which Envoy rejects, leaves the previous one served and its file back.
+func TestSecretUpdatedInPlace(t *testing.T) {
+	pairs := make([][3]string, 3)
+	for i := range pairs {
+		c, k, serial, err := envoykit.ServingPair(time.Now().Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pairs[i] = [3]string{c, k, serial}
+	}
+	admin, port := testenvoy.FreePort(t), testenvoy.FreePort(t)
+	v1 := envoykit.SecretTLSBootstrap(pairs[0][0], pairs[0][1], port, admin)
+	dir := runRewritten(t, "envoy.yaml", v1, admin)
+	ctx := context.Background()
+	if err := Accepted(ctx, dir, httpAdmin(admin)); err != nil {
+		t.Fatalf("Accepted: %v", err)
+	}
+	if s, err := envoykit.TLSSerial(port); err != nil || s != pairs[0][2] {
+		t.Fatalf("first certificate served: %s, %v; want %s", s, err, pairs[0][2])
+	}
+	conn, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port), &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	open := &keepAlive{conn: conn, r: bufio.NewReader(conn)}
+	if _, err := open.get(); err != nil {
+		t.Fatalf("request on the open TLS connection: %v", err)
+	}
+	stats := func() string {
+		body, err := httpAdmin(admin).Get(ctx, "/stats?filter="+`^listener_manager\.(lds\.update_attempt|total_listeners_draining|listener_in_place_updated|listener_modified)$`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(body)
+	}
+	listenersBefore := stats()
+
+	cur := parse(t, string(v1))
+	next := parse(t, string(envoykit.SecretTLSBootstrap(pairs[1][0], pairs[1][1], port, admin)))
+	if c, err := Apply(ctx, dir, cur, next, httpAdmin(admin)); err != nil || c.String() != "secrets updated srv" {
+		t.Fatalf("Apply = %q, %v; want secrets updated srv", c, err)
+	}
+	if s, err := envoykit.TLSSerial(port); err != nil || s != pairs[1][2] {
+		t.Errorf("after the update a new handshake sees %s, %v; want %s", s, err, pairs[1][2])
+	}
+	if _, closing, err := open.answer(); err != nil || closing {
+		t.Errorf("the TLS connection opened before: closing %v, %v; want it answered and kept open", closing, err)
+	}
+	if after := stats(); after != listenersBefore {
+		t.Errorf("the listeners changed with the secret:\nbefore %s\nafter %s", listenersBefore, after)
+	}
+	file := filepath.Join(dir, SecretFile("srv"))
+	good, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The third certificate with the second's key: Envoy refuses it.
+	bad := parse(t, string(envoykit.SecretTLSBootstrap(pairs[2][0], pairs[1][1], port, admin)))
+	_, err = Apply(ctx, dir, next, bad, httpAdmin(admin))
+	var rej *RejectedError
+	if !errors.As(err, &rej) || !rej.Restored || !strings.Contains(err.Error(), SecretFile("srv")) {
+		t.Fatalf("Apply of a mismatched key = %v; want a *RejectedError naming the secret's file, restored", err)
+	}
+	if strings.Contains(err.Error(), "PRIVATE KEY") || strings.Contains(err.Error(), pairs[1][1][40:80]) {
+		t.Errorf("the rejection quotes the key: %v", err)
+	}
+	if s, err := envoykit.TLSSerial(port); err != nil || s != pairs[1][2] {
+		t.Errorf("after the rejection a new handshake sees %s, %v; want the previous %s", s, err, pairs[1][2])
+	}
+	if now, err := os.ReadFile(file); err != nil || string(now) != string(good) {
+		t.Errorf("the secret's file was not put back (%v)", err)
+	}
+	if err := Accepted(ctx, dir, httpAdmin(admin)); err != nil {
+		t.Errorf("Accepted after the put-back: %v", err)
+	}
+	if _, err := open.get(); err != nil {
+		t.Errorf("the TLS connection opened first, after the rejection: %v", err)
+	}
+}
