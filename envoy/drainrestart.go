@@ -85,8 +85,8 @@ func (e *Envoy) DrainAndRestartFrom(ctx context.Context, cfg ProxyConfig, copied
 	e.restarting.Store(true)
 	defer e.restarting.Store(false)
 	prev := e.config()
-	if cfg.BaseID != prev.BaseID || cfg.AdminPort != prev.AdminPort || cfg.AdminSocket != prev.AdminSocket {
-		return 0, 0, errors.New("base id and admin address cannot change in a reload")
+	if err := sameIdentity(prev, cfg); err != nil {
+		return 0, 0, err
 	}
 	old := e.serving()
 	if old == nil || old.exited() {

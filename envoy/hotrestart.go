@@ -91,8 +91,8 @@ func (e *Envoy) hotRestart(ctx context.Context, cfg ProxyConfig, copied string) 
 	if cur.DisableHotRestart || cfg.DisableHotRestart {
 		return 0, errors.New("hot restart is disabled")
 	}
-	if cfg.BaseID != cur.BaseID || cfg.AdminPort != cur.AdminPort || cfg.AdminSocket != cur.AdminSocket {
-		return 0, errors.New("base id and admin address cannot change in a hot restart")
+	if err := sameIdentity(cur, cfg); err != nil {
+		return 0, err
 	}
 	old := e.serving()
 	if old == nil || old.exited() {
@@ -315,4 +315,16 @@ func (e *Envoy) recover(ctx context.Context, old *process, epoch int) string {
 		_, _ = hostfiles.ClearInitializingFlag(cfg.BaseID)
 	}
 	return fmt.Sprintf("epoch %d keeps serving traffic but lost its admin API (restoring it failed: %v)", old.epoch, err)
+}
+
+// sameIdentity refuses a new epoch of another base id or admin address, in
+// both paths that start one (a hot restart, a drain and restart): the
+// epochs share the one and the agent finds them by the other.
+// service/config's restart-only keys refuse such a reload first, with the
+// key's name; this keeps the package safe on its own.
+func sameIdentity(cur, next ProxyConfig) error {
+	if next.BaseID != cur.BaseID || next.AdminPort != cur.AdminPort || next.AdminSocket != cur.AdminSocket {
+		return errors.New("base id and admin address cannot change in a reload")
+	}
+	return nil
 }

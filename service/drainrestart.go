@@ -58,7 +58,8 @@ func (s *supervisor) reloadingStatus() string {
 // most termination_drain_duration), is stopped, and a new Envoy runs cfg
 // from copied, with --disable-hot-restart when next, the new binary's
 // hot-restart version, says hot restart is compiled out. It returns the
-// serving epoch and a sentence for the reload's answer.
+// serving epoch and a sentence for the reload's answer; the caller takes
+// cfg (takeReloadedConfig).
 func (s *supervisor) drainAndRestart(cfg *config.Config, copied, next string) (int, string, error) {
 	a := cfg.Agent
 	old := s.proxy.Pid()
@@ -78,7 +79,6 @@ func (s *supervisor) drainAndRestart(cfg *config.Config, copied, next string) (i
 	if err != nil {
 		return 0, "", err
 	}
-	s.takeReloadedConfig(cfg, next)
 	note := fmt.Sprintf("%s: Envoy pid %d drained for %s, pid %d serves the new configuration", control.HotRestartOffNote, old, drained.Round(time.Millisecond), pid)
 	s.log.WithFields(logrus.Fields{"event": "reload_restart", "old_pid": old, "pid": pid, "drained_ms": drained.Milliseconds()}).Infof("reload: %s", note)
 	return s.proxy.Epoch(), note, nil

@@ -34,8 +34,13 @@ type preparedReload struct {
 	cfg     *config.Config
 	copied  string
 	version string
-	restart bool // drain and restart instead of a hot restart (drainrestart.go)
-	steps   reloadSteps
+	// path is how the reload reaches cfg, decided once by checkReload:
+	// control.PathInPlace (the serving epoch takes inPlace),
+	// control.PathHotRestart (a new epoch), or control.PathDrainRestart
+	// (hot restart is compiled out of the serving Envoy or the new binary:
+	// drainrestart.go).
+	path  string
+	steps reloadSteps
 	// inPlace, with reload_method "auto", is the change the serving epoch
 	// takes in place; nil for a new epoch, and why says why then.
 	inPlace *envoy.InPlacePlan
@@ -157,8 +162,11 @@ func (s *supervisor) checkReload() (*preparedReload, error) {
 		if s.hotRestartVersion() == "" {
 			s.learnVersion() // a reload asked for right at READY=1
 		}
-		p.restart = s.restartsInstead(v.version)
-		if running := s.hotRestartVersion(); !p.restart && v.version != running {
+		p.path = control.PathHotRestart
+		if s.restartsInstead(v.version) {
+			p.path = control.PathDrainRestart
+		}
+		if running := s.hotRestartVersion(); p.path == control.PathHotRestart && v.version != running {
 			err = errConfig{fmt.Errorf("envoy.binary_path: %s has hot-restart version %s, the running Envoy %s: they cannot hot restart into each other; restart the service to switch", cfg.Envoy.BinaryPath, v.version, running)}
 		}
 	}
@@ -169,8 +177,11 @@ func (s *supervisor) checkReload() (*preparedReload, error) {
 	p.version = v.version
 	if cfg.Agent.InPlace() {
 		t := time.Now()
-		p.inPlace, p.why = s.planInPlace(old, cfg, copied, p.restart)
+		p.inPlace, p.why = s.planInPlace(old, cfg, copied, p.path == control.PathDrainRestart)
 		p.steps.plan = time.Since(t)
+		if p.inPlace != nil {
+			p.path = control.PathInPlace
+		}
 	}
 	return p, nil
 }
@@ -265,10 +276,10 @@ func (s *supervisor) discardReload(p *preparedReload) {
 	_ = os.Remove(p.copied)
 }
 
-// applyReload is a reload's second half: hot restart Envoy into the
-// prepared configuration, READY=1 whatever happened.
+// applyReload is a reload's second half: take the prepared configuration
+// by the path its plan chose, READY=1 whatever happened.
 func (s *supervisor) applyReload(p *preparedReload) control.ReloadResult {
-	if p.inPlace != nil {
+	if p.path == control.PathInPlace {
 		return s.applyInPlace(p)
 	}
 	cfg := p.cfg
@@ -278,15 +289,15 @@ func (s *supervisor) applyReload(p *preparedReload) control.ReloadResult {
 	var epoch int
 	var note string
 	var err error
-	if p.restart {
-		epoch, note, err = s.drainAndRestart(cfg, p.copied, p.version) // takes cfg itself
+	if p.path == control.PathDrainRestart {
+		epoch, note, err = s.drainAndRestart(cfg, p.copied, p.version)
 	} else {
 		startCtx, cancelStart := context.WithTimeout(context.Background(), cfg.Agent.StartTimeout.D())
 		epoch, err = s.proxy.HotRestartFrom(startCtx, s.proxyConfig(cfg), p.copied)
 		cancelStart()
-		if err == nil {
-			s.takeReloadedConfig(cfg, p.version)
-		}
+	}
+	if err == nil {
+		s.takeReloadedConfig(cfg, p.version)
 	}
 	p.steps.hotRestart = time.Since(t)
 	s.endReload()
@@ -294,10 +305,7 @@ func (s *supervisor) applyReload(p *preparedReload) control.ReloadResult {
 	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
 	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds(), Note: note}
 	if cfg.Agent.InPlace() {
-		res.Path, res.Changed = control.PathHotRestart, p.why
-		if p.restart {
-			res.Path = control.PathDrainRestart
-		}
+		res.Path, res.Changed = p.path, p.why
 	}
 	if err != nil {
 		res.Error = err.Error()

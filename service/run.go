@@ -200,7 +200,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 		},
 		Wait: s.waitForDrainingEpochs,
 		// An in-place reload starts no epoch: it cuts none.
-		NeedsWait: func(p *preparedReload) bool { return p.inPlace == nil },
+		NeedsWait: func(p *preparedReload) bool { return p.path != control.PathInPlace },
 		Apply:     s.applyReload,
 		Discard:   s.discardReload,
 	})
