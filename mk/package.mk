@@ -38,11 +38,11 @@ $(PKG_STAGE)/%/envoy-agent: pkg-force
 $(PKG_STAGE)/envoy-agent: $(PKG_STAGE)/$(GOHOSTARCH)/envoy-agent
 	cp $< $@
 
-# Man pages, generated from the commands and keys the code declares (internal/manual); the date
+# Man pages, generated from the commands and keys the code declares (service/manual); the date
 # is the last commit's, so a rebuild of the same commit gives the same pages.
 PKG_DATE ?= $(or $(shell git log -1 --format=%cs 2>/dev/null),1970-01-01)
 $(PKG_STAGE)/man: $(PKG_STAGE)/envoy-agent
-	$(GO) run ./internal/manual/cmd/genman -version "$(VERSION)" -date "$(PKG_DATE)" -gzip -out $@
+	$(GO) run ./service/manual/cmd/genman -version "$(VERSION)" -date "$(PKG_DATE)" -gzip -out $@
 
 # The packaged /etc/envoy-agent/config.toml is config.example.toml with the three paths a package
 # install uses; everything else (and every comment) stays as documented in the example.

@@ -9,11 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/envoy-agent/envoy-agent/internal/manual"
 	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/service/manual"
 )
 
-// TestEveryDocumentedCommandExists checks internal/manual (the source of help, the man pages and
+// TestEveryDocumentedCommandExists checks service/manual (the source of help, the man pages and
 // README's table) against what the command line dispatches: each documented command answers
 // --help with its own usage, and help lists every one.
 func TestEveryDocumentedCommandExists(t *testing.T) {

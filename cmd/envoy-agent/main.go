@@ -19,8 +19,8 @@ import (
 	"github.com/envoy-agent/envoy-agent/service/control"
 	"github.com/envoy-agent/envoy-agent/service/systemd"
 
-	"github.com/envoy-agent/envoy-agent/internal/manual"
 	"github.com/envoy-agent/envoy-agent/service"
+	"github.com/envoy-agent/envoy-agent/service/manual"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -43,7 +43,7 @@ const (
 	exitStatusUnknown    = 4 // the configuration file cannot be read, or the answer is not a status
 )
 
-// The commands, their help and the default configuration file are declared in internal/manual,
+// The commands, their help and the default configuration file are declared in service/manual,
 // which the man pages are generated from too. The help is built when it is
 // printed, not at every start.
 const defaultConfig = manual.DefaultConfig
@@ -137,7 +137,7 @@ var fileCommands = map[string]func(context.Context, string, io.Writer) error{
 	"reopen-logs": control.RequestReopenLogs,
 }
 
-// describe is a command's description from internal/manual, as a sentence without markup.
+// describe is a command's description from service/manual, as a sentence without markup.
 func describe(name string) string {
 	c, _ := manual.Lookup(name)
 	d := strings.ReplaceAll(c.Description, "`", "")

@@ -18,7 +18,7 @@ const maxFiles = 30
 // cmdImports are the module's packages cmd/envoy-agent may import: the daemon and its
 // packages, and the command table.
 var cmdImports = []string{
-	"github.com/envoy-agent/envoy-agent/internal/manual",
+	"github.com/envoy-agent/envoy-agent/service/manual",
 	"github.com/envoy-agent/envoy-agent/service",
 	"github.com/envoy-agent/envoy-agent/service/config",
 	"github.com/envoy-agent/envoy-agent/service/control",
@@ -115,7 +115,7 @@ func TestCommandImports(t *testing.T) {
 // command and the man-page generator link, link none of the envoy package, its connection
 // counting or protobuf; the mapping onto ProxyConfig lives in service (docs/design.md, Layers).
 func TestConfigLinksNoEnvoy(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "../../service/config", "../../service/control", "../../internal/manual/cmd/genman").Output()
+	out, err := exec.Command("go", "list", "-deps", "../../service/config", "../../service/control", "../../service/manual/cmd/genman").Output()
 	if err != nil {
 		t.Fatalf("go list -deps: %v", err)
 	}

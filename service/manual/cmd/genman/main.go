@@ -1,7 +1,7 @@
-// Command genman writes envoy-agent's man pages (internal/manual) into a directory, for the
+// Command genman writes envoy-agent's man pages (service/manual) into a directory, for the
 // packages (`make package`):
 //
-//	go run ./internal/manual/cmd/genman -version 1.2.3 -date 2026-12-03 -gzip -out .cache/package/man
+//	go run ./service/manual/cmd/genman -version 1.2.3 -date 2026-12-03 -gzip -out .cache/package/man
 //
 // With -gzip the pages are compressed as Debian wants them (maximum compression, no name or time
 // in the gzip header, so that the same input gives the same bytes).
@@ -15,7 +15,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/envoy-agent/envoy-agent/internal/manual"
+	"github.com/envoy-agent/envoy-agent/service/manual"
 )
 
 func main() {

@@ -20,7 +20,7 @@ var generatedIn = map[string]string{
 }
 
 // TestDocTables checks that the commands, exit codes and configuration keys tables in README.md
-// and docs/configuration.md say what the code declares (go test ./internal/manual -update
+// and docs/configuration.md say what the code declares (go test ./service/manual -update
 // rewrites them).
 func TestDocTables(t *testing.T) {
 	files := map[string]string{}
@@ -55,7 +55,7 @@ func TestDocTables(t *testing.T) {
 		got := doc[start : start+end+1]
 		if got != body {
 			if !*update {
-				t.Errorf("%s's table %q differs from internal/manual (run go test ./internal/manual -update):\n--- doc\n%s--- code\n%s", path, strings.SplitN(head, "\n", 2)[0], got, body)
+				t.Errorf("%s's table %q differs from service/manual (run go test ./service/manual -update):\n--- doc\n%s--- code\n%s", path, strings.SplitN(head, "\n", 2)[0], got, body)
 			}
 			doc = doc[:start] + body + doc[start+end+1:]
 		}
