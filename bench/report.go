@@ -126,7 +126,7 @@ func renderReload(w writer, r *Results) {
 		"A hot restart hands the listening sockets to the new Envoy, so no request should fail; a stop-and-start leaves nothing listening for as long as Envoy takes to stop and start.%s", note)
 }
 
-// The targets the agent is held to (issue 22), as ratios of the bare
+// The targets the agent is held to, as ratios of the bare
 // Envoy's figures measured in the same run.
 const (
 	startTarget  = 1.05 // start: exec → READY=1 against a bare exec → LIVE
@@ -209,7 +209,7 @@ func renderGrowth(w writer, r *Results) {
 		return
 	}
 	base := s.Rows[0]
-	w("A bare Envoy with N HTTP listeners, each of which has had a connection, %d held open. %d rounds of: one drain poll as the agent makes it, the kernel's count (`envoy.DownstreamCounter`, kept across the rounds: quick counts from a sock_diag dump of the established sockets, a full one (the Envoy's `/proc/PID/fd` links and every TCP socket, listeners included) when a connection is new, the count is zero or the last full one is 2 s old); one full count with nothing remembered; one count from Envoy's stats, the poll's fallback when `/proc` cannot be read (`GET %s` on a fresh connection, then `envoy.ParseActiveConnections`; until issue 20 every poll read both and took the larger); and one `GET /ready`. Baseline: the %d-listener row.\n\n",
+	w("A bare Envoy with N HTTP listeners, each of which has had a connection, %d held open. %d rounds of: one drain poll as the agent makes it, the kernel's count (`envoy.DownstreamCounter`, kept across the rounds: quick counts from a sock_diag dump of the established sockets, a full one (the Envoy's `/proc/PID/fd` links and every TCP socket, listeners included) when a connection is new, the count is zero or the last full one is 2 s old); one full count with nothing remembered; one count from Envoy's stats, the poll's fallback when `/proc` cannot be read (`GET %s` on a fresh connection, then `envoy.ParseActiveConnections`; until the kernel count came, every poll read both and took the larger); and one `GET /ready`. Baseline: the %d-listener row.\n\n",
 		base.Held, s.Iterations, drainPollPath, base.Listeners)
 	w("| Listeners | LIVE after | drain poll (kernel) median / p99 | poll vs %d listeners | target | full polls | full count median / p99 | full vs %d | stats count median / p99 | stats vs %d | stats answer | /ready median / p99 | poll share of a 250 ms interval |\n", base.Listeners, base.Listeners, base.Listeners)
 	w("|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -226,7 +226,7 @@ func renderGrowth(w writer, r *Results) {
 	meaning(w, "a quick drain poll dumps the established sockets only, so its cost follows the connections; a full count reads every socket of every Envoy process and of the namespace, listeners × workers included, and the stats count follows the listeners (Envoy renders, and the agent parses, one gauge per listener); `/ready` does not depend on them. The last column says how much of the agent's 250 ms drain poll interval one poll takes.")
 }
 
-// The in-place reload's targets (issue 33), against the hot restart of the
+// The in-place reload's targets, against the hot restart of the
 // same edit in the same run.
 const (
 	inPlaceTimeTarget  = 0.75 // an in-place reload against a hot-restart reload

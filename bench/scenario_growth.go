@@ -22,12 +22,12 @@ var (
 )
 
 // drainPollPath is the query the agent's drain poll made until it counted
-// from the kernel alone (issue 20); now its fallback when /proc is unreadable.
+// from the kernel alone; now its fallback when /proc is unreadable.
 const drainPollPath = `/stats?filter=^listener\..*downstream_cx_active$`
 
 // scenarioGrowth is scenario 5: what one drain poll (the kernel's count,
 // envoy.DownstreamCounter, and a full count with nothing remembered), the stats query with envoy.ParseActiveConnections
-// (the poll's fallback, and half the poll before issue 20) and one GET
+// (the poll's fallback, and once half the poll) and one GET
 // /ready cost with 10, 1,000 and 10,000 listeners. Every listener has had a connection, so that every gauge
 // is "used" and shows up in the answer; growthHeld stay open.
 func (b *bench) scenarioGrowth(ctx context.Context) (*GrowthResult, error) {

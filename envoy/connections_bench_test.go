@@ -18,7 +18,7 @@ import (
 
 // BenchmarkCountConnections compares one drain poll's count from the
 // kernel (Envoy.ActiveConnections, the drain poll) with the admin API's
-// gauges (the poll read both until issue 20 and took the larger), for a
+// gauges (the poll once read both and took the larger), for a
 // real Envoy with 10, 1000 and 10000 listeners and 10 connections held
 // open:
 //

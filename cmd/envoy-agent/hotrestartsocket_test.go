@@ -2,7 +2,7 @@
 
 package main
 
-// Envoy's hot-restart channel as a local attacker meets it (issue 23): a
+// Envoy's hot-restart channel as a local attacker meets it: a
 // copy of this test binary, run as uid 65534, speaks Envoy's hot-restart
 // protocol to the serving Envoy. Against a bare Envoy (abstract sockets, no
 // permissions) it takes a listening socket: that proves the probe works.
