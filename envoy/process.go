@@ -17,6 +17,7 @@ import (
 
 	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 	"github.com/envoy-agent/envoy-agent/envoy/output"
+	"github.com/envoy-agent/envoy-agent/envoy/reexec"
 )
 
 // process is one running Envoy: one hot-restart epoch.
@@ -57,7 +58,7 @@ func (o *outputPipe) copyTo(w io.Writer) {
 // startProcess starts Envoy in its own process group with a parent-death
 // signal of SIGKILL. Linux sends that signal when the thread that forked the
 // child exits, not the process (golang/go#27505), so the fork happens on the
-// forker thread (forker.go), which never exits; the wait can happen anywhere.
+// forker thread (package reexec), which never exits; the wait can happen anywhere.
 func startProcess(binary string, args, env []string, epoch int, adminAddressPath string, stdout, stderr io.Writer) (*process, error) {
 	p := &process{
 		epoch:            epoch,
@@ -99,7 +100,7 @@ func startProcess(binary string, args, env []string, epoch int, adminAddressPath
 	}
 
 	var err error
-	onForkerThread(func() { err = cmd.Start() })
+	reexec.OnForkerThread(func() { err = cmd.Start() })
 	closeWriteEnds() // Envoy has its copies
 	if err != nil {
 		for _, o := range p.outputs {

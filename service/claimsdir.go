@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
+	"github.com/envoy-agent/envoy-agent/envoy/reexec"
 )
 
 // EnvClaimsDir overrides where the agents of a host keep their claims
@@ -84,7 +84,7 @@ func adoptClaim(h claimFD) (*os.File, error) {
 	if f == nil {
 		return nil, fmt.Errorf("claim %s: bad inherited fd %d", h.Name, h.FD)
 	}
-	if _, err := envoy.Inheritable(f, false); err != nil {
+	if _, err := reexec.Inheritable(f, false); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("claim %s: inherited fd %d: %w", h.Name, h.FD, err)
 	}
@@ -96,11 +96,11 @@ func adoptClaim(h claimFD) (*os.File, error) {
 func (c *claims) handOver() (handed []claimFD, undo func(), err error) {
 	undo = func() {
 		for _, f := range c.files {
-			_, _ = envoy.Inheritable(f, false)
+			_, _ = reexec.Inheritable(f, false)
 		}
 	}
 	for _, f := range c.files {
-		fd, err := envoy.Inheritable(f, true)
+		fd, err := reexec.Inheritable(f, true)
 		if err != nil {
 			undo()
 			return nil, func() {}, fmt.Errorf("keep claim %s across the exec: %w", filepath.Base(f.Name()), err)

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/envoy/reexec"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
 	"github.com/envoy-agent/envoy-agent/service/config"
 	"github.com/envoy-agent/envoy-agent/service/control"
@@ -82,15 +83,15 @@ var handoverVersions = []int{1, 2}
 // handoverState is the state file: what the new agent needs to go on
 // exactly where the old one was.
 type handoverState struct {
-	Version           int                 `json:"version"`
-	FromAgentVersion  string              `json:"from_agent_version"`
-	Written           time.Time           `json:"written"`
-	Config            *config.Config      `json:"config"` // the settings that were serving (the file may have been edited since)
-	HotRestartVersion string              `json:"hot_restart_version"`
-	StatusFD          int                 `json:"status_fd"`     // the status server's listening socket
-	PrometheusFD      int                 `json:"prometheus_fd"` // the metrics listener's, -1 when off
-	Claims            []claimFD           `json:"claims"`        // the locked claim files (version 2)
-	Envoy             envoy.HandoverState `json:"envoy"`
+	Version           int                  `json:"version"`
+	FromAgentVersion  string               `json:"from_agent_version"`
+	Written           time.Time            `json:"written"`
+	Config            *config.Config       `json:"config"` // the settings that were serving (the file may have been edited since)
+	HotRestartVersion string               `json:"hot_restart_version"`
+	StatusFD          int                  `json:"status_fd"`     // the status server's listening socket
+	PrometheusFD      int                  `json:"prometheus_fd"` // the metrics listener's, -1 when off
+	Claims            []claimFD            `json:"claims"`        // the locked claim files (version 2)
+	Envoy             reexec.HandoverState `json:"envoy"`
 }
 
 // writeHandoverState writes st into dir, private (0600) and created
@@ -243,7 +244,7 @@ func (s *supervisor) adoptedNote() string {
 // before and the caller reports why.
 func (s *supervisor) execHandover(to string, bin *os.File, check bool) error {
 	cfg := s.config()
-	return s.proxy.Handover(func(es envoy.HandoverState) error {
+	return s.proxy.Handover(func(es reexec.HandoverState) error {
 		if s.agent.Draining() {
 			// A stop came in meanwhile: it wins, and the drain goes on here.
 			return errors.New("a stop began: not handing over a draining Envoy")
@@ -253,7 +254,7 @@ func (s *supervisor) execHandover(to string, bin *os.File, check bool) error {
 		var kept []net.Listener
 		defer func() {
 			for _, ln := range kept {
-				_, _ = envoy.Inheritable(ln.(*net.TCPListener), false)
+				_, _ = reexec.Inheritable(ln.(*net.TCPListener), false)
 			}
 		}()
 		for _, l := range []struct {
@@ -267,7 +268,7 @@ func (s *supervisor) execHandover(to string, bin *os.File, check bool) error {
 			if !ok {
 				return fmt.Errorf("listener %s is not TCP", l.ln.Addr())
 			}
-			fd, err := envoy.Inheritable(tl, true)
+			fd, err := reexec.Inheritable(tl, true)
 			if err != nil {
 				return fmt.Errorf("keep listener %s open across the exec: %w", l.ln.Addr(), err)
 			}
@@ -315,7 +316,7 @@ func (s *supervisor) execHandover(to string, bin *os.File, check bool) error {
 		defer func() { _, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC) }()
 		env = append(env, execFDEnv+"="+strconv.Itoa(fd))
 		s.log.Infof("upgrade: handing Envoy pid %d (epoch %d) over to envoy-agent %s: exec %s (the file probed, fd %d)", s.proxy.Pid(), s.proxy.Epoch(), to, s.selfPath, fd)
-		err = envoy.ExecOnForkerThread(fmt.Sprintf("/proc/self/fd/%d", fd), os.Args, env)
+		err = reexec.ExecOnForkerThread(fmt.Sprintf("/proc/self/fd/%d", fd), os.Args, env)
 		_ = os.Remove(path)
 		return err
 	})

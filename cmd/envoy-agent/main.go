@@ -49,7 +49,7 @@ const (
 const defaultConfig = manual.DefaultConfig
 
 // The main goroutine stays on the main thread: it is the thread that forks
-// every Envoy and re-executes the agent on an upgrade (envoy/forker.go).
+// every Envoy and re-executes the agent on an upgrade (envoy/reexec).
 func init() { runtime.LockOSThread() }
 
 func main() {

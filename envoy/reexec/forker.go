@@ -1,10 +1,21 @@
 //go:build linux
 
-package envoy
+// Package reexec is the agent's re-exec of itself, a live upgrade of the
+// agent binary with its Envoys kept running: the one OS thread that forks
+// every Envoy and runs the exec (the forker), the fds kept open across the
+// exec (Inheritable), and the state the old agent hands the new one
+// (HandoverState), which package envoy writes (Envoy.Handover) and reads
+// back (AdoptEnvoy).
+//
+// It knows nothing of Envoy beyond that state's fields: package envoy forks
+// its epochs through OnForkerThread, and the service serializes the state.
+package reexec
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
+	"syscall"
 )
 
 // The forker is the one OS thread that forks every Envoy epoch and runs
@@ -41,8 +52,10 @@ func forkerJobs() chan func() {
 	return forker.jobs
 }
 
-// onForkerThread runs f on the forker thread and waits for it.
-func onForkerThread(f func()) {
+// OnForkerThread runs f on the forker thread and waits for it. Package
+// envoy starts every Envoy epoch in it, so that the epoch's parent-death
+// signal fires only when the agent's process ends.
+func OnForkerThread(f func()) {
 	done := make(chan struct{})
 	forkerJobs() <- func() {
 		defer close(done)
@@ -65,7 +78,7 @@ func ServeForkerOnMainThread(program func() int) int {
 		took = true
 	})
 	if !took {
-		panic("envoy: ServeForkerOnMainThread called after the forker had started")
+		panic("reexec: ServeForkerOnMainThread called after the forker had started")
 	}
 	result := make(chan int, 1)
 	go func() { result <- program() }()
@@ -77,4 +90,14 @@ func ServeForkerOnMainThread(program func() int) int {
 			return code
 		}
 	}
+}
+
+// ExecOnForkerThread replaces the agent with binary (execve), from the
+// thread that forked every Envoy, so that their parent-death signal does
+// not fire: that thread becomes the new program's main thread. It returns
+// only when the exec failed.
+func ExecOnForkerThread(binary string, argv, env []string) error {
+	var err error
+	OnForkerThread(func() { err = syscall.Exec(binary, argv, env) })
+	return fmt.Errorf("exec %s: %w", binary, err)
 }
