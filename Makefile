@@ -63,7 +63,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseActiveConnections$$' -fuzztime $(FUZZN)x ./envoy
 	$(GO) test -run '^$$' -fuzz '^FuzzParseServerInfo$$' -fuzztime $(FUZZN)x ./envoy
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckAdminAddress$$' -fuzztime $(FUZZN)x ./envoy
-	$(GO) test -run '^$$' -fuzz '^FuzzParseHexAddrPort$$' -fuzztime $(FUZZN)x ./envoy
+	$(GO) test -run '^$$' -fuzz '^FuzzParseHexAddrPort$$' -fuzztime $(FUZZN)x ./envoy/conncount
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go') $$(git ls-files --others --exclude-standard '*.go')); \

@@ -180,7 +180,7 @@ type GrowthRow struct {
 	Get         Dist    `json:"stats_get"`  // GET /stats?filter=... on a fresh connection
 	Parse       Dist    `json:"parse"`      // envoy.ParseActiveConnections
 	Poll        Dist    `json:"stats_poll"` // both: one stats count (the drain poll once also read it)
-	Kernel      Dist    `json:"drain_poll"` // envoy.DownstreamCounter.Count: one drain poll
+	Kernel      Dist    `json:"drain_poll"` // conncount.Counter.Count: one drain poll
 	FullCount   Dist    `json:"full_count"` // a count with nothing remembered (a fresh DownstreamCounter)
 	PollFull    int     `json:"poll_full"`  // how many of the drain polls were full counts
 	Ready       Dist    `json:"ready"`      // GET /ready on a fresh connection

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/envoy/conncount"
 )
 
 var (
@@ -26,7 +27,7 @@ var (
 const drainPollPath = `/stats?filter=^listener\..*downstream_cx_active$`
 
 // scenarioGrowth is scenario 5: what one drain poll (the kernel's count,
-// envoy.DownstreamCounter, and a full count with nothing remembered), the stats query with envoy.ParseActiveConnections
+// conncount.Counter, and a full count with nothing remembered), the stats query with envoy.ParseActiveConnections
 // (the poll's fallback, and once half the poll) and one GET
 // /ready cost with 10, 1,000 and 10,000 listeners. Every listener has had a connection, so that every gauge
 // is "used" and shows up in the answer; growthHeld stay open.
@@ -83,7 +84,7 @@ func (b *bench) growthOne(ctx context.Context, n int) (*GrowthRow, error) {
 	// Envoy counts a connection once its worker accepted it: wait for all.
 	for i := 0; i < 200; i++ {
 		got, err := admc.ActiveConnections(ctx)
-		k, kerr := envoy.NewDownstreamCounter().Count([]int{p.Pid()}, admin)
+		k, kerr := conncount.New(nil).Count([]int{p.Pid()}, admin)
 		if err == nil && got == row.Held && kerr == nil && k == row.Held {
 			break
 		}
@@ -99,7 +100,7 @@ func (b *bench) growthOne(ctx context.Context, n int) (*GrowthRow, error) {
 	row.StatsRounds = statsRounds
 	var gets, parses, polls, readies, kernels, fulls []time.Duration
 	pid := p.Pid()
-	counter := envoy.NewDownstreamCounter() // the drain poll's, kept across the rounds
+	counter := conncount.New(nil) // the drain poll's, kept across the rounds
 	for i := 0; i < growthIters && ctx.Err() == nil; i++ {
 		t2 := time.Now()
 		if i < statsRounds {
@@ -132,7 +133,7 @@ func (b *bench) growthOne(ctx context.Context, n int) (*GrowthRow, error) {
 		if err != nil || n != row.Held {
 			return nil, fmt.Errorf("the kernel's count: %d, %v; want %d", n, err, row.Held)
 		}
-		n, err = envoy.NewDownstreamCounter().Count([]int{pid}, admin)
+		n, err = conncount.New(nil).Count([]int{pid}, admin)
 		t5 := time.Now()
 		if err != nil || n != row.Held {
 			return nil, fmt.Errorf("a full count: %d, %v; want %d", n, err, row.Held)

@@ -70,7 +70,7 @@ func (a *Agent) terminate() {
 	}
 	// One count before the listeners drain: the graceful drain closes them
 	// after Envoy's drain time, and the count knows their addresses only
-	// from having seen them listen (envoy/connections.go).
+	// from having seen them listen (envoy/conncount).
 	conns := "unknown"
 	if n := a.connections(); n >= 0 {
 		conns = strconv.Itoa(n)

@@ -106,7 +106,7 @@ func (e *Envoy) DrainAndRestartFrom(ctx context.Context, cfg ProxyConfig, copied
 
 	start := time.Now()
 	// One count before the listeners drain, so that the count knows their
-	// addresses after the graceful drain closes them (connections.go).
+	// addresses after the graceful drain closes them (package conncount).
 	_, _ = e.countConnections(nil)
 	if err := e.Drain(false); err != nil {
 		e.log.Warnf("restart: drain: %v", err)

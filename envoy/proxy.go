@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/envoy/conncount"
 	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 )
@@ -60,7 +61,7 @@ type Envoy struct {
 
 	snapshots atomic.Uint64 // numbers each bootstrap copy, so no two epochs share a file
 
-	conns *DownstreamCounter // counts the downstream connections (connections.go)
+	conns *conncount.Counter // counts the downstream connections (package conncount)
 }
 
 // NewProxy returns the Proxy for cfg. Its dynamic type is *Envoy.
@@ -74,9 +75,8 @@ func NewEnvoy(cfg ProxyConfig) *Envoy {
 		admin:    cfg.newAdmin(),
 		procs:    map[*process]struct{}{},
 		switched: make(chan struct{}, 1),
-		conns:    NewDownstreamCounter(),
 	}
-	e.conns.logf = e.log.Warnf
+	e.conns = conncount.New(e.log.Warnf)
 	return e
 }
 

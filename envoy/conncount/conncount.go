@@ -1,28 +1,8 @@
 //go:build linux
 
-package envoy
-
-import (
-	"bufio"
-	"context"
-	"encoding/hex"
-	"errors"
-	"fmt"
-	"io"
-	"io/fs"
-	"net/netip"
-	"os"
-	"strconv"
-	"strings"
-	"sync"
-	"syscall"
-	"time"
-
-	"github.com/envoy-agent/envoy-agent/internal/sockdiag"
-)
-
-// Downstream connections, counted from the kernel's socket tables rather
-// than from Envoy's stats.
+// Package conncount counts Envoy's downstream connections from the
+// kernel's socket tables rather than from Envoy's stats (Counter): what a
+// drain and a reload's wait poll.
 //
 // Why not the stats: after a hot restart the new epoch's
 // /stats?usedonly hides every listener gauge it has not written itself,
@@ -61,6 +41,25 @@ import (
 // is forgotten once nothing listens on it and no connection is left on it.
 //
 // Not counted: UDP (QUIC) and unix-domain listeners.
+package conncount
+
+import (
+	"bufio"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/internal/sockdiag"
+)
 
 // TCP states of /proc/net/tcp (include/net/tcp_states.h).
 const (
@@ -247,11 +246,10 @@ func countDownstream(entries []socketEntry, listening listenAddrs, owned func(ui
 // is seen within it.
 const fullCountEvery = 2 * time.Second
 
-// DownstreamCounter counts the downstream connections of Envoy's processes
-// from the kernel, remembering between counts Envoy's listening addresses
-// and the sockets each process held (see the comment at the top of
-// connections.go). Safe for concurrent use.
-type DownstreamCounter struct {
+// Counter counts the downstream connections of Envoy's processes from the
+// kernel, remembering between counts Envoy's listening addresses and the
+// sockets each process held (see the package doc). Safe for concurrent use.
+type Counter struct {
 	mu        sync.Mutex
 	listening listenAddrs
 	held      map[int]map[uint64]bool          // socket inodes per process, at the last full count
@@ -261,19 +259,28 @@ type DownstreamCounter struct {
 	logf      func(format string, args ...any) // says once that sock_diag was refused (nil: silent)
 }
 
-// NewDownstreamCounter returns a counter that knows no listening address yet.
-func NewDownstreamCounter() *DownstreamCounter {
-	return &DownstreamCounter{listening: listenAddrs{}}
+// New returns a counter that knows no listening address yet. logf, when
+// not nil, is told once that sock_diag was refused and every count reads
+// /proc/PID/net/tcp and tcp6 instead.
+func New(logf func(format string, args ...any)) *Counter {
+	return &Counter{listening: listenAddrs{}, logf: logf}
 }
 
 // Count counts the downstream connections of the Envoy processes pids
 // (connections on adminPort left out), as one drain poll does.
-func (c *DownstreamCounter) Count(pids []int, adminPort int) (int, error) {
+func (c *Counter) Count(pids []int, adminPort int) (int, error) {
 	return c.count(pids, 0, uint16(adminPort))
 }
 
+// CountHeld counts the downstream connections that process pid, one of
+// the Envoy processes pids, holds (connections on adminPort left out):
+// those of one epoch among all of them.
+func (c *Counter) CountHeld(pids []int, pid, adminPort int) (int, error) {
+	return c.count(pids, pid, uint16(adminPort))
+}
+
 // FullCounts is how many of the counts were full ones.
-func (c *DownstreamCounter) FullCounts() int {
+func (c *Counter) FullCounts() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.full
@@ -281,7 +288,7 @@ func (c *DownstreamCounter) FullCounts() int {
 
 // count counts the downstream connections of pids (of onlyPid alone when
 // it is not 0).
-func (c *DownstreamCounter) count(pids []int, onlyPid int, adminPort uint16) (int, error) {
+func (c *Counter) count(pids []int, onlyPid int, adminPort uint16) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if n, ok := c.quick(pids, onlyPid); ok {
@@ -293,7 +300,7 @@ func (c *DownstreamCounter) count(pids []int, onlyPid int, adminPort uint16) (in
 // quick counts from one dump of the established and close-wait sockets,
 // with the owners and listening addresses of the last full count; ok is
 // false when only a full count can answer.
-func (c *DownstreamCounter) quick(pids []int, onlyPid int) (n int, ok bool) {
+func (c *Counter) quick(pids []int, onlyPid int) (n int, ok bool) {
 	if c.noDiag || c.held == nil || len(pids) != len(c.held) || time.Since(c.fullAt) > fullCountEvery {
 		return 0, false
 	}
@@ -330,7 +337,7 @@ func (c *DownstreamCounter) quick(pids []int, onlyPid int) (n int, ok bool) {
 
 // fullCount reads every process's fd links and every TCP socket, and
 // remembers them for the quick counts that follow.
-func (c *DownstreamCounter) fullCount(pids []int, onlyPid int, adminPort uint16) (int, error) {
+func (c *Counter) fullCount(pids []int, onlyPid int, adminPort uint16) (int, error) {
 	c.full++
 	held := make(map[int]map[uint64]bool, len(pids))
 	for _, pid := range pids {
@@ -368,7 +375,7 @@ func (c *DownstreamCounter) fullCount(pids []int, onlyPid int, adminPort uint16)
 // sockets lists every TCP socket of Envoy's network namespace in the
 // states a count reads: from sock_diag, or, where a sandbox refuses it,
 // from /proc/PID/net/tcp{,6} of any of pids (they share the namespace).
-func (c *DownstreamCounter) sockets(pids []int) ([]socketEntry, error) {
+func (c *Counter) sockets(pids []int) ([]socketEntry, error) {
 	if !c.noDiag {
 		all, err := sockdiag.Dump(sockdiag.Established | sockdiag.CloseWait | sockdiag.Listen)
 		if err == nil {
@@ -398,38 +405,20 @@ func fromDiag(all []sockdiag.Socket) []socketEntry {
 	return out
 }
 
-// ActiveConnections counts the downstream connections of every epoch not
-// yet reaped (the serving one and those still draining after a hot
-// restart), from the kernel's socket tables: complete and current, where
-// Envoy's own gauges are neither right after a hot restart. Only when
-// /proc cannot be read does it answer the serving epoch's stats.
-func (e *Envoy) ActiveConnections(ctx context.Context) (int, error) {
-	n, err := e.countConnections(nil)
-	if err == nil {
-		return n, nil
-	}
-	if m, aerr := e.admin.ActiveConnections(ctx); aerr == nil {
-		return m, nil
-	}
-	return 0, err
-}
-
-// epochListening reports whether process p still holds a listening TCP
-// socket, that is, whether it may still accept connections. A replaced
-// epoch closes its listening sockets when the new epoch, past LIVE, tells
-// it to drain; until then a connection can still land on it, and ending
-// it then cuts that connection's request.
-func (e *Envoy) epochListening(p *process) (bool, error) {
-	held, err := socketInodes(p.pid)
+// Listening reports whether process pid still holds a listening TCP
+// socket, that is, whether it may still accept connections; false once it
+// has exited.
+func (c *Counter) Listening(pid int) (bool, error) {
+	held, err := socketInodes(pid)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 		return false, nil // it has exited
 	}
 	if err != nil {
 		return false, err
 	}
-	e.conns.mu.Lock()
-	entries, err := e.conns.sockets([]int{p.pid})
-	e.conns.mu.Unlock()
+	c.mu.Lock()
+	entries, err := c.sockets([]int{pid})
+	c.mu.Unlock()
 	if err != nil {
 		return false, err
 	}
@@ -439,29 +428,4 @@ func (e *Envoy) epochListening(p *process) (bool, error) {
 		}
 	}
 	return false, nil
-}
-
-// epochConnections counts the downstream connections process p holds.
-func (e *Envoy) epochConnections(p *process) (int, error) {
-	return e.countConnections(p)
-}
-
-func (e *Envoy) countConnections(only *process) (int, error) {
-	e.mu.Lock()
-	var pids []int
-	for p := range e.procs {
-		if !p.exited() {
-			pids = append(pids, p.pid)
-		}
-	}
-	adminPort := uint16(e.cfg.AdminPort)
-	e.mu.Unlock()
-	if len(pids) == 0 {
-		return 0, nil
-	}
-	onlyPid := 0
-	if only != nil {
-		onlyPid = only.pid
-	}
-	return e.conns.count(pids, onlyPid, adminPort)
 }
