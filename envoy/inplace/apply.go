@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -167,7 +168,7 @@ func Write(dir string, b *Bootstrap) (string, error) {
 		files = append(files, file{SecretFile(r.name), data})
 	}
 	for _, r := range b.routes {
-		data, err := routeFile(r)
+		data, err := routeFile(r, dir)
 		if err != nil {
 			return "", err
 		}
@@ -276,6 +277,7 @@ func Apply(ctx context.Context, dir string, old, new *Bootstrap, admin Admin) (C
 		}
 		steps = append(steps, step{cds, data, oldCDS})
 	}
+	routeFileIn := func(r resource) ([]byte, error) { return routeFile(r, dir) }
 	// An added secret's or route's file is read when the listener or
 	// cluster that names it arrives: it is written, not confirmed, and
 	// removed on a rejection.
@@ -285,7 +287,7 @@ func Apply(ctx context.Context, dir string, old, new *Bootstrap, admin Admin) (C
 		names []string
 		file  func(string) string
 		data  func(resource) ([]byte, error)
-	}{{new.secrets, c.Secrets.Added, SecretFile, secretFile}, {new.routes, c.Routes.Added, RouteFile, routeFile}} {
+	}{{new.secrets, c.Secrets.Added, SecretFile, secretFile}, {new.routes, c.Routes.Added, RouteFile, routeFileIn}} {
 		for _, r := range f.rs {
 			if !slices.Contains(f.names, r.name) {
 				continue
@@ -326,7 +328,7 @@ func Apply(ctx context.Context, dir string, old, new *Bootstrap, admin Admin) (C
 		return c, err
 	}
 	routeOf := func(name string) kind { return routeKind(name, new.prefixes[name]) }
-	if err := updated(old.routes, new.routes, c.Routes.Updated, routeOf, routeFile); err != nil {
+	if err := updated(old.routes, new.routes, c.Routes.Updated, routeOf, routeFileIn); err != nil {
 		removeFiles(dir, added)
 		return c, err
 	}
@@ -599,7 +601,14 @@ func Accepted(ctx context.Context, dir string, admin Admin) error {
 		return err
 	}
 	kinds = append(kinds, routes...)
-	for _, f := range []string{ListenersFile, ClustersFile} {
+	for _, k := range routes {
+		data, err := os.ReadFile(filepath.Join(dir, k.file))
+		if err != nil {
+			return err
+		}
+		files[k.file] = data
+	}
+	for _, f := range slices.Sorted(maps.Keys(files)) {
 		secrets, err := secretKinds(files[f], dir)
 		if err != nil {
 			return fmt.Errorf("%s: %w", f, err)
@@ -616,7 +625,7 @@ func Accepted(ctx context.Context, dir string, admin Admin) error {
 			break // a listener or cluster refused has no route or secret subscription
 		}
 		data, ok := files[k.file]
-		if !ok {
+		if !ok { // a secret's
 			if data, err = os.ReadFile(filepath.Join(dir, k.file)); err != nil {
 				return err
 			}

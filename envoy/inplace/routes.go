@@ -150,8 +150,15 @@ func scalar(n *yaml.Node) string {
 // Routes are the names of the route configurations served from files.
 func (b *Bootstrap) Routes() []string { return names(b.routes) }
 
-// routeFile is the RDS file of one route configuration.
-func routeFile(r resource) ([]byte, error) { return resourceFile(routeType, []resource{r}) }
+// routeFile is the RDS file of one route configuration, whose SDS sources
+// (a filter's per-route secret) read from the resource folder dir.
+func routeFile(r resource, dir string) ([]byte, error) {
+	data, err := resourceFile(routeType, []resource{r})
+	if err != nil {
+		return nil, err
+	}
+	return inFolder(data, dir)
+}
 
 // inFolder puts the resource folder dir into a listener file's RDS
 // sources.

@@ -210,3 +210,30 @@ func TestSecretUpdatedInPlace(t *testing.T) {
 		t.Errorf("the TLS connection opened first, after the rejection: %v", err)
 	}
 }
+
+// A secret named from inside a connection manager's routes moves with
+// them: the route file reads it from the resource folder, as the listener
+// file does.
+func TestSecretNamedFromRoutes(t *testing.T) {
+	b := parse(t, `static_resources:
+  secrets:
+  - { name: key, generic_secret: { secret: { inline_string: K } } }
+  listeners:
+  - name: web
+    address: { socket_address: { address: 127.0.0.1, port_value: 10000 } }
+    filter_chains: [{ filters: [{ name: hcm, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager, stat_prefix: web, route_config: { virtual_hosts: [{ name: all, domains: ["*"], typed_per_filter_config: { f: { hmac_sds_secret_config: { name: key } } }, routes: [{ match: { prefix: "/" }, direct_response: { status: 200 } }] }] }, http_filters: [] } }] }]
+`)
+	if got := strings.Join(b.Secrets(), ","); got != "key" {
+		t.Fatalf("secrets moved: %q, want key", got)
+	}
+	if len(b.routes) != 1 {
+		t.Fatalf("%d route configurations moved, want 1", len(b.routes))
+	}
+	data, err := routeFile(b.routes[0], "/run/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), folderToken) || !strings.Contains(string(data), "/run/x/"+SecretFile("key")) {
+		t.Errorf("the route file does not read the secret from /run/x:\n%s", data)
+	}
+}
