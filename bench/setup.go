@@ -45,8 +45,11 @@ func (b *bench) newSite(name, version string, listeners, spare int) (*site, erro
 
 // writeBootstrap (re)writes the site's bootstrap, atomically.
 func (s *site) writeBootstrap() error {
-	_, err := envoykit.WriteBootstrap(s.dir, filepath.Base(s.bootPath), s.boot)
-	return err
+	b, err := envoykit.RenderBootstrap(s.boot)
+	if err != nil {
+		return err
+	}
+	return envoykit.WriteFileAtomic(s.bootPath, b)
 }
 
 // listener is the site's first (most often only) listener.
@@ -156,7 +159,7 @@ func (r *agentRun) waitReady(ctx context.Context) error {
 func waitNotify(ctx context.Context, ns *envoykit.NotifySocket, p *proc, kv string, mark int, timeout time.Duration) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	m, err := ns.WaitFor(ctx, kv, mark, p.Done())
+	m, err := ns.WaitFrom(ctx, kv, mark, p.Done())
 	switch {
 	case errors.Is(err, envoykit.ErrAborted):
 		return time.Time{}, p.failure(fmt.Errorf("%s exited (%v) before it sent %s", p.name, p.Err(), kv))

@@ -15,15 +15,15 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // liveEnvoy is a real Envoy run by an Agent, for one test.
 type liveEnvoy struct {
 	proxy    *Envoy
 	agent    *Agent
-	ports    testenvoy.Ports
-	upstream *testenvoy.Upstream
+	ports    envoykit.Ports
+	upstream *envoykit.Upstream
 	cancel   context.CancelFunc
 	done     chan error
 }
@@ -36,21 +36,21 @@ type agentOptions struct {
 
 func startAgent(t *testing.T, o agentOptions) *liveEnvoy {
 	t.Helper()
-	up := testenvoy.NewUpstream(t)
-	ports := testenvoy.NewPorts(t)
+	up := envoykit.NewUpstream(t)
+	ports := envoykit.NewPorts(t)
 	ports.Upstream = up.Port
 	dir := t.TempDir()
-	bootstrap := testenvoy.WriteBootstrap(t, dir, "envoy.yaml", testenvoy.BootstrapOptions{Ports: ports})
+	bootstrap := envoykit.WriteBootstrap(t, dir, "envoy.yaml", envoykit.BootstrapOptions{Ports: ports})
 	if o.drainDuration == 0 {
 		o.drainDuration = 10 * time.Second
 	}
 	p := NewEnvoy(ProxyConfig{
-		BinaryPath:             testenvoy.Binary(t),
+		BinaryPath:             envoykit.Binary(t),
 		ConfigPath:             bootstrap,
 		AdminPort:              int32(ports.Admin),
 		DrainDuration:          durationpb.New(o.drainDuration),
 		ParentShutdownDuration: durationpb.New(o.drainDuration + 5*time.Second),
-		BaseID:                 testenvoy.BaseID(),
+		BaseID:                 envoykit.BaseID(),
 		Concurrency:            1,
 		LogLevel:               "warning",
 		RunDir:                 dir,
@@ -71,7 +71,7 @@ func startAgent(t *testing.T, o agentOptions) *liveEnvoy {
 			t.Errorf("agent did not return")
 		}
 	})
-	if !testenvoy.Eventually(20*time.Second, func() bool {
+	if !envoykit.Eventually(20*time.Second, func() bool {
 		r, err := p.Admin().Ready(context.Background())
 		return err == nil && r.Live
 	}) {
@@ -121,14 +121,14 @@ func (w testWriter) Write(b []byte) (int, error) {
 }
 
 type result struct {
-	testenvoy.Response
+	envoykit.Response
 	err error
 }
 
 func slowRequest(le *liveEnvoy, d time.Duration) chan result {
 	ch := make(chan result, 1)
 	go func() {
-		r, err := testenvoy.Get(testenvoy.URL(le.ports.Listener, "/slow?d="+d.String()), 30*time.Second)
+		r, err := envoykit.Get(envoykit.URL(le.ports.Listener, "/slow?d="+d.String()), 30*time.Second)
 		ch <- result{r, err}
 	}()
 	return ch
@@ -136,7 +136,7 @@ func slowRequest(le *liveEnvoy, d time.Duration) chan result {
 
 func waitActive(t *testing.T, le *liveEnvoy, n int) {
 	t.Helper()
-	if !testenvoy.Eventually(5*time.Second, func() bool {
+	if !envoykit.Eventually(5*time.Second, func() bool {
 		got, err := le.proxy.Admin().ActiveConnections(context.Background())
 		return err == nil && got == n
 	}) {
@@ -157,7 +157,7 @@ func TestDrainLetsInFlightRequestFinishAndEndsAtZero(t *testing.T) {
 
 	// Envoy's own state shows the drain: health checks fail (/ready says
 	// DRAINING) while the listener still accepts.
-	if !testenvoy.Eventually(2*time.Second, func() bool {
+	if !envoykit.Eventually(2*time.Second, func() bool {
 		r, err := le.proxy.Admin().Ready(context.Background())
 		return err == nil && !r.Live && r.State == "DRAINING"
 	}) {
@@ -253,7 +253,7 @@ func TestGracefulDrainClosesListenersAfterEnvoyDrainTime(t *testing.T) {
 	// draining up to termination_drain_duration.
 	le := startAgent(t, agentOptions{termination: 6 * time.Second, minDrain: 6 * time.Second, drainDuration: time.Second})
 	le.stopAsync(30 * time.Second)
-	if !testenvoy.Eventually(5*time.Second, func() bool {
+	if !envoykit.Eventually(5*time.Second, func() bool {
 		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(le.ports.Listener), time.Second)
 		if err == nil {
 			c.Close()
@@ -305,7 +305,7 @@ func TestDisableDrainingThenStopSkipsTheDrain(t *testing.T) {
 	if took > 3*time.Second {
 		t.Errorf("a stop without drain took %s", took)
 	}
-	if testenvoy.Alive(pid) {
+	if envoykit.Alive(pid) {
 		t.Errorf("envoy pid %d still alive", pid)
 	}
 }
@@ -320,7 +320,7 @@ func TestDrainNowKeepsListenersOpenAndStopIsImmediate(t *testing.T) {
 	}
 	// skip_exit: past Envoy's 1s drain time the listener still serves.
 	time.Sleep(2 * time.Second)
-	if r, err := testenvoy.Get(testenvoy.URL(le.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
+	if r, err := envoykit.Get(envoykit.URL(le.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
 		t.Fatalf("after DrainNow the listener answers %d, %v; want 200", r.Code, err)
 	}
 	took, err := le.stop(t, 30*time.Second)
@@ -339,7 +339,7 @@ func TestDisableDrainingCutsADrainShort(t *testing.T) {
 	// it would skip the drain instead of cutting it).
 	cut := make(chan bool, 1)
 	go func() {
-		began := testenvoy.Eventually(10*time.Second, le.agent.Draining)
+		began := envoykit.Eventually(10*time.Second, le.agent.Draining)
 		le.agent.DisableDraining()
 		cut <- began
 	}()

@@ -12,7 +12,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // Envoy's graceful drain closes its listening sockets after its drain time
@@ -64,7 +64,7 @@ func TestCountFollowsTheOldEpochsLastConnection(t *testing.T) {
 	// The client has its answer; Envoy closes its end at once (drain:
 	// Connection: close). A few polls, far less than a stats flush.
 	var counts []string
-	if !testenvoy.Eventually(2*time.Second, func() bool {
+	if !envoykit.Eventually(2*time.Second, func() bool {
 		n, err := le.proxy.ActiveConnections(context.Background())
 		counts = append(counts, strconv.Itoa(n))
 		return err == nil && n == 0
@@ -86,24 +86,24 @@ func TestCountFollowsTheOldEpochsLastConnection(t *testing.T) {
 func BenchmarkCountConnections(b *testing.B) {
 	for _, listeners := range []int{10, 1000, 10000} {
 		b.Run(fmt.Sprintf("listeners=%d", listeners), func(b *testing.B) {
-			up := testenvoy.NewUpstream(b)
-			ports := testenvoy.NewPorts(b)
+			up := envoykit.NewUpstream(b)
+			ports := envoykit.NewPorts(b)
 			ports.Upstream = up.Port
 			var extra []int
 			for range listeners - 1 {
-				extra = append(extra, testenvoy.FreePort(b))
+				extra = append(extra, envoykit.FreePort(b))
 			}
 			dir := b.TempDir()
 			p := NewEnvoy(ProxyConfig{
-				BinaryPath: testenvoy.Binary(b), AdminPort: int32(ports.Admin),
-				ConfigPath:    testenvoy.WriteBootstrap(b, dir, "envoy.yaml", testenvoy.BootstrapOptions{Ports: ports, ExtraListeners: extra}),
-				DrainDuration: durationpb.New(time.Second), BaseID: testenvoy.BaseID(), Concurrency: 1, LogLevel: "warning", RunDir: dir,
+				BinaryPath: envoykit.Binary(b), AdminPort: int32(ports.Admin),
+				ConfigPath:    envoykit.WriteBootstrap(b, dir, "envoy.yaml", envoykit.BootstrapOptions{Ports: ports, ExtraListeners: extra}),
+				DrainDuration: durationpb.New(time.Second), BaseID: envoykit.BaseID(), Concurrency: 1, LogLevel: "warning", RunDir: dir,
 			})
 			abort := make(chan error, 1)
 			done := make(chan error, 1)
 			go func() { done <- p.Run(abort) }()
 			b.Cleanup(func() { abort <- errAbort; <-done; p.Cleanup() })
-			if !testenvoy.Eventually(180*time.Second, func() bool { r, err := p.Admin().Ready(context.Background()); return err == nil && r.Live }) {
+			if !envoykit.Eventually(180*time.Second, func() bool { r, err := p.Admin().Ready(context.Background()); return err == nil && r.Live }) {
 				b.Fatal("envoy never became LIVE")
 			}
 			for i := range 10 {
@@ -117,7 +117,7 @@ func BenchmarkCountConnections(b *testing.B) {
 				}
 				b.Cleanup(func() { c.Close() })
 			}
-			if !testenvoy.Eventually(10*time.Second, func() bool { n, err := p.ActiveConnections(context.Background()); return err == nil && n == 10 }) {
+			if !envoykit.Eventually(10*time.Second, func() bool { n, err := p.ActiveConnections(context.Background()); return err == nil && n == 10 }) {
 				n, err := p.ActiveConnections(context.Background())
 				b.Fatalf("kernel count %d, %v; want 10", n, err)
 			}

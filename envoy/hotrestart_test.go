@@ -14,17 +14,16 @@ import (
 
 	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
 func (le *liveEnvoy) bootstrap(t *testing.T, name, version string) string {
-	return testenvoy.WriteBootstrap(t, le.proxy.runDir, name, testenvoy.BootstrapOptions{Ports: le.ports, ResponseHeader: version})
+	return envoykit.WriteBootstrap(t, le.proxy.runDir, name, envoykit.BootstrapOptions{Ports: le.ports, ResponseHeader: version})
 }
 
 func TestHotRestartSwitchesConfigWithoutFailures(t *testing.T) {
 	t.Parallel()
 	le := startAgent(t, agentOptions{termination: 5 * time.Second, minDrain: time.Second, drainDuration: time.Second})
-	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(le.ports.Listener, "/"), Connections: 4})
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(le.ports.Listener, "/"), Connections: 4})
 	oldPid := le.proxy.Pid()
 	for i := 1; i <= 3; i++ {
 		cfg := le.proxy.config()
@@ -36,14 +35,14 @@ func TestHotRestartSwitchesConfigWithoutFailures(t *testing.T) {
 			t.Fatalf("hot restart %d: epoch %d, %v", i, epoch, err)
 		}
 		// The load meets each epoch before the next hot restart.
-		if v := "v" + strconv.Itoa(i); !testenvoy.Eventually(10*time.Second, func() bool { return l.Latest() == v }) {
+		if v := "v" + strconv.Itoa(i); !envoykit.Eventually(10*time.Second, func() bool { return l.Latest() == v }) {
 			t.Fatalf("after hot restart %d the answers say %q, want %s", i, l.Latest(), v)
 		}
 	}
 	// Enough answers from the last epoch too for the count to mean
 	// something (on a quiet machine three hot restarts take well under a
 	// second).
-	if !testenvoy.Eventually(10*time.Second, func() bool { return l.OK() >= 100 }) {
+	if !envoykit.Eventually(10*time.Second, func() bool { return l.OK() >= 100 }) {
 		t.Fatalf("only %d answers within 10s of the last hot restart", l.OK())
 	}
 	l.Stop()
@@ -57,7 +56,7 @@ func TestHotRestartSwitchesConfigWithoutFailures(t *testing.T) {
 	if err != nil || si.CommandLineOptions.RestartEpoch != 3 || le.proxy.Epoch() != 3 {
 		t.Fatalf("admin answers epoch %d (%v), proxy says %d; want 3", si.CommandLineOptions.RestartEpoch, err, le.proxy.Epoch())
 	}
-	if !testenvoy.Eventually(10*time.Second, func() bool { return !testenvoy.Alive(oldPid) }) {
+	if !envoykit.Eventually(10*time.Second, func() bool { return !envoykit.Alive(oldPid) }) {
 		t.Errorf("epoch 0 (pid %d) never exited after being replaced", oldPid)
 	}
 	took, err := le.stop(t, 30*time.Second)
@@ -72,7 +71,7 @@ func TestHotRestartSwitchesConfigWithoutFailures(t *testing.T) {
 func TestFailedHotRestartKeepsServingAndRecoversAdmin(t *testing.T) {
 	t.Parallel()
 	le := startAgent(t, agentOptions{termination: 5 * time.Second, minDrain: time.Second, drainDuration: time.Second})
-	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(le.ports.Listener, "/"), Connections: 4})
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(le.ports.Listener, "/"), Connections: 4})
 
 	// A bootstrap Envoy accepts (it passes --mode validate) but cannot
 	// start: its listener's port is taken.
@@ -84,7 +83,7 @@ func TestFailedHotRestartKeepsServingAndRecoversAdmin(t *testing.T) {
 	badPorts := le.ports
 	badPorts.Listener = taken.Addr().(*net.TCPAddr).Port
 	cfg := le.proxy.config()
-	cfg.ConfigPath = testenvoy.WriteBootstrap(t, le.proxy.runDir, "bad.yaml", testenvoy.BootstrapOptions{Ports: badPorts, ResponseHeader: "bad"})
+	cfg.ConfigPath = envoykit.WriteBootstrap(t, le.proxy.runDir, "bad.yaml", envoykit.BootstrapOptions{Ports: badPorts, ResponseHeader: "bad"})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	_, err = le.proxy.HotRestart(ctx, cfg)
 	cancel()
@@ -104,10 +103,10 @@ func TestFailedHotRestartKeepsServingAndRecoversAdmin(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a good hot restart after a failed one: %v", err)
 	}
-	if !testenvoy.Eventually(10*time.Second, func() bool { return l.Latest() == "good" }) {
+	if !envoykit.Eventually(10*time.Second, func() bool { return l.Latest() == "good" }) {
 		t.Fatalf("after the good hot restart the answers say %q", l.Latest())
 	}
-	testenvoy.WaitAnswers(t, l, 20) // and keep coming from it
+	envoykit.WaitAnswers(t, l, 20) // and keep coming from it
 	l.Stop()
 	if l.Failed() != 0 {
 		t.Fatalf("%d failed requests (last: %v)", l.Failed(), l.LastErr())

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // epochsRunning counts the epochs not yet reaped.
@@ -42,8 +42,8 @@ func TestDrainOrQuitDuringAHotRestart(t *testing.T) {
 			cfg := le.proxy.config()
 			// The new epoch stays INITIALIZING for a second, so that the
 			// drain or the quit comes while the hot restart waits for it.
-			cfg.ConfigPath = testenvoy.WriteBootstrap(t, le.proxy.runDir, "v1.yaml",
-				testenvoy.BootstrapOptions{Ports: le.ports, ResponseHeader: "v1", InitDelay: time.Second})
+			cfg.ConfigPath = envoykit.WriteBootstrap(t, le.proxy.runDir, "v1.yaml",
+				envoykit.BootstrapOptions{Ports: le.ports, ResponseHeader: "v1", InitDelay: time.Second})
 			pids := []int{le.proxy.Pid()}
 			restarted := make(chan error, 1)
 			go func() {
@@ -52,7 +52,7 @@ func TestDrainOrQuitDuringAHotRestart(t *testing.T) {
 				_, err := le.proxy.HotRestart(ctx, cfg)
 				restarted <- err
 			}()
-			if !testenvoy.Eventually(10*time.Second, func() bool { return le.proxy.epochsRunning() == 2 }) {
+			if !envoykit.Eventually(10*time.Second, func() bool { return le.proxy.epochsRunning() == 2 }) {
 				t.Fatalf("the new epoch never started")
 			}
 			le.proxy.mu.Lock()
@@ -85,7 +85,7 @@ func TestDrainOrQuitDuringAHotRestart(t *testing.T) {
 				t.Fatalf("stop: %v after %s", err, took)
 			}
 			for _, pid := range pids {
-				if !testenvoy.Eventually(5*time.Second, func() bool { return !testenvoy.Alive(pid) }) {
+				if !envoykit.Eventually(5*time.Second, func() bool { return !envoykit.Alive(pid) }) {
 					t.Errorf("envoy pid %d outlived the agent", pid)
 				}
 			}

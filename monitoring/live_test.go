@@ -35,7 +35,6 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 	"github.com/envoy-agent/envoy-agent/service"
 )
 
@@ -53,14 +52,14 @@ func TestLivePrometheusAlerts(t *testing.T) {
 
 	// Traffic (the health checks Envoy sends on their own).
 	for _, path := range []string{"/", "/"} {
-		if _, err := testenvoy.Get(testenvoy.URL(a.ports.Listener, path), 5*time.Second); err != nil {
+		if _, err := envoykit.Get(envoykit.URL(a.ports.Listener, path), 5*time.Second); err != nil {
 			t.Fatalf("GET %s through Envoy: %v", path, err)
 		}
 	}
 
 	t.Run("healthy agent fires nothing", func(t *testing.T) {
 		// Ten evaluations after the first scrape: every rule evaluated without error, no alert.
-		if !testenvoy.Eventually(livePoll, func() bool {
+		if !envoykit.Eventually(livePoll, func() bool {
 			v, ok := p.scalar(`count_over_time(up{job="envoy-agent"}[1m])`)
 			return ok && v >= 10
 		}) {
@@ -83,7 +82,7 @@ func TestLivePrometheusAlerts(t *testing.T) {
 	})
 
 	t.Run("dashboard metrics exist in a real scrape", func(t *testing.T) {
-		r, err := testenvoy.Get(testenvoy.URL(a.promPort, "/stats/prometheus"), 5*time.Second)
+		r, err := envoykit.Get(envoykit.URL(a.promPort, "/stats/prometheus"), 5*time.Second)
 		if err != nil || r.Code != 200 {
 			t.Fatalf("scrape: %v %v", r.Code, err)
 		}
@@ -115,7 +114,7 @@ func TestLivePrometheusAlerts(t *testing.T) {
 	})
 
 	t.Run("near-expiry certificate", func(t *testing.T) {
-		r, err := testenvoy.Get(testenvoy.URL(a.promPort, "/stats/prometheus"), 5*time.Second)
+		r, err := envoykit.Get(envoykit.URL(a.promPort, "/stats/prometheus"), 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +139,7 @@ func TestLivePrometheusAlerts(t *testing.T) {
 				case <-stop:
 					return
 				case <-tick.C:
-					_, _ = testenvoy.Get(testenvoy.URL(a.ports.Listener, "/fail"), 2*time.Second)
+					_, _ = envoykit.Get(envoykit.URL(a.ports.Listener, "/fail"), 2*time.Second)
 				}
 			}
 		}()
@@ -160,7 +159,7 @@ func TestLivePrometheusAlerts(t *testing.T) {
 			t.Fatalf("a reload into a broken bootstrap succeeded:\n%s", out)
 		}
 		p.waitFiring(t, "EnvoyAgentReloadFailed")
-		if r, err := testenvoy.Get(testenvoy.URL(a.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
+		if r, err := envoykit.Get(envoykit.URL(a.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
 			t.Errorf("Envoy no longer serves after the bad reload: %v %v", r.Code, err)
 		}
 	})
@@ -186,7 +185,7 @@ func TestLivePrometheusAlerts(t *testing.T) {
 			t.Fatalf("a reload adding a listener on a taken port succeeded:\n%s", out)
 		}
 		p.waitFiring(t, "EnvoyAgentInPlaceChangeRejected")
-		if r, err := testenvoy.Get(testenvoy.URL(a.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
+		if r, err := envoykit.Get(envoykit.URL(a.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
 			t.Errorf("Envoy no longer serves after the rejected change: %v %v", r.Code, err)
 		}
 		if err := os.WriteFile(a.bootstrap, good, 0o644); err != nil {
@@ -247,7 +246,7 @@ func agentBinary(t *testing.T, dir string) string {
 type liveAgent struct {
 	bin, config, bootstrap string
 	good                   []byte // the bootstrap as it started
-	ports                  testenvoy.Ports
+	ports                  envoykit.Ports
 	promPort               int
 	proc                   *envoykit.Process
 	envoyPid               int
@@ -317,12 +316,12 @@ func startLiveAgent(t *testing.T, dir string) *liveAgent {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
 
-	ports := testenvoy.NewPorts(t)
+	ports := envoykit.NewPorts(t)
 	ports.Upstream = ln.Addr().(*net.TCPAddr).Port
 	cert, key := writeCertificate(t, dir, 72*time.Hour)
 	var b bytes.Buffer
 	if err := liveBootstrap.Execute(&b, map[string]any{
-		"Admin": ports.Admin, "Listener": ports.Listener, "TLS": testenvoy.FreePort(t), "Upstream": ports.Upstream,
+		"Admin": ports.Admin, "Listener": ports.Listener, "TLS": envoykit.FreePort(t), "Upstream": ports.Upstream,
 		"Cert": cert, "Key": key, "HCM": hcm,
 	}); err != nil {
 		t.Fatal(err)
@@ -331,7 +330,7 @@ func startLiveAgent(t *testing.T, dir string) *liveAgent {
 	if err := os.WriteFile(a.bootstrap, b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	baseID := testenvoy.BaseID()
+	baseID := envoykit.BaseID()
 	config := fmt.Sprintf(`[envoy]
 binary_path = %q
 config_path = %q
@@ -347,7 +346,7 @@ run_dir = %q
 termination_drain_duration = "2s"
 min_drain_duration = "0s"
 reload_method = "auto"
-`, testenvoy.Binary(t), a.bootstrap, ports.Admin, baseID, ports.Status, ports.Prometheus, filepath.Join(dir, "run"))
+`, envoykit.Binary(t), a.bootstrap, ports.Admin, baseID, ports.Status, ports.Prometheus, filepath.Join(dir, "run"))
 	if err := os.WriteFile(a.config, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -355,8 +354,8 @@ reload_method = "auto"
 	if err := os.Mkdir(claims, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	ns := testenvoy.NewNotifySocket(t)
-	var stderr testenvoy.SyncBuffer
+	ns := envoykit.NewNotifySocket(t)
+	var stderr envoykit.SyncBuffer
 	proc, err := envoykit.Start(a.bin, []string{"run", "--config", a.config}, &stderr,
 		"NOTIFY_SOCKET="+ns.Path, service.EnvClaimsDir+"="+claims)
 	if err != nil {
@@ -447,8 +446,8 @@ scrape_configs:
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	port := testenvoy.FreePort(t)
-	var out testenvoy.SyncBuffer
+	port := envoykit.FreePort(t)
+	var out envoykit.SyncBuffer
 	proc, err := envoykit.Start(bin, []string{
 		"--config.file=" + filepath.Join(dir, "prometheus.yml"),
 		"--storage.tsdb.path=" + filepath.Join(dir, "tsdb"),
@@ -464,8 +463,8 @@ scrape_configs:
 		}
 	})
 	p := &prometheus{base: "http://127.0.0.1:" + strconv.Itoa(port)}
-	if !testenvoy.Eventually(livePoll, func() bool {
-		r, err := testenvoy.Get(p.base+"/-/ready", time.Second)
+	if !envoykit.Eventually(livePoll, func() bool {
+		r, err := envoykit.Get(p.base+"/-/ready", time.Second)
 		return err == nil && r.Code == 200
 	}) {
 		t.Fatalf("prometheus not ready:\n%s", tailOf(out.String(), 4000))
@@ -476,7 +475,7 @@ scrape_configs:
 func tailOf(s string, n int) string { return s[max(0, len(s)-n):] }
 
 func (p *prometheus) get(path string) string {
-	r, err := testenvoy.Get(p.base+path, 5*time.Second)
+	r, err := envoykit.Get(p.base+path, 5*time.Second)
 	if err != nil {
 		return err.Error()
 	}
@@ -547,7 +546,7 @@ func (p *prometheus) alerts(t *testing.T) []alert {
 // waitFiring polls Prometheus' /api/v1/alerts until name fires.
 func (p *prometheus) waitFiring(t *testing.T, name string) {
 	t.Helper()
-	if !testenvoy.Eventually(livePoll, func() bool {
+	if !envoykit.Eventually(livePoll, func() bool {
 		return slices.ContainsFunc(p.alerts(t), func(a alert) bool { return a.Labels["alertname"] == name && a.State == "firing" })
 	}) {
 		t.Fatalf("%s did not fire within %s; alerts: %s", name, livePoll, p.get("/api/v1/alerts"))

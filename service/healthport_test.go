@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 func TestStatusServer(t *testing.T) {
@@ -104,7 +104,7 @@ func TestReadyCacheAnswersWhileAsking(t *testing.T) {
 			t.Fatalf("get while asking = %v %q, want the last answer", ok, why)
 		}
 	}
-	if !testenvoy.Eventually(5*time.Second, func() bool { return asked.Load() == 2 }) || asked.Load() != 2 {
+	if !envoykit.Eventually(5*time.Second, func() bool { return asked.Load() == 2 }) || asked.Load() != 2 {
 		t.Fatalf("asked %d times, want 2 (one question under way)", asked.Load())
 	}
 	c.mu.Lock()

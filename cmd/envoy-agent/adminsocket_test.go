@@ -20,7 +20,6 @@ import (
 
 	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
 // drainCountRE matches a drain's STATUS= with connections counted.
@@ -33,7 +32,7 @@ func adminSocketOptions(sock string) procOptions {
 		envoy: map[string]string{"admin_port": "", "admin_socket": strconv.Quote(sock),
 			"drain_duration": `"2s"`, "parent_shutdown_duration": `"3s"`},
 		agent:     map[string]string{"exit_on_zero_active_connections": "true", "termination_drain_duration": `"3s"`},
-		bootstrap: testenvoy.BootstrapOptions{AdminSocket: sock, ResponseHeader: "s0"},
+		bootstrap: envoykit.BootstrapOptions{AdminSocket: sock, ResponseHeader: "s0"},
 	}
 }
 
@@ -95,10 +94,10 @@ func TestAdminOnAUnixSocketEndToEnd(t *testing.T) {
 		t.Errorf("merged metrics: envoy_server_live = %q, want 1 (Envoy's, read through the socket)", got)
 	}
 
-	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 2})
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(p.ports.Listener, "/"), Connections: 2})
 	defer l.Stop()
 	for i := 1; i <= 2; i++ {
-		p.rewriteBootstrap(testenvoy.BootstrapOptions{AdminSocket: sock, ResponseHeader: "s" + strconv.Itoa(i)})
+		p.rewriteBootstrap(envoykit.BootstrapOptions{AdminSocket: sock, ResponseHeader: "s" + strconv.Itoa(i)})
 		if code, out := p.reload(); code != 0 || !strings.Contains(out, "epoch "+strconv.Itoa(i)+" is serving") {
 			t.Fatalf("reload %d: exit %d: %s", i, code, out)
 		}
@@ -119,7 +118,7 @@ func TestAdminOnAUnixSocketEndToEnd(t *testing.T) {
 	ports := p.ports
 	ports.Listener = taken.Addr().(*net.TCPAddr).Port
 	good := readFileT(t, filepath.Join(p.dir, "envoy.yaml"))
-	testenvoy.WriteBootstrap(t, p.dir, "envoy.yaml", testenvoy.BootstrapOptions{Ports: ports, AdminSocket: sock, ResponseHeader: "bad"})
+	envoykit.WriteBootstrap(t, p.dir, "envoy.yaml", envoykit.BootstrapOptions{Ports: ports, AdminSocket: sock, ResponseHeader: "bad"})
 	code, out := p.reload()
 	if code != 1 || !strings.Contains(out, "Address already in use") || !strings.Contains(out, "keeps serving") {
 		t.Fatalf("reload onto a taken port: exit %d: %s", code, out)
@@ -239,7 +238,7 @@ func TestAdminDefaultsToAUnixSocket(t *testing.T) {
 	runDir := filepath.Join(base, "run")
 	sock := filepath.Join(runDir, "admin.sock")
 	p := startAgent(t, procOptions{envoy: map[string]string{"admin_port": ""}, agent: map[string]string{"run_dir": strconv.Quote(runDir)},
-		bootstrap: testenvoy.BootstrapOptions{AdminSocket: sock}})
+		bootstrap: envoykit.BootstrapOptions{AdminSocket: sock}})
 	fi, err := os.Stat(sock)
 	if err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("admin socket %s: %v %v; want a socket, mode 0600", sock, fi, err)

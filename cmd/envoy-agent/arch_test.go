@@ -16,7 +16,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // elfMachines maps a GOARCH to the ELF machine of its programs.
@@ -60,7 +60,7 @@ func TestAgentAndEnvoyRunAsTheTestsArchitecture(t *testing.T) {
 		t.Skipf("no ELF machine known for GOARCH %s", runtime.GOARCH)
 	}
 	p := startAgent(t, procOptions{})
-	envoyBin, err := filepath.EvalSymlinks(testenvoy.Binary(t))
+	envoyBin, err := filepath.EvalSymlinks(envoykit.Binary(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // runAgent runs the binary to completion and returns its exit code, stdout
@@ -68,20 +68,20 @@ func TestCommandLine(t *testing.T) {
 // naming the file, line and key, a non-zero exit, and no Envoy left.
 func TestBadInputNeverStartsEnvoy(t *testing.T) {
 	dir := t.TempDir()
-	bin := testenvoy.Binary(t)
-	ports := testenvoy.NewPorts(t)
-	ports.Upstream = testenvoy.FreePort(t)
-	testenvoy.WriteBootstrap(t, dir, "envoy.yaml", testenvoy.BootstrapOptions{Ports: ports})
+	bin := envoykit.Binary(t)
+	ports := envoykit.NewPorts(t)
+	ports.Upstream = envoykit.FreePort(t)
+	envoykit.WriteBootstrap(t, dir, "envoy.yaml", envoykit.BootstrapOptions{Ports: ports})
 	rejected := filepath.Join(dir, "rejected.yaml")
 	if err := os.WriteFile(rejected, []byte("admin:\n  address: {socket_address: {address: 127.0.0.1, port_value: "+strconv.Itoa(ports.Admin)+"}}\nstatic_resources:\n  clusters:\n  - name: c\n    type: NOT_A_TYPE\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	head := func(bootstrap string) string {
 		return "[envoy]\nbinary_path = " + strconv.Quote(bin) + "\nconfig_path = " + strconv.Quote(bootstrap) +
-			"\nadmin_port = " + strconv.Itoa(ports.Admin) + "\nbase_id = " + strconv.Itoa(int(testenvoy.BaseID())) + "\n"
+			"\nadmin_port = " + strconv.Itoa(ports.Admin) + "\nbase_id = " + strconv.Itoa(int(envoykit.BaseID())) + "\n"
 	}
 	agent := "[agent]\nstatus_port = " + strconv.Itoa(ports.Status) + "\nprometheus_port = 0\nrun_dir = \"run\"\n"
-	otherAdmin := testenvoy.FreePort(t)
+	otherAdmin := envoykit.FreePort(t)
 	tests := []struct {
 		name     string
 		cmd      string
@@ -126,8 +126,8 @@ func TestBadInputNeverStartsEnvoy(t *testing.T) {
 }
 
 func TestValidateExampleConfig(t *testing.T) {
-	cmd := exec.Command(agentBin, "validate", "--config", filepath.Join(testenvoy.RepoRoot(t), "config.example.toml"))
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(testenvoy.Binary(t))+":"+os.Getenv("PATH"))
+	cmd := exec.Command(agentBin, "validate", "--config", filepath.Join(envoykit.RepoRoot(t), "config.example.toml"))
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(envoykit.Binary(t))+":"+os.Getenv("PATH"))
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "OK: ") {
 		t.Fatalf("validate config.example.toml: %v\n%s", err, out)

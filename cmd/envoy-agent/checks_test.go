@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // TestValidateRefusesWhatRunWouldRefuse: each of these passed validate and
@@ -18,10 +18,10 @@ import (
 // naming file, line and key.
 func TestValidateRefusesWhatRunWouldRefuse(t *testing.T) {
 	dir := t.TempDir()
-	bin := testenvoy.Binary(t)
-	ports := testenvoy.NewPorts(t)
-	ports.Upstream = testenvoy.FreePort(t)
-	testenvoy.WriteBootstrap(t, dir, "envoy.yaml", testenvoy.BootstrapOptions{Ports: ports})
+	bin := envoykit.Binary(t)
+	ports := envoykit.NewPorts(t)
+	ports.Upstream = envoykit.FreePort(t)
+	envoykit.WriteBootstrap(t, dir, "envoy.yaml", envoykit.BootstrapOptions{Ports: ports})
 	head := "[envoy]\nconfig_path = \"envoy.yaml\"\nadmin_port = " + strconv.Itoa(ports.Admin) + "\n"
 	tail := "[agent]\nstatus_port = " + strconv.Itoa(ports.Status) + "\nprometheus_port = 0\n"
 	binary := "binary_path = " + strconv.Quote(bin) + "\n"
@@ -85,9 +85,9 @@ func TestRefusesFilesOthersCanWrite(t *testing.T) {
 	if err := os.Chown(userDir, other, other); err != nil {
 		t.Fatal(err)
 	}
-	ports := testenvoy.NewPorts(t)
+	ports := envoykit.NewPorts(t)
 	rootDir := t.TempDir()
-	goodBootstrap := testenvoy.WriteBootstrap(t, rootDir, "envoy.yaml", testenvoy.BootstrapOptions{Ports: ports})
+	goodBootstrap := envoykit.WriteBootstrap(t, rootDir, "envoy.yaml", envoykit.BootstrapOptions{Ports: ports})
 	data, err := os.ReadFile(goodBootstrap)
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func TestRefusesFilesOthersCanWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	wrapper := filepath.Join(userDir, "envoy")
-	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec "+testenvoy.Binary(t)+" \"$@\"\n"), 0o755); err != nil {
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec "+envoykit.Binary(t)+" \"$@\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chown(wrapper, other, other); err != nil {
@@ -120,7 +120,7 @@ func TestRefusesFilesOthersCanWrite(t *testing.T) {
 			"config.toml:2: envoy.binary_path: " + wrapper + " can be replaced by uid 1001",
 			"config.toml:3: envoy.config_path: " + userBootstrap + " can be replaced by uid 1001",
 		}},
-		{"the TOML file in uid 1001's folder", userToml, toml(testenvoy.Binary(t), goodBootstrap), []string{
+		{"the TOML file in uid 1001's folder", userToml, toml(envoykit.Binary(t), goodBootstrap), []string{
 			userToml + ": " + userToml + " can be replaced by uid 1001",
 		}},
 	}
@@ -154,7 +154,7 @@ func TestRefusesFilesOthersCanWrite(t *testing.T) {
 	if err := os.WriteFile(withRuntime, append(data, layer...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(rootToml, []byte(toml(testenvoy.Binary(t), withRuntime)), 0o644); err != nil {
+	if err := os.WriteFile(rootToml, []byte(toml(envoykit.Binary(t), withRuntime)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	code, stdout, stderr := runAgent(t, "validate", "--config", rootToml)

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/service"
 )
 
@@ -81,7 +81,7 @@ func claimSquat() {
 // serves; a second agent with the same base id is refused, naming the real
 // first agent, not the made-up one.
 func TestClaimsCannotBeSquatted(t *testing.T) {
-	baseID := testenvoy.BaseID()
+	baseID := envoykit.BaseID()
 	claimsDir := os.Getenv(service.EnvClaimsDir)
 	names := fmt.Sprintf("@envoy-agent/base-id/%d", baseID)
 	said := startSquatter(t, "NAMES="+names, "CLAIM="+filepath.Join(claimsDir, fmt.Sprintf("base-id-%d", baseID)))
@@ -118,7 +118,7 @@ func TestSquattedHotRestartNamesDoNotStopAStart(t *testing.T) {
 		t.Skip("needs root: the squatter runs as uid 65534")
 	}
 	t.Parallel()
-	baseID := testenvoy.BaseID()
+	baseID := envoykit.BaseID()
 	var names []string
 	for n := range uint64(10) {
 		for _, role := range []string{"parent", "child"} {
@@ -130,7 +130,7 @@ func TestSquattedHotRestartNamesDoNotStopAStart(t *testing.T) {
 		t.Fatalf("uid 65534 could not bind the abstract names; the test proves nothing:\n%s", said)
 	}
 	p := startAgent(t, procOptions{noWaitReady: true, envoy: map[string]string{"base_id": fmt.Sprint(baseID)}})
-	if !testenvoy.Eventually(30*time.Second, func() bool { return p.healthz() == 200 }) {
+	if !envoykit.Eventually(30*time.Second, func() bool { return p.healthz() == 200 }) {
 		code, _ := p.wait(p.started, 5*time.Second)
 		t.Fatalf("with uid 65534 holding @%s, the agent is not ready (exit %d):\n%s", names[0], code, p.stderr.String())
 	}
@@ -178,7 +178,7 @@ func TestSquattedClaimsDirDoesNotStopAStart(t *testing.T) {
 		agent: map[string]string{"run_dir": strconv.Quote(filepath.Join(home, "run"))},
 		env: []string{service.EnvClaimsDir + "=", "XDG_RUNTIME_DIR=", "XDG_CACHE_HOME=", "STATE_DIRECTORY=",
 			"TMPDIR=" + tmp, "HOME=" + filepath.Join(home, "home")}})
-	if !testenvoy.Eventually(30*time.Second, func() bool { return p.healthz() == 200 }) {
+	if !envoykit.Eventually(30*time.Second, func() bool { return p.healthz() == 200 }) {
 		code, _ := p.wait(p.started, 5*time.Second)
 		t.Fatalf("with uid 65534's %s (mode 0777), the agent of uid %d is not ready (exit %d):\n%s", squatted, agentUid, code, p.stderr.String())
 	}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/service/manual"
 )
 
@@ -44,7 +44,7 @@ func TestEveryDocumentedCommandExists(t *testing.T) {
 // guarded by is-active, but by hand it must say what is wrong) exits 1 with the reason.
 func TestReopenLogsWithoutAnAgent(t *testing.T) {
 	config := filepath.Join(t.TempDir(), "config.toml")
-	writeFile(t, config, "[agent]\nstatus_port = "+strconv.Itoa(testenvoy.FreePort(t))+"\n")
+	writeFile(t, config, "[agent]\nstatus_port = "+strconv.Itoa(envoykit.FreePort(t))+"\n")
 	code, stdout, stderr := runAgent(t, "reopen-logs", "--config", config)
 	if code != exitFailure || !strings.Contains(stderr, "cannot reach the agent") {
 		t.Fatalf("exit %d, %q %q; want exit 1 naming the unreachable agent", code, stdout, stderr)

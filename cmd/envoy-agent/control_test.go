@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // helperEnv makes this test binary a helper instead of running tests:
@@ -98,7 +98,7 @@ func controlRequest(sock, method, route string) (int, error) {
 
 // statusPost POSTs route on the agent's TCP status port.
 func statusPost(port int, route string) (int, error) {
-	resp, err := http.Post(testenvoy.URL(port, route), "", nil)
+	resp, err := http.Post(envoykit.URL(port, route), "", nil)
 	if err != nil {
 		return 0, err
 	}
@@ -158,7 +158,7 @@ func openToAll(t *testing.T, dir string) {
 // service group and root can.
 func TestControlOnlyOperators(t *testing.T) {
 	t.Parallel()
-	p := startAgentWith(t, procOptions{}, func(testenvoy.Ports) {})
+	p := startAgentWith(t, procOptions{}, func(envoykit.Ports) {})
 	openToAll(t, p.dir)
 	sock := p.controlSocket()
 	for _, f := range []string{p.config, filepath.Join(p.dir, "envoy.yaml")} {
@@ -208,7 +208,7 @@ func TestControlOnlyOperators(t *testing.T) {
 	if code := p.healthz(); code != 200 {
 		t.Fatalf("/healthz/ready = %d after the refused requests, want 200 (nothing drained)", code)
 	}
-	if r, err := testenvoy.Get(testenvoy.URL(p.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
+	if r, err := envoykit.Get(envoykit.URL(p.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
 		t.Fatalf("traffic after the refused requests: %+v, %v", r, err)
 	}
 
@@ -245,7 +245,7 @@ func TestStatusPortSquatted(t *testing.T) {
 	t.Parallel()
 	var helper *exec.Cmd
 	var stdin io.WriteCloser
-	p := startAgentWith(t, procOptions{noWaitReady: true}, func(ports testenvoy.Ports) {
+	p := startAgentWith(t, procOptions{noWaitReady: true}, func(ports envoykit.Ports) {
 		helper = exec.Command(testBinCopy)
 		helper.Env = append(os.Environ(), helperEnv+"=listen", "ADDR=127.0.0.1:"+strconv.Itoa(ports.Status))
 		helper.SysProcAttr = &syscall.SysProcAttr{Credential: nobody}
@@ -358,7 +358,7 @@ func TestFakeAgentOnTheControlSocketIsNotBelieved(t *testing.T) {
 	}
 	sock := filepath.Join(fakeDir, "ctl.sock")
 	p := startAgentWith(t, procOptions{noWaitReady: true, agent: map[string]string{"control_socket": fmt.Sprintf("%q", sock)}},
-		func(testenvoy.Ports) {})
+		func(envoykit.Ports) {})
 	// The agent refuses the folder itself, from the configuration alone,
 	// whether or not a fake serves there yet.
 	code, _ := p.wait(p.started, 20*time.Second)
@@ -412,7 +412,7 @@ func TestFakeAgentInAFolderRootMadeIsNotBelieved(t *testing.T) {
 		t.Fatal(err)
 	}
 	config := filepath.Join(dir, "config.toml")
-	text := fmt.Sprintf("[envoy]\nbinary_path = %q\nadmin_port = 15000\n[agent]\ncontrol_socket = %q\n", testenvoy.Binary(t), filepath.Join(sockDir, "control.sock"))
+	text := fmt.Sprintf("[envoy]\nbinary_path = %q\nadmin_port = 15000\n[agent]\ncontrol_socket = %q\n", envoykit.Binary(t), filepath.Join(sockDir, "control.sock"))
 	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}

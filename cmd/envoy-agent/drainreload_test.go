@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
 // slowDrain keeps a replaced epoch for long: 10s drain, told to exit at 15s.
@@ -38,7 +37,7 @@ func (p *agentProc) slowRequest(h2 bool, d time.Duration) <-chan slowResult {
 	p.t.Helper()
 	before := p.upstream.SlowInFlight()
 	out := make(chan slowResult, 1)
-	url := testenvoy.URL(p.ports.Listener, "/slow?d="+d.String())
+	url := envoykit.URL(p.ports.Listener, "/slow?d="+d.String())
 	go func() {
 		start := time.Now()
 		client := &http.Client{Timeout: 40 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
@@ -57,7 +56,7 @@ func (p *agentProc) slowRequest(h2 bool, d time.Duration) <-chan slowResult {
 		}
 		out <- slowResult{code: resp.StatusCode, body: string(b), err: err, took: time.Since(start)}
 	}()
-	if !testenvoy.Eventually(10*time.Second, func() bool { return p.upstream.SlowInFlight() > before }) {
+	if !envoykit.Eventually(10*time.Second, func() bool { return p.upstream.SlowInFlight() > before }) {
 		p.t.Fatalf("the slow request never reached the upstream")
 	}
 	return out
@@ -75,15 +74,15 @@ func (r slowResult) check(t *testing.T, what string) {
 // request the old epoch was still serving.
 func TestStopRightAfterReloadWaitsForTheOldEpochsRequest(t *testing.T) {
 	t.Parallel()
-	p := startAgent(t, procOptions{envoy: slowDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"},
+	p := startAgent(t, procOptions{envoy: slowDrain, bootstrap: envoykit.BootstrapOptions{ResponseHeader: "v0"},
 		agent: map[string]string{"exit_on_zero_active_connections": "true", "min_drain_duration": `"1s"`, "termination_drain_duration": `"20s"`}})
 	req := p.slowRequest(false, 5*time.Second)
-	p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "v1"})
+	p.rewriteBootstrap(envoykit.BootstrapOptions{ResponseHeader: "v1"})
 	if code, out := p.reload(); code != 0 {
 		t.Fatalf("reload: exit %d: %s", code, out)
 	}
 	sent := p.signal(syscall.SIGTERM)
-	if !testenvoy.Eventually(5*time.Second, func() bool { return p.ns.Count("STATUS=draining: 1 active connections", sent, time.Now()) > 0 }) {
+	if !envoykit.Eventually(5*time.Second, func() bool { return p.ns.Count("STATUS=draining: 1 active connections", sent, time.Now()) > 0 }) {
 		t.Errorf("the drain never counted the old epoch's connection: %v", p.ns.Messages())
 	}
 	r := <-req
@@ -105,15 +104,15 @@ func TestBackToBackReloadsKeepTheDrainingEpochsRequest(t *testing.T) {
 		name := map[bool]string{false: "HTTP/1.1", true: "HTTP/2"}[h2]
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			p := startAgent(t, procOptions{envoy: slowDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
+			p := startAgent(t, procOptions{envoy: slowDrain, bootstrap: envoykit.BootstrapOptions{ResponseHeader: "v0"}})
 			req := p.slowRequest(h2, 8*time.Second)
-			p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "v1"})
+			p.rewriteBootstrap(envoykit.BootstrapOptions{ResponseHeader: "v1"})
 			if code, out := p.reload(); code != 0 {
 				t.Fatalf("first reload: exit %d: %s", code, out)
 			}
 			// The scenario: the second reload comes 2s after the first.
 			time.Sleep(2 * time.Second)
-			p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "v2"})
+			p.rewriteBootstrap(envoykit.BootstrapOptions{ResponseHeader: "v2"})
 			second := time.Now()
 			code, out := p.reload()
 			if code != 0 || !strings.Contains(out, "reloaded: epoch 2 is serving") || !strings.Contains(out, "for epoch 0 (pid") {
@@ -127,7 +126,7 @@ func TestBackToBackReloadsKeepTheDrainingEpochsRequest(t *testing.T) {
 			if p.ns.Count("STATUS=live: Envoy pid", second, time.Now()) == 0 || !statusSaid(p, "reload waiting for epoch 0") {
 				t.Errorf("STATUS= never said the reload was waiting: %v", p.ns.Messages())
 			}
-			if rr, err := testenvoy.Get(testenvoy.URL(p.ports.Listener, "/"), 5*time.Second); err != nil || rr.Header.Get("x-config-version") != "v2" {
+			if rr, err := envoykit.Get(envoykit.URL(p.ports.Listener, "/"), 5*time.Second); err != nil || rr.Header.Get("x-config-version") != "v2" {
 				t.Errorf("after the second reload: %+v %v; want v2", rr, err)
 			}
 		})
@@ -148,8 +147,8 @@ func statusSaid(p *agentProc, s string) bool {
 // requests, over HTTP/1.1 (raw, like Python's http.client) and HTTP/2.
 func TestReloadsSeenByClientsThatDoNotRetry(t *testing.T) {
 	t.Parallel()
-	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
-	url := testenvoy.URL(p.ports.Listener, "/")
+	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: envoykit.BootstrapOptions{ResponseHeader: "v0"}})
+	url := envoykit.URL(p.ports.Listener, "/")
 	busy := envoykit.Workers{N: 2, Path: "/"}
 	long := envoykit.Workers{N: 2, Path: "/slow?d=1500ms"}
 	// Idle for less than parent_shutdown_duration (2s): the next request
@@ -165,14 +164,14 @@ func TestReloadsSeenByClientsThatDoNotRetry(t *testing.T) {
 	h2, h2idle := load(envoykit.H2C, busy, long), load(envoykit.H2C, longIdle)
 	const reloads = 5
 	for i := 1; i <= reloads; i++ {
-		p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: fmt.Sprintf("v%d", i)})
+		p.rewriteBootstrap(envoykit.BootstrapOptions{ResponseHeader: fmt.Sprintf("v%d", i)})
 		if code, out := p.reload(); code != 0 {
 			t.Fatalf("reload %d: exit %d: %s", i, code, out)
 		}
 	}
 	// Let the last replaced epoch exit (parent_shutdown_duration 2s) while
 	// the load runs: that is when idle connections are closed.
-	if !testenvoy.Eventually(20*time.Second, func() bool { return len(processesMentioning(p.dir+"/run/epoch-")) == 1 }) {
+	if !envoykit.Eventually(20*time.Second, func() bool { return len(processesMentioning(p.dir+"/run/epoch-")) == 1 }) {
 		t.Errorf("replaced epochs still running: %v", processesMentioning(p.dir))
 	}
 	for _, l := range []*envoykit.Load{h1, h1idle, h2, h2idle} {
@@ -215,19 +214,19 @@ func TestReloadsSeenByClientsThatDoNotRetry(t *testing.T) {
 // reloads, the new configuration answers, and the stop drains.
 func TestReloadsUnderBusyLoadFailNothing(t *testing.T) {
 	t.Parallel()
-	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
+	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: envoykit.BootstrapOptions{ResponseHeader: "v0"}})
 	workers := []envoykit.Workers{{N: 2, Path: "/"}, {N: 1, Path: "/slow?d=1500ms"}}
-	url := testenvoy.URL(p.ports.Listener, "/")
+	url := envoykit.URL(p.ports.Listener, "/")
 	h1 := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: url, Client: envoykit.RawHTTP1, Workers: workers})
 	h2 := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: url, Client: envoykit.H2C, Workers: workers})
 	const reloads = 3
 	for i := 1; i <= reloads; i++ {
-		p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: fmt.Sprintf("v%d", i)})
+		p.rewriteBootstrap(envoykit.BootstrapOptions{ResponseHeader: fmt.Sprintf("v%d", i)})
 		if code, out := p.reload(); code != 0 || !strings.Contains(out, fmt.Sprintf("reloaded: epoch %d is serving", i)) {
 			t.Fatalf("reload %d: exit %d: %s", i, code, out)
 		}
 	}
-	if !testenvoy.Eventually(20*time.Second, func() bool { return len(processesMentioning(p.dir+"/run/epoch-")) == 1 }) {
+	if !envoykit.Eventually(20*time.Second, func() bool { return len(processesMentioning(p.dir+"/run/epoch-")) == 1 }) {
 		t.Errorf("replaced epochs still running: %v", processesMentioning(p.dir))
 	}
 	h1.Stop()
@@ -242,7 +241,7 @@ func TestReloadsUnderBusyLoadFailNothing(t *testing.T) {
 	if h2.Failed() != 0 {
 		t.Errorf("HTTP/2 requests failed: %s %q", h2, h2.Errors())
 	}
-	r, err := testenvoy.Get(testenvoy.URL(p.ports.Listener, "/"), 10*time.Second)
+	r, err := envoykit.Get(envoykit.URL(p.ports.Listener, "/"), 10*time.Second)
 	if want := fmt.Sprintf("v%d", reloads); err != nil || r.Header.Get("x-config-version") != want {
 		t.Errorf("after the reloads Envoy answered %+v, %v; want x-config-version %s", r, err, want)
 	}
@@ -277,8 +276,8 @@ func TestStopDrainAndIdleConnections(t *testing.T) {
 			bootstrap := filepath.Join(t.TempDir(), "envoy.yaml")
 			p := startAgentWith(t, procOptions{envoy: slowDrain, bootstrapFile: bootstrap,
 				agent: map[string]string{"min_drain_duration": `"4s"`, "termination_drain_duration": `"4s"`}},
-				func(ports testenvoy.Ports) {
-					y, err := envoykit.RenderBootstrap(testenvoy.BootstrapOptions{Ports: ports})
+				func(ports envoykit.Ports) {
+					y, err := envoykit.RenderBootstrap(envoykit.BootstrapOptions{Ports: ports})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -289,12 +288,12 @@ func TestStopDrainAndIdleConnections(t *testing.T) {
 					writeFile(t, bootstrap, text)
 				})
 			addr := "127.0.0.1:" + strconv.Itoa(p.ports.Listener)
-			h2, err := testenvoy.DialIdleH2(addr, "/")
+			h2, err := envoykit.DialIdleH2(addr, "/")
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer h2.Close()
-			if !testenvoy.Eventually(5*time.Second, h2.Answered) {
+			if !envoykit.Eventually(5*time.Second, h2.Answered) {
 				t.Fatalf("the HTTP/2 request got no answer")
 			}
 			h1, err := net.Dial("tcp", addr)

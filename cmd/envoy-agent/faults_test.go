@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
 func trials() int {
@@ -34,14 +33,14 @@ func TestFaultSigkillOfAgentUnderLoadNeverOrphansEnvoy(t *testing.T) {
 	for i := 0; i < n; i++ {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			p := startAgent(t, procOptions{})
-			l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 2})
+			l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(p.ports.Listener, "/"), Connections: 2})
 			defer l.Stop()
-			if !testenvoy.Eventually(10*time.Second, func() bool { return l.OK() > 10 }) {
+			if !envoykit.Eventually(10*time.Second, func() bool { return l.OK() > 10 }) {
 				t.Fatalf("no load went through Envoy: %s", l.LastErr())
 			}
 			p.signal(syscall.SIGKILL)
 			<-p.done
-			if !testenvoy.Eventually(3*time.Second, func() bool { return !testenvoy.Alive(p.envoyPid) }) {
+			if !envoykit.Eventually(3*time.Second, func() bool { return !envoykit.Alive(p.envoyPid) }) {
 				orphans++
 				t.Errorf("envoy pid %d outlived its SIGKILLed agent", p.envoyPid)
 			}
@@ -75,12 +74,12 @@ func TestFaultEnvoyKilledRepeatedly(t *testing.T) {
 func TestFaultPortsTakenAtStart(t *testing.T) {
 	tests := []struct {
 		name string
-		take func(testenvoy.Ports) int
+		take func(envoykit.Ports) int
 		want string
 	}{
-		{"admin port", func(p testenvoy.Ports) int { return p.Admin }, "cannot bind"},
-		{"listener port", func(p testenvoy.Ports) int { return p.Listener }, "Address already in use"},
-		{"status port", func(p testenvoy.Ports) int { return p.Status }, "agent.status_port"},
+		{"admin port", func(p envoykit.Ports) int { return p.Admin }, "cannot bind"},
+		{"listener port", func(p envoykit.Ports) int { return p.Listener }, "Address already in use"},
+		{"status port", func(p envoykit.Ports) int { return p.Status }, "agent.status_port"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,10 +94,10 @@ func TestFaultPortsTakenAtStart(t *testing.T) {
 }
 
 // startAgentTaking starts an agent after binding the port take picks.
-func startAgentTaking(t *testing.T, take func(testenvoy.Ports) int) *agentProc {
+func startAgentTaking(t *testing.T, take func(envoykit.Ports) int) *agentProc {
 	t.Helper()
 	var ln net.Listener
-	p := startAgentWith(t, procOptions{noWaitReady: true}, func(ports testenvoy.Ports) {
+	p := startAgentWith(t, procOptions{noWaitReady: true}, func(ports envoykit.Ports) {
 		var err error
 		ln, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(take(ports)))
 		if err != nil {
@@ -111,20 +110,20 @@ func startAgentTaking(t *testing.T, take func(testenvoy.Ports) int) *agentProc {
 
 func TestFaultIncompatibleBinaryBeforeReload(t *testing.T) {
 	t.Parallel()
-	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
-	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 2})
+	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: envoykit.BootstrapOptions{ResponseHeader: "v0"}})
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(p.ports.Listener, "/"), Connections: 2})
 	defer l.Stop()
 	// A stand-in for an Envoy of another hot-restart version: a real Envoy
 	// of another version is not at hand, so this script answers
 	// --hot-restart-version differently and runs the real Envoy otherwise.
 	standIn := filepath.Join(p.dir, "envoy-other-version-stand-in")
-	writeFile(t, standIn, "#!/bin/sh\n[ \"$1\" = --hot-restart-version ] && { echo 10.96; exit 0; }\nexec "+testenvoy.Binary(t)+" \"$@\"\n")
+	writeFile(t, standIn, "#!/bin/sh\n[ \"$1\" = --hot-restart-version ] && { echo 10.96; exit 0; }\nexec "+envoykit.Binary(t)+" \"$@\"\n")
 	if err := os.Chmod(standIn, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	config, _ := os.ReadFile(p.config)
-	writeFile(t, p.config, strings.Replace(string(config), strconv.Quote(testenvoy.Binary(t)), strconv.Quote(standIn), 1))
-	p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "v1"})
+	writeFile(t, p.config, strings.Replace(string(config), strconv.Quote(envoykit.Binary(t)), strconv.Quote(standIn), 1))
+	p.rewriteBootstrap(envoykit.BootstrapOptions{ResponseHeader: "v1"})
 	code, out := p.reload()
 	if code != 3 || !strings.Contains(out, "hot-restart version 10.96, the running Envoy 11.") {
 		t.Fatalf("reload with an incompatible binary: exit %d: %s", code, out)
@@ -133,7 +132,7 @@ func TestFaultIncompatibleBinaryBeforeReload(t *testing.T) {
 	if code, out := p.reload(); code != 0 {
 		t.Fatalf("reload after restoring the binary: exit %d: %s", code, out)
 	}
-	testenvoy.Eventually(10*time.Second, func() bool { return l.Latest() == "v1" })
+	envoykit.Eventually(10*time.Second, func() bool { return l.Latest() == "v1" })
 	l.Stop()
 	if l.Failed() != 0 || l.Latest() != "v1" {
 		t.Fatalf("%d failed, latest %q", l.Failed(), l.Latest())
@@ -142,8 +141,8 @@ func TestFaultIncompatibleBinaryBeforeReload(t *testing.T) {
 
 func TestFaultBootstrapRewrittenDuringReloads(t *testing.T) {
 	t.Parallel()
-	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "w0"}})
-	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 2})
+	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: envoykit.BootstrapOptions{ResponseHeader: "w0"}})
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(p.ports.Listener, "/"), Connections: 2})
 	defer l.Stop()
 	// A careless writer: the file is truncated and rewritten in place
 	// (no rename), over and over, while reloads read it. A reload may read
@@ -156,7 +155,7 @@ func TestFaultBootstrapRewrittenDuringReloads(t *testing.T) {
 	texts := make([][]byte, 5)
 	for i := range texts {
 		var err error
-		if texts[i], err = envoykit.RenderBootstrap(testenvoy.BootstrapOptions{Ports: p.ports, ResponseHeader: "w" + strconv.Itoa(i)}); err != nil {
+		if texts[i], err = envoykit.RenderBootstrap(envoykit.BootstrapOptions{Ports: p.ports, ResponseHeader: "w" + strconv.Itoa(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -211,7 +210,7 @@ func TestFaultBootstrapRewrittenDuringReloads(t *testing.T) {
 	if code, out := p.reload(); code != 0 {
 		t.Fatalf("reload of the whole file: exit %d: %s", code, out)
 	}
-	if !testenvoy.Eventually(10*time.Second, func() bool { return l.Latest() == "w3" }) {
+	if !envoykit.Eventually(10*time.Second, func() bool { return l.Latest() == "w3" }) {
 		t.Errorf("the answers say %q after the last reload, want w3", l.Latest())
 	}
 	l.Stop()
@@ -234,8 +233,8 @@ func TestFaultBootstrapRewrittenDuringReloads(t *testing.T) {
 
 func TestFaultReloadStorm(t *testing.T) {
 	t.Parallel()
-	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "s0"}})
-	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 4})
+	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: envoykit.BootstrapOptions{ResponseHeader: "s0"}})
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(p.ports.Listener, "/"), Connections: 4})
 	defer l.Stop()
 	// Five bursts of ten `envoy-agent reload` at once, each after a change
 	// of the bootstrap: a burst's requests come while a reload runs (one
@@ -243,7 +242,7 @@ func TestFaultReloadStorm(t *testing.T) {
 	codes := map[int]int{}
 	start := time.Now()
 	for burst := 1; burst <= 5; burst++ {
-		p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "s" + strconv.Itoa(burst)})
+		p.rewriteBootstrap(envoykit.BootstrapOptions{ResponseHeader: "s" + strconv.Itoa(burst)})
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		for range 10 {
@@ -262,7 +261,7 @@ func TestFaultReloadStorm(t *testing.T) {
 			t.Fatalf("burst %d: reload requests still pending after 120s", burst)
 		}
 		want := "s" + strconv.Itoa(burst)
-		if !testenvoy.Eventually(10*time.Second, func() bool { return l.Latest() == want }) {
+		if !envoykit.Eventually(10*time.Second, func() bool { return l.Latest() == want }) {
 			t.Errorf("after burst %d the answers say %q, want %s", burst, l.Latest(), want)
 		}
 	}
@@ -292,13 +291,13 @@ func TestFaultReloadStorm(t *testing.T) {
 
 func TestReloadTakesANewBinaryOfTheSameHotRestartVersion(t *testing.T) {
 	t.Parallel()
-	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "old-binary"}})
-	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 2})
+	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: envoykit.BootstrapOptions{ResponseHeader: "old-binary"}})
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(p.ports.Listener, "/"), Connections: 2})
 	defer l.Stop()
 	// "Upgrade" Envoy: the same release copied to a new path stands for a
 	// newer build whose hot-restart version matches.
 	newBin := filepath.Join(p.dir, "envoy-new")
-	data, err := os.ReadFile(testenvoy.Binary(t))
+	data, err := os.ReadFile(envoykit.Binary(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,8 +305,8 @@ func TestReloadTakesANewBinaryOfTheSameHotRestartVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	config, _ := os.ReadFile(p.config)
-	writeFile(t, p.config, strings.Replace(string(config), strconv.Quote(testenvoy.Binary(t)), strconv.Quote(newBin), 1))
-	p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "new-binary"})
+	writeFile(t, p.config, strings.Replace(string(config), strconv.Quote(envoykit.Binary(t)), strconv.Quote(newBin), 1))
+	p.rewriteBootstrap(envoykit.BootstrapOptions{ResponseHeader: "new-binary"})
 	if code, out := p.reload(); code != 0 {
 		t.Fatalf("reload onto the new binary: exit %d: %s", code, out)
 	}
@@ -321,7 +320,7 @@ func TestReloadTakesANewBinaryOfTheSameHotRestartVersion(t *testing.T) {
 	if err != nil || exe != newBin {
 		t.Fatalf("epoch 1 (pid %d) runs %q (%v), want %s", pid, exe, err, newBin)
 	}
-	testenvoy.Eventually(10*time.Second, func() bool { return l.Latest() == "new-binary" })
+	envoykit.Eventually(10*time.Second, func() bool { return l.Latest() == "new-binary" })
 	l.Stop()
 	if l.Failed() != 0 || l.Latest() != "new-binary" {
 		t.Fatalf("%d failed, latest %q", l.Failed(), l.Latest())

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
 // statusMaxConns is the agent's cap on status connections (service).
@@ -89,7 +88,7 @@ func TestStatusPortFloodIsBounded(t *testing.T) {
 		c.Close()
 	}
 	conns = nil
-	if !testenvoy.Eventually(30*time.Second, func() bool { return p.healthz() == 200 }) {
+	if !envoykit.Eventually(30*time.Second, func() bool { return p.healthz() == 200 }) {
 		t.Fatal("/healthz/ready does not answer 200 after the flood ended")
 	}
 }
@@ -285,7 +284,7 @@ func TestMetricsPortStall(t *testing.T) {
 		}
 	}
 	// Every staller's answer is stuck in the agent's send queue.
-	if !testenvoy.Eventually(30*time.Second, func() bool { return sendQueued(t, p.ports.Prometheus) >= stallers }) {
+	if !envoykit.Eventually(30*time.Second, func() bool { return sendQueued(t, p.ports.Prometheus) >= stallers }) {
 		t.Fatalf("only %d of %d stalled connections have answers queued", sendQueued(t, p.ports.Prometheus), stallers)
 	}
 	const bound = 5 * time.Second
@@ -344,8 +343,8 @@ func sendQueued(t *testing.T, port int) int {
 // milliseconds (the median checked against a second; the slowest logged).
 func TestHealthUnderHeavyScrapes(t *testing.T) {
 	bootstrap := filepath.Join(t.TempDir(), "envoy.yaml")
-	p := startAgentWith(t, procOptions{bootstrapFile: bootstrap}, func(ports testenvoy.Ports) {
-		data, err := envoykit.RenderBootstrap(testenvoy.BootstrapOptions{Ports: ports})
+	p := startAgentWith(t, procOptions{bootstrapFile: bootstrap}, func(ports envoykit.Ports) {
+		data, err := envoykit.RenderBootstrap(envoykit.BootstrapOptions{Ports: ports})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -356,8 +355,8 @@ func TestHealthUnderHeavyScrapes(t *testing.T) {
 		}
 		writeFile(t, bootstrap, b.String())
 	})
-	metrics := testenvoy.URL(p.ports.Prometheus, "/stats/prometheus")
-	r, err := testenvoy.Get(metrics, 30*time.Second)
+	metrics := envoykit.URL(p.ports.Prometheus, "/stats/prometheus")
+	r, err := envoykit.Get(metrics, 30*time.Second)
 	if err != nil || r.Code != 200 || len(r.Body) < 10<<20 {
 		t.Fatalf("a scrape: %d, %d bytes, %v; want 200 and more than 10 MB", r.Code, len(r.Body), err)
 	}

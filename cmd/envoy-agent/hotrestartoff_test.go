@@ -30,7 +30,6 @@ import (
 
 	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
 // hotRestartOffNote is what the agent says of such an Envoy.
@@ -41,7 +40,7 @@ const hotRestartOffNote = "hot restart is compiled out of this Envoy: reload dra
 func writeHotRestartOffStandIn(t *testing.T, dir string) string {
 	t.Helper()
 	standIn := filepath.Join(dir, "envoy-hot-restart-compiled-out-stand-in")
-	writeFile(t, standIn, "#!/bin/sh\n[ \"$1\" = --hot-restart-version ] && { echo disabled; exit 0; }\ncase \" $* \" in *\" --disable-hot-restart \"*) ;; *) set -- \"$@\" --disable-hot-restart;; esac\nexec "+testenvoy.Binary(t)+" \"$@\"\n")
+	writeFile(t, standIn, "#!/bin/sh\n[ \"$1\" = --hot-restart-version ] && { echo disabled; exit 0; }\ncase \" $* \" in *\" --disable-hot-restart \"*) ;; *) set -- \"$@\" --disable-hot-restart;; esac\nexec "+envoykit.Binary(t)+" \"$@\"\n")
 	if err := os.Chmod(standIn, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +100,7 @@ func fileExists(path string) bool {
 // serverInfo is Envoy's /server_info.
 func (p *agentProc) serverInfo() map[string]any {
 	p.t.Helper()
-	r, err := testenvoy.Get(testenvoy.URL(p.ports.Admin, "/server_info"), 5*time.Second)
+	r, err := envoykit.Get(envoykit.URL(p.ports.Admin, "/server_info"), 5*time.Second)
 	if err != nil || r.Code != 200 {
 		p.t.Fatalf("/server_info: %+v, %v", r, err)
 	}
@@ -115,7 +114,7 @@ func (p *agentProc) serverInfo() map[string]any {
 // answer is the x-config-version Envoy's listener answers with.
 func (p *agentProc) answer() string {
 	p.t.Helper()
-	r, err := testenvoy.Get(testenvoy.URL(p.ports.Listener, "/"), 10*time.Second)
+	r, err := envoykit.Get(envoykit.URL(p.ports.Listener, "/"), 10*time.Second)
 	if err != nil || r.Code != 200 {
 		p.t.Fatalf("GET /: %+v, %v", r, err)
 	}
@@ -142,7 +141,7 @@ func TestHotRestartCompiledOutReloadDrainsAndRestarts(t *testing.T) {
 	standIn := writeHotRestartOffStandIn(t, t.TempDir())
 	p := startAgent(t, procOptions{envoy: map[string]string{"binary_path": strconv.Quote(standIn)},
 		agent:     map[string]string{"min_drain_duration": `"1s"`, "termination_drain_duration": `"15s"`},
-		bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
+		bootstrap: envoykit.BootstrapOptions{ResponseHeader: "v0"}})
 	first := p.envoyPid
 	bootstrap := filepath.Join(p.dir, "envoy.yaml")
 	good, err := os.ReadFile(bootstrap)
@@ -155,7 +154,7 @@ func TestHotRestartCompiledOutReloadDrainsAndRestarts(t *testing.T) {
 	if code, out := p.reload(); code != 3 || !strings.Contains(out, "Envoy rejects this bootstrap") {
 		t.Fatalf("reload of a bad bootstrap: exit %d: %s", code, out)
 	}
-	if pid := p.servingPid(); pid != first || !testenvoy.Alive(first) {
+	if pid := p.servingPid(); pid != first || !envoykit.Alive(first) {
 		t.Fatalf("after the refused reload Envoy pid %d serves; want pid %d, untouched", pid, first)
 	}
 	if c := p.healthz(); c != 200 {
@@ -168,7 +167,7 @@ func TestHotRestartCompiledOutReloadDrainsAndRestarts(t *testing.T) {
 	// A good one drains the serving Envoy (its request in flight completes)
 	// and starts the new configuration in a new Envoy; the agent takes the
 	// TOML's new settings too (a stop's drain bound, seen at the stop).
-	p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "v1"})
+	p.rewriteBootstrap(envoykit.BootstrapOptions{ResponseHeader: "v1"})
 	config, err := os.ReadFile(p.config)
 	if err != nil {
 		t.Fatal(err)
@@ -181,8 +180,8 @@ func TestHotRestartCompiledOutReloadDrainsAndRestarts(t *testing.T) {
 	}
 	(<-slow).check(t, "the request in flight during the reload's drain")
 	second := p.servingPid()
-	if second == first || testenvoy.Alive(first) {
-		t.Fatalf("after the reload Envoy pid %d serves and pid %d alive %v; want a new Envoy in place of the old", second, first, testenvoy.Alive(first))
+	if second == first || envoykit.Alive(first) {
+		t.Fatalf("after the reload Envoy pid %d serves and pid %d alive %v; want a new Envoy in place of the old", second, first, envoykit.Alive(first))
 	}
 	p.envoyPid = second
 	if v := p.answer(); v != "v1" {
@@ -192,7 +191,7 @@ func TestHotRestartCompiledOutReloadDrainsAndRestarts(t *testing.T) {
 	var draining, readyAfter bool
 	for _, m := range p.ns.Messages() {
 		draining = draining || strings.Contains(m.Text, fmt.Sprintf("STATUS=reloading: draining Envoy pid %d before restarting it", first))
-		readyAfter = readyAfter || (testenvoy.HasAssignment(m.Text, "READY=1") && strings.Contains(m.Text, "reloaded") && strings.Contains(m.Text, hotRestartOffNote))
+		readyAfter = readyAfter || (envoykit.HasAssignment(m.Text, "READY=1") && strings.Contains(m.Text, "reloaded") && strings.Contains(m.Text, hotRestartOffNote))
 	}
 	if !draining || !readyAfter {
 		t.Errorf("STATUS= said the drain %v, READY=1 after the reload said the mode %v: %v", draining, readyAfter, p.ns.Messages())
@@ -253,33 +252,33 @@ func TestHotRestartCompiledOutBinaryUpgrade(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			standIn := writeHotRestartOffStandIn(t, t.TempDir())
-			from, to := testenvoy.Binary(t), standIn
+			from, to := envoykit.Binary(t), standIn
 			if tt.fromOff {
-				from, to = standIn, testenvoy.Binary(t)
+				from, to = standIn, envoykit.Binary(t)
 			}
 			p := startAgent(t, procOptions{envoy: map[string]string{"binary_path": strconv.Quote(from)},
 				agent:     map[string]string{"min_drain_duration": `"1s"`, "termination_drain_duration": `"10s"`},
-				bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
+				bootstrap: envoykit.BootstrapOptions{ResponseHeader: "v0"}})
 			first := p.envoyPid
 			config, err := os.ReadFile(p.config)
 			if err != nil {
 				t.Fatal(err)
 			}
 			writeFile(t, p.config, strings.Replace(string(config), strconv.Quote(from), strconv.Quote(to), 1))
-			p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "v1"})
+			p.rewriteBootstrap(envoykit.BootstrapOptions{ResponseHeader: "v1"})
 			code, out := p.reload()
 			if code != 0 || !strings.Contains(out, hotRestartOffNote) || !strings.Contains(out, fmt.Sprintf("Envoy pid %d drained for", first)) {
 				t.Fatalf("reload into %s: exit %d: %s", to, code, out)
 			}
 			second := p.servingPid()
-			if second == first || testenvoy.Alive(first) {
-				t.Fatalf("after the upgrade Envoy pid %d serves, pid %d alive %v; want a new Envoy", second, first, testenvoy.Alive(first))
+			if second == first || envoykit.Alive(first) {
+				t.Fatalf("after the upgrade Envoy pid %d serves, pid %d alive %v; want a new Envoy", second, first, envoykit.Alive(first))
 			}
 			p.envoyPid = second
 			if v := p.answer(); v != "v1" {
 				t.Errorf("after the upgrade Envoy answers %q, want v1", v)
 			}
-			if args := envoyArgs(t, second); args[0] != testenvoy.Binary(t) {
+			if args := envoyArgs(t, second); args[0] != envoykit.Binary(t) {
 				t.Errorf("the new Envoy runs %q", args)
 			}
 			if tt.fromOff {
@@ -291,7 +290,7 @@ func TestHotRestartCompiledOutBinaryUpgrade(t *testing.T) {
 			} else {
 				p.checkRunsWithoutHotRestart(second, false)
 			}
-			p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "v2"})
+			p.rewriteBootstrap(envoykit.BootstrapOptions{ResponseHeader: "v2"})
 			code, out = p.reload()
 			switch {
 			case tt.fromOff && (code != 0 || !strings.Contains(out, "reloaded: epoch 1 is serving") || strings.Contains(out, hotRestartOffNote)):
@@ -316,7 +315,7 @@ func TestHotRestartCompiledOutSurvivesAgentUpgrade(t *testing.T) {
 	install(t, binA, installed)
 	standIn := writeHotRestartOffStandIn(t, t.TempDir())
 	p := startAgent(t, procOptions{binary: installed, envoy: map[string]string{"binary_path": strconv.Quote(standIn)},
-		bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
+		bootstrap: envoykit.BootstrapOptions{ResponseHeader: "v0"}})
 	first := p.envoyPid
 	install(t, binB, installed)
 	if code, out := runBinary(t, binB, "upgrade", "--config", p.config); code != 0 || !strings.Contains(out, "-> 1.0.1-b") {
@@ -325,7 +324,7 @@ func TestHotRestartCompiledOutSurvivesAgentUpgrade(t *testing.T) {
 	if info := p.upgradeInfo(); info["version"] != "1.0.1-b" || int(info["envoy_pid"].(float64)) != first {
 		t.Fatalf("after the upgrade: %v; want 1.0.1-b serving envoy pid %d", info, first)
 	}
-	p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "v1"})
+	p.rewriteBootstrap(envoykit.BootstrapOptions{ResponseHeader: "v1"})
 	code, out := p.reload()
 	if code != 0 || !strings.Contains(out, fmt.Sprintf("Envoy pid %d drained for", first)) {
 		t.Fatalf("reload after the upgrade: exit %d: %s", code, out)
@@ -377,25 +376,25 @@ func TestHotRestartCompiledOutReloadsInPlace(t *testing.T) {
 	t.Parallel()
 	standIn := writeHotRestartOffStandIn(t, t.TempDir())
 	p := startAgent(t, procOptions{envoy: map[string]string{"binary_path": strconv.Quote(standIn)},
-		agent: map[string]string{"reload_method": `"auto"`}, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
+		agent: map[string]string{"reload_method": `"auto"`}, bootstrap: envoykit.BootstrapOptions{ResponseHeader: "v0"}})
 	p.waitStatus(30*time.Second, hotRestartOffNote)
 	first := p.servingPid()
-	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Client: envoykit.RawHTTP1,
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(p.ports.Listener, "/"), Client: envoykit.RawHTTP1,
 		Workers: []envoykit.Workers{{N: 4, Path: "/"}}})
 	defer l.Stop()
-	testenvoy.WaitAnswers(t, l, 20)
+	envoykit.WaitAnswers(t, l, 20)
 	for i := 1; i <= 3; i++ {
-		p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: fmt.Sprintf("v%d", i)})
+		p.rewriteBootstrap(envoykit.BootstrapOptions{ResponseHeader: fmt.Sprintf("v%d", i)})
 		code, out := p.reload()
 		if code != 0 || !strings.Contains(out, "reloaded in place: routes updated ingress/0/0; epoch 0 keeps serving") {
 			t.Fatalf("reload %d: exit %d: %s", i, code, out)
 		}
-		if !testenvoy.Eventually(5*time.Second, func() bool { return l.Latest() == fmt.Sprintf("v%d", i) }) {
+		if !envoykit.Eventually(5*time.Second, func() bool { return l.Latest() == fmt.Sprintf("v%d", i) }) {
 			t.Fatalf("after reload %d the listener answers %q", i, l.Latest())
 		}
 	}
 	l.Stop()
-	if pid := p.servingPid(); pid != first || !testenvoy.Alive(first) {
+	if pid := p.servingPid(); pid != first || !envoykit.Alive(first) {
 		t.Fatalf("after in-place reloads Envoy pid %d serves; want pid %d", pid, first)
 	}
 	if l.Failed() != 0 {

@@ -26,7 +26,6 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
 // Envoy's HotRestartMessage (source/server/hot_restart.proto): request = 1,
@@ -161,13 +160,13 @@ func probeAs(t *testing.T, cred *syscall.Credential, parent, reply, listener, re
 // socket from a bare Envoy, whose hot-restart sockets are abstract.
 func TestBareEnvoysHotRestartSocketsAreOpenToAnyUser(t *testing.T) {
 	dir := t.TempDir()
-	ports := testenvoy.NewPorts(t)
-	up := testenvoy.NewUpstream(t)
+	ports := envoykit.NewPorts(t)
+	up := envoykit.NewUpstream(t)
 	ports.Upstream = up.Port
-	bootstrap := testenvoy.WriteBootstrap(t, dir, "envoy.yaml", testenvoy.BootstrapOptions{Ports: ports})
-	baseID := testenvoy.BaseID()
-	out := &testenvoy.SyncBuffer{}
-	p, err := envoykit.StartEnvoy(testenvoy.Binary(t), bootstrap, baseID, out)
+	bootstrap := envoykit.WriteBootstrap(t, dir, "envoy.yaml", envoykit.BootstrapOptions{Ports: ports})
+	baseID := envoykit.BaseID()
+	out := &envoykit.SyncBuffer{}
+	p, err := envoykit.StartEnvoy(envoykit.Binary(t), bootstrap, baseID, out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +261,7 @@ func TestHotRestartSocketsAreTheAgentUsersOnly(t *testing.T) {
 	if load.Failed() != 0 || load.OK() == 0 {
 		t.Fatalf("load through the probes: %s %q; want no failure", load, load.Errors())
 	}
-	if !testenvoy.Alive(pid) {
+	if !envoykit.Alive(pid) {
 		t.Fatalf("envoy epoch 0 (pid %d) is gone: the reload should have left it draining", pid)
 	}
 	if code := p.healthz(); code != 200 {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
 // lastStatus is the STATUS= of the last datagram that had one.
@@ -40,7 +39,7 @@ func (p *agentProc) waitStatus(within time.Duration, want ...string) string {
 		}
 		return true
 	}
-	if !testenvoy.Eventually(within, has) {
+	if !envoykit.Eventually(within, has) {
 		p.t.Fatalf("STATUS= never had %q within %s; the last one: %q", want, within, p.lastStatus())
 	}
 	return p.lastStatus()
@@ -61,7 +60,7 @@ func replaceFile(t *testing.T, path string, data []byte) {
 
 func TestNoticesTheInstalledEnvoyIsNotTheRunningOne(t *testing.T) {
 	t.Parallel()
-	real, err := os.ReadFile(testenvoy.Binary(t))
+	real, err := os.ReadFile(envoykit.Binary(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +76,7 @@ func TestNoticesTheInstalledEnvoyIsNotTheRunningOne(t *testing.T) {
 	if s := p.lastStatus(); strings.Contains(s, "installed Envoy") {
 		t.Fatalf("STATUS= at start says %q", s)
 	}
-	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 2})
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(p.ports.Listener, "/"), Connections: 2})
 	defer l.Stop()
 
 	// The same release as a new file: a reload can switch to it.
@@ -99,7 +98,7 @@ func TestNoticesTheInstalledEnvoyIsNotTheRunningOne(t *testing.T) {
 	// A wrapper script that execs the real Envoy: never the running
 	// executable, but what binary_path held when its Envoy started, so once
 	// reloaded into it nothing is reported.
-	replaceFile(t, bin, []byte("#!/bin/sh\nexec "+testenvoy.Binary(t)+" \"$@\"\n"))
+	replaceFile(t, bin, []byte("#!/bin/sh\nexec "+envoykit.Binary(t)+" \"$@\"\n"))
 	p.waitStatus(30*time.Second, "differs from the running one: a reload switches to it")
 	if code, out := p.reload(); code != 0 {
 		t.Fatalf("reload into the wrapper: exit %d: %s", code, out)
@@ -113,7 +112,7 @@ func TestNoticesTheInstalledEnvoyIsNotTheRunningOne(t *testing.T) {
 	// A stand-in for an Envoy of another hot-restart version (no real one is
 	// at hand: releases 1.36 to 1.40 all have 11.104): a script that answers
 	// --hot-restart-version differently and --version as the real one.
-	standIn := "#!/bin/sh\n[ \"$1\" = --hot-restart-version ] && { echo 10.96 >&2; exit 0; }\nexec " + testenvoy.Binary(t) + " \"$@\"\n"
+	standIn := "#!/bin/sh\n[ \"$1\" = --hot-restart-version ] && { echo 10.96 >&2; exit 0; }\nexec " + envoykit.Binary(t) + " \"$@\"\n"
 	replaceFile(t, bin, []byte(standIn))
 	s = p.waitStatus(30*time.Second, "hot-restart version 10.96) differs from the running one (hot-restart version 11.",
 		"a restart switches to it with a drain")
@@ -133,7 +132,7 @@ func TestNoticesTheInstalledEnvoyIsNotTheRunningOne(t *testing.T) {
 	s = p.waitStatus(30*time.Second, "the installed Envoy "+bin+" is gone", "the running one keeps serving")
 	t.Logf("removed: STATUS=%q", s)
 
-	testenvoy.WaitAnswers(t, l, 20) // some load after the last change
+	envoykit.WaitAnswers(t, l, 20) // some load after the last change
 	l.Stop()
 	if l.Failed() != 0 || l.OK() == 0 {
 		t.Fatalf("%d requests failed, %d ok (last error: %s)", l.Failed(), l.OK(), l.LastErr())

@@ -21,7 +21,6 @@ import (
 	"github.com/envoy-agent/envoy-agent/service/control"
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
 // TestTwoAgentsClash gives a second agent the base_id, or the admin port,
@@ -30,7 +29,7 @@ import (
 // and the running one must keep serving.
 func TestTwoAgentsClash(t *testing.T) {
 	t.Parallel()
-	baseID := testenvoy.BaseID()
+	baseID := envoykit.BaseID()
 	first := startAgent(t, procOptions{envoy: map[string]string{"base_id": fmt.Sprint(baseID)}})
 	tests := []struct {
 		name    string
@@ -42,10 +41,10 @@ func TestTwoAgentsClash(t *testing.T) {
 			return procOptions{noWaitReady: true, envoy: map[string]string{"base_id": fmt.Sprint(baseID)}}
 		}, "envoy.base_id", fmt.Sprintf("base_id %d is already used by the envoy-agent running with %s (pid %d)", baseID, first.config, first.proc.Pid())},
 		{"same admin port", func() procOptions {
-			ports := testenvoy.NewPorts(t)
+			ports := envoykit.NewPorts(t)
 			ports.Admin = first.ports.Admin
 			return procOptions{noWaitReady: true, envoy: map[string]string{"admin_port": strconv.Itoa(first.ports.Admin)},
-				bootstrapFile: testenvoy.WriteBootstrap(t, t.TempDir(), "envoy.yaml", testenvoy.BootstrapOptions{Ports: ports})}
+				bootstrapFile: envoykit.WriteBootstrap(t, t.TempDir(), "envoy.yaml", envoykit.BootstrapOptions{Ports: ports})}
 		}, "envoy.admin_port", fmt.Sprintf("port %d (Envoy's admin) is already used by the envoy-agent running with %s (pid %d)", first.ports.Admin, first.config, first.proc.Pid())},
 	}
 	for _, tt := range tests {
@@ -58,7 +57,7 @@ func TestTwoAgentsClash(t *testing.T) {
 			}
 			t.Logf("the second agent's error:\n%s", out)
 			assertNoEnvoyFor(t, second.dir)
-			if first.healthz() != 200 || !testenvoy.Alive(first.envoyPid) {
+			if first.healthz() != 200 || !envoykit.Alive(first.envoyPid) {
 				t.Fatalf("the first agent stopped serving")
 			}
 		})
@@ -72,9 +71,9 @@ func TestTwoAgentsClash(t *testing.T) {
 // region, not as a configuration error.
 func TestBaseIDHeldByABareEnvoy(t *testing.T) {
 	t.Parallel()
-	baseID := testenvoy.BaseID()
-	ports := testenvoy.NewPorts(t)
-	bare, err := envoykit.StartEnvoy(testenvoy.Binary(t), testenvoy.WriteBootstrap(t, t.TempDir(), "bare.yaml", testenvoy.BootstrapOptions{Ports: ports}), baseID, nil)
+	baseID := envoykit.BaseID()
+	ports := envoykit.NewPorts(t)
+	bare, err := envoykit.StartEnvoy(envoykit.Binary(t), envoykit.WriteBootstrap(t, t.TempDir(), "bare.yaml", envoykit.BootstrapOptions{Ports: ports}), baseID, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +95,7 @@ func TestBaseIDHeldByABareEnvoy(t *testing.T) {
 func TestStartHintBesideEnvoysError(t *testing.T) {
 	t.Parallel()
 	var ln net.Listener
-	p := startAgentWith(t, procOptions{noWaitReady: true}, func(ports testenvoy.Ports) {
+	p := startAgentWith(t, procOptions{noWaitReady: true}, func(ports envoykit.Ports) {
 		var err error
 		if ln, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(ports.Listener)); err != nil {
 			t.Fatal(err)
@@ -161,7 +160,7 @@ func TestStatusFollowsTheAgent(t *testing.T) {
 	}
 
 	p.signal(syscall.SIGTERM)
-	if !testenvoy.Eventually(10*time.Second, func() bool {
+	if !envoykit.Eventually(10*time.Second, func() bool {
 		_, rep, _ = p.status(t)
 		return rep.State == "draining" && rep.Drain != nil && rep.Drain.ElapsedSeconds > 0
 	}) {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/service"
 )
 
@@ -28,9 +28,9 @@ func TestStartAfterSigkillMidReload(t *testing.T) {
 	p := startAgent(t, procOptions{agent: map[string]string{"run_dir": strconv.Quote(rd)}})
 	baseID := configBaseID(t, p.config)
 	// The new epoch stays INITIALIZING: the reload is under way for 20s.
-	p.rewriteBootstrap(testenvoy.BootstrapOptions{InitDelay: 20 * time.Second})
+	p.rewriteBootstrap(envoykit.BootstrapOptions{InitDelay: 20 * time.Second})
 	go func() { _, _ = p.reload() }()
-	if !testenvoy.Eventually(20*time.Second, func() bool { return strings.Contains(p.stderr.String(), "started envoy epoch 1") }) {
+	if !envoykit.Eventually(20*time.Second, func() bool { return strings.Contains(p.stderr.String(), "started envoy epoch 1") }) {
 		t.Fatalf("the reload never started epoch 1:\n%s", p.stderr)
 	}
 	envoys := processesMentioning(rd)
@@ -39,7 +39,7 @@ func TestStartAfterSigkillMidReload(t *testing.T) {
 	for _, pid := range pidsMentioning(rd) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	if !testenvoy.Eventually(5*time.Second, func() bool { return len(processesMentioning(rd)) == 0 }) {
+	if !envoykit.Eventually(5*time.Second, func() bool { return len(processesMentioning(rd)) == 0 }) {
 		t.Fatalf("Envoys left: %v", processesMentioning(rd))
 	}
 	left, _ := filepath.Glob(filepath.Join(rd, "*"))
@@ -49,7 +49,7 @@ func TestStartAfterSigkillMidReload(t *testing.T) {
 	}
 	t.Logf("killed the agent and %d Envoys; left: %s and %v", len(envoys), shm, left)
 
-	p.rewriteBootstrap(testenvoy.BootstrapOptions{})
+	p.rewriteBootstrap(envoykit.BootstrapOptions{})
 	text, err := os.ReadFile(p.config)
 	if err != nil {
 		t.Fatal(err)
@@ -61,9 +61,9 @@ func TestStartAfterSigkillMidReload(t *testing.T) {
 			t.Errorf("the start after the crash did not say %q:\n%s", want, out)
 		}
 	}
-	if r, err := testenvoy.Get(testenvoy.URL(again.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
+	if r, err := envoykit.Get(envoykit.URL(again.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
 		// again.ports are new; the configuration is the first agent's
-		if r, err = testenvoy.Get(testenvoy.URL(p.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
+		if r, err = envoykit.Get(envoykit.URL(p.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
 			t.Fatalf("the restarted Envoy does not serve: %+v %v", r, err)
 		}
 	}
@@ -98,7 +98,7 @@ func pidsMentioning(s string) []int {
 // starts, naming the region, its owner and the key.
 func TestSharedMemoryOfAnotherUserIsNamed(t *testing.T) {
 	const agentUid = 65533 // the service's user: neither root nor the squatter
-	baseID := testenvoy.BaseID()
+	baseID := envoykit.BaseID()
 	shm := hostfiles.SharedMemoryPath(baseID)
 	squat := fmt.Sprintf("umask 0; echo x > %s", shm)
 	mk := exec.Command("sh", "-c", squat)

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
 // journalStream makes f look like the journal stream systemd gives a service: JOURNAL_STREAM
@@ -75,7 +74,7 @@ func TestJournalPriorities(t *testing.T) {
 		}
 		return string(b)
 	}
-	if !testenvoy.Eventually(10*time.Second, func() bool { return strings.Contains(read(stderr), "reload failed") }) {
+	if !envoykit.Eventually(10*time.Second, func() bool { return strings.Contains(read(stderr), "reload failed") }) {
 		t.Fatalf("no reload failure in the agent's log:\n%s", read(stderr))
 	}
 	p.signal(syscall.SIGTERM)
@@ -175,10 +174,10 @@ func TestReopenLogsAfterRotation(t *testing.T) {
 	dir := t.TempDir()
 	accessLog := filepath.Join(dir, "access.log")
 	envoyKeys := map[string]string{"drain_duration": `"20s"`, "parent_shutdown_duration": `"30s"`}
-	p := startAgent(t, procOptions{envoy: envoyKeys, bootstrap: testenvoy.BootstrapOptions{AccessLog: accessLog}})
-	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/load"), Connections: 2})
+	p := startAgent(t, procOptions{envoy: envoyKeys, bootstrap: envoykit.BootstrapOptions{AccessLog: accessLog}})
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(p.ports.Listener, "/load"), Connections: 2})
 	defer l.Stop()
-	if !testenvoy.Eventually(10*time.Second, func() bool { return len(accessLogPaths(t, accessLog)) >= 20 }) {
+	if !envoykit.Eventually(10*time.Second, func() bool { return len(accessLogPaths(t, accessLog)) >= 20 }) {
 		t.Fatalf("the access log has %d lines", len(accessLogPaths(t, accessLog)))
 	}
 
@@ -190,7 +189,7 @@ func TestReopenLogsAfterRotation(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "reopened: 1 epochs") {
 		t.Fatalf("reopen-logs: exit %d, %q %q", code, stdout, stderr)
 	}
-	if !testenvoy.Eventually(10*time.Second, func() bool { return len(accessLogPaths(t, accessLog)) >= 20 }) {
+	if !envoykit.Eventually(10*time.Second, func() bool { return len(accessLogPaths(t, accessLog)) >= 20 }) {
 		t.Fatalf("after reopen-logs, the new access log has %d lines", len(accessLogPaths(t, accessLog)))
 	}
 
@@ -204,7 +203,7 @@ func TestReopenLogsAfterRotation(t *testing.T) {
 	}
 	before := strings.Count(p.stderr.String(), "envoy reopened its log files")
 	p.signal(syscall.SIGUSR1)
-	if !testenvoy.Eventually(10*time.Second, func() bool {
+	if !envoykit.Eventually(10*time.Second, func() bool {
 		return strings.Count(p.stderr.String(), "envoy reopened its log files") > before
 	}) {
 		t.Fatal("no \"envoy reopened its log files\" after SIGUSR1")
@@ -212,7 +211,7 @@ func TestReopenLogsAfterRotation(t *testing.T) {
 	if !p.logged("envoy reopened its log files\" epochs=2") {
 		t.Errorf("SIGUSR1 with a draining epoch did not reach two epochs")
 	}
-	if !testenvoy.Eventually(10*time.Second, func() bool {
+	if !envoykit.Eventually(10*time.Second, func() bool {
 		files := envoyLogFiles(t, p.proc.Pid(), accessLog)
 		for _, fs := range files {
 			for _, f := range fs {
@@ -225,7 +224,7 @@ func TestReopenLogsAfterRotation(t *testing.T) {
 	}) {
 		t.Errorf("after SIGUSR1, Envoy's open log files: %v (want both epochs on %s only)", envoyLogFiles(t, p.proc.Pid(), accessLog), accessLog)
 	}
-	if !testenvoy.Eventually(10*time.Second, func() bool { return len(accessLogPaths(t, accessLog)) >= 20 }) {
+	if !envoykit.Eventually(10*time.Second, func() bool { return len(accessLogPaths(t, accessLog)) >= 20 }) {
 		t.Fatalf("after SIGUSR1, the new access log has %d lines", len(accessLogPaths(t, accessLog)))
 	}
 
@@ -240,7 +239,7 @@ func TestReopenLogsAfterRotation(t *testing.T) {
 		counts = [3]int{len(accessLogPaths(t, accessLog+".1")), len(accessLogPaths(t, accessLog+".2")), len(accessLogPaths(t, accessLog))}
 		return counts[0] + counts[1] + counts[2]
 	}
-	if !testenvoy.Eventually(10*time.Second, func() bool { return int64(logged()) >= ok }) || int64(logged()) != ok {
+	if !envoykit.Eventually(10*time.Second, func() bool { return int64(logged()) >= ok }) || int64(logged()) != ok {
 		t.Fatalf("%d requests answered, %d logged (access.log.1 %d, .2 %d, access.log %d)", ok, logged(), counts[0], counts[1], counts[2])
 	}
 	t.Logf("%d requests, logged: access.log.1 %d, access.log.2 %d, access.log %d", ok, counts[0], counts[1], counts[2])

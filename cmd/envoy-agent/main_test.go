@@ -25,7 +25,6 @@ import (
 
 	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 	"github.com/envoy-agent/envoy-agent/service"
 )
 
@@ -88,7 +87,7 @@ func buildAgent(path string) error {
 
 type procOptions struct {
 	envoy, agent  map[string]string // TOML values for [envoy] and [agent], over the defaults
-	bootstrap     testenvoy.BootstrapOptions
+	bootstrap     envoykit.BootstrapOptions
 	watchdogUsec  int
 	noWaitReady   bool
 	configText    string              // the whole TOML file instead, when set
@@ -102,12 +101,12 @@ type procOptions struct {
 type agentProc struct {
 	t        *testing.T
 	proc     *envoykit.Process // the agent, started by the kit
-	ns       *testenvoy.NotifySocket
-	ports    testenvoy.Ports
-	upstream *testenvoy.Upstream
+	ns       *envoykit.NotifySocket
+	ports    envoykit.Ports
+	upstream *envoykit.Upstream
 	dir      string
 	config   string
-	stderr   *testenvoy.SyncBuffer
+	stderr   *envoykit.SyncBuffer
 	started  time.Time
 	done     <-chan struct{} // closed once the agent has exited
 	envoyPid int
@@ -120,24 +119,24 @@ func startAgent(t *testing.T, o procOptions) *agentProc {
 
 // startAgentWith is startAgent with a hook that runs once the ports are
 // chosen, before the agent starts.
-func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Ports)) *agentProc {
+func startAgentWith(t *testing.T, o procOptions, beforeStart func(envoykit.Ports)) *agentProc {
 	t.Helper()
-	up := testenvoy.NewUpstream(t)
-	ports := testenvoy.NewPorts(t)
+	up := envoykit.NewUpstream(t)
+	ports := envoykit.NewPorts(t)
 	ports.Upstream = up.Port
 	dir := shortTempDir(t)
 	bo := o.bootstrap
 	bo.Ports = ports
 	bootstrap := o.bootstrapFile
 	if bootstrap == "" {
-		bootstrap = testenvoy.WriteBootstrap(t, dir, "envoy.yaml", bo)
+		bootstrap = envoykit.WriteBootstrap(t, dir, "envoy.yaml", bo)
 	}
 	text := o.configText
 	if text == "" {
-		baseID := testenvoy.BaseID()
+		baseID := envoykit.BaseID()
 		t.Cleanup(func() { removeSharedMemory(t, baseID) })
 		envoyKeys := map[string]string{
-			"binary_path": strconv.Quote(testenvoy.Binary(t)), "config_path": strconv.Quote(bootstrap),
+			"binary_path": strconv.Quote(envoykit.Binary(t)), "config_path": strconv.Quote(bootstrap),
 			"admin_port": strconv.Itoa(ports.Admin), "base_id": fmt.Sprint(baseID), "concurrency": "1",
 			"log_level": `"warning"`, "drain_duration": `"10s"`, "parent_shutdown_duration": `"15s"`,
 		}
@@ -159,8 +158,8 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := &agentProc{t: t, ports: ports, upstream: up, dir: dir, config: config, stderr: &testenvoy.SyncBuffer{}}
-	p.ns = testenvoy.NewNotifySocket(t)
+	p := &agentProc{t: t, ports: ports, upstream: up, dir: dir, config: config, stderr: &envoykit.SyncBuffer{}}
+	p.ns = envoykit.NewNotifySocket(t)
 	bin := agentBin
 	if o.binary != "" {
 		bin = o.binary
@@ -192,7 +191,7 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(testenvoy.Port
 			_ = syscall.Kill(p.envoyPid, syscall.SIGCONT)
 		}
 		p.proc.Kill()
-		if p.envoyPid > 0 && !testenvoy.Eventually(5*time.Second, func() bool { return !testenvoy.Alive(p.envoyPid) }) {
+		if p.envoyPid > 0 && !envoykit.Eventually(5*time.Second, func() bool { return !envoykit.Alive(p.envoyPid) }) {
 			t.Errorf("envoy pid %d outlived the test's agent", p.envoyPid)
 		}
 		if t.Failed() {
@@ -260,13 +259,13 @@ func readyWait() time.Duration {
 }
 
 // waitReady waits for READY=1 and learns Envoy's pid from its STATUS.
-func (p *agentProc) waitReady() testenvoy.Message {
+func (p *agentProc) waitReady() envoykit.Message {
 	p.t.Helper()
-	var m testenvoy.Message
+	var m envoykit.Message
 	found := false
-	testenvoy.Eventually(readyWait(), func() bool {
+	envoykit.Eventually(readyWait(), func() bool {
 		for _, msg := range p.ns.Messages() {
-			if testenvoy.HasAssignment(msg.Text, "READY=1") {
+			if envoykit.HasAssignment(msg.Text, "READY=1") {
 				m, found = msg, true
 				return true
 			}
@@ -320,7 +319,7 @@ func (p *agentProc) post(path string) int {
 }
 
 func (p *agentProc) healthz() int {
-	r, err := testenvoy.Get(testenvoy.URL(p.ports.Status, "/healthz/ready"), 5*time.Second)
+	r, err := envoykit.Get(envoykit.URL(p.ports.Status, "/healthz/ready"), 5*time.Second)
 	if err != nil {
 		return 0
 	}
@@ -330,7 +329,7 @@ func (p *agentProc) healthz() int {
 func TestReadyOnlyAfterEnvoyIsLive(t *testing.T) {
 	t.Parallel()
 	// Envoy stays INITIALIZING for 2s: CDS from an xDS server that is not there.
-	p := startAgent(t, procOptions{bootstrap: testenvoy.BootstrapOptions{InitDelay: 2 * time.Second}, noWaitReady: true})
+	p := startAgent(t, procOptions{bootstrap: envoykit.BootstrapOptions{InitDelay: 2 * time.Second}, noWaitReady: true})
 	var last503, first200 time.Time
 	stop := make(chan struct{})
 	polled := make(chan struct{})
@@ -345,7 +344,7 @@ func TestReadyOnlyAfterEnvoyIsLive(t *testing.T) {
 			// A 503 proves Envoy was not LIVE when the probe was sent (it may
 			// have turned LIVE before the answer came back).
 			sent := time.Now()
-			r, err := testenvoy.Get(testenvoy.URL(p.ports.Admin, "/ready"), time.Second)
+			r, err := envoykit.Get(envoykit.URL(p.ports.Admin, "/ready"), time.Second)
 			now := time.Now()
 			if err == nil && r.Code == 503 {
 				last503 = sent
@@ -357,7 +356,7 @@ func TestReadyOnlyAfterEnvoyIsLive(t *testing.T) {
 		}
 	}()
 	ready := p.waitReady()
-	if r, err := testenvoy.Get(testenvoy.URL(p.ports.Admin, "/ready"), time.Second); err != nil || r.Code != 200 || r.Body != "LIVE\n" {
+	if r, err := envoykit.Get(envoykit.URL(p.ports.Admin, "/ready"), time.Second); err != nil || r.Code != 200 || r.Body != "LIVE\n" {
 		t.Errorf("right after READY=1 Envoy's /ready = %+v, %v; want 200 LIVE", r, err)
 	}
 	time.Sleep(100 * time.Millisecond)
@@ -429,23 +428,23 @@ func TestStopDrainsWithRequestInFlight(t *testing.T) {
 	t.Parallel()
 	p := startAgent(t, procOptions{agent: map[string]string{"exit_on_zero_active_connections": "true", "min_drain_duration": `"1s"`, "termination_drain_duration": `"15s"`}})
 	type res struct {
-		r   testenvoy.Response
+		r   envoykit.Response
 		err error
 	}
 	reqDone := make(chan res, 1)
 	go func() {
-		r, err := testenvoy.Get(testenvoy.URL(p.ports.Listener, "/slow?d=2s"), 30*time.Second)
+		r, err := envoykit.Get(envoykit.URL(p.ports.Listener, "/slow?d=2s"), 30*time.Second)
 		reqDone <- res{r, err}
 	}()
-	if !testenvoy.Eventually(10*time.Second, func() bool { return p.upstream.SlowInFlight() == 1 }) {
+	if !envoykit.Eventually(10*time.Second, func() bool { return p.upstream.SlowInFlight() == 1 }) {
 		t.Fatalf("the slow request never reached the upstream")
 	}
 	sent := p.signal(syscall.SIGTERM)
 	p.ns.WaitFor(t, "STOPPING=1", 2*time.Second)
-	if !testenvoy.Eventually(3*time.Second, func() bool { return p.ns.Count("EXTEND_TIMEOUT_USEC=", sent, time.Now()) > 0 }) {
+	if !envoykit.Eventually(3*time.Second, func() bool { return p.ns.Count("EXTEND_TIMEOUT_USEC=", sent, time.Now()) > 0 }) {
 		t.Errorf("no EXTEND_TIMEOUT_USEC= after SIGTERM")
 	}
-	if !testenvoy.Eventually(3*time.Second, func() bool {
+	if !envoykit.Eventually(3*time.Second, func() bool {
 		for _, m := range p.ns.Messages() {
 			if strings.Contains(m.Text, "STATUS=draining: 1 active connections") {
 				return true
@@ -458,7 +457,7 @@ func TestStopDrainsWithRequestInFlight(t *testing.T) {
 	if code := p.healthz(); code != 503 {
 		t.Errorf("/healthz/ready = %d while draining, want 503", code)
 	}
-	if r, err := testenvoy.Get(testenvoy.URL(p.ports.Admin, "/ready"), time.Second); err != nil || r.Body != "DRAINING\n" {
+	if r, err := envoykit.Get(envoykit.URL(p.ports.Admin, "/ready"), time.Second); err != nil || r.Body != "DRAINING\n" {
 		t.Errorf("Envoy's /ready = %+v, %v during the drain; want DRAINING (health checks failed)", r, err)
 	}
 	r := <-reqDone
@@ -472,7 +471,7 @@ func TestStopDrainsWithRequestInFlight(t *testing.T) {
 	if took < 1500*time.Millisecond || took > 10*time.Second {
 		t.Errorf("the stop took %s; want about the 2s the request needed", took)
 	}
-	if !testenvoy.Eventually(2*time.Second, func() bool { return !testenvoy.Alive(p.envoyPid) }) {
+	if !envoykit.Eventually(2*time.Second, func() bool { return !envoykit.Alive(p.envoyPid) }) {
 		t.Errorf("envoy still alive after the agent exited")
 	}
 	for _, want := range []string{"draining envoy", "drain ended", "no active connections left"} {
@@ -542,7 +541,7 @@ func TestDrainThenSigtermExitsAtOnce(t *testing.T) {
 	if code := p.healthz(); code != 503 {
 		t.Errorf("/healthz/ready = %d after /drain, want 503", code)
 	}
-	if r, err := testenvoy.Get(testenvoy.URL(p.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
+	if r, err := envoykit.Get(envoykit.URL(p.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
 		t.Errorf("the listener after /drain: %+v, %v; want it still serving", r, err)
 	}
 	sent := p.signal(syscall.SIGTERM)
@@ -557,14 +556,14 @@ func TestSigkillOfAgentLeavesNoEnvoy(t *testing.T) {
 	p := startAgent(t, procOptions{})
 	p.signal(syscall.SIGKILL)
 	<-p.done
-	if !testenvoy.Eventually(3*time.Second, func() bool { return !testenvoy.Alive(p.envoyPid) }) {
+	if !envoykit.Eventually(3*time.Second, func() bool { return !envoykit.Alive(p.envoyPid) }) {
 		t.Fatalf("envoy pid %d survived a SIGKILL of its agent", p.envoyPid)
 	}
 }
 
 func TestSigtermBeforeReadyStopsQuickly(t *testing.T) {
 	t.Parallel()
-	p := startAgent(t, procOptions{bootstrap: testenvoy.BootstrapOptions{InitDelay: 10 * time.Second}, noWaitReady: true})
+	p := startAgent(t, procOptions{bootstrap: envoykit.BootstrapOptions{InitDelay: 10 * time.Second}, noWaitReady: true})
 	p.ns.WaitFor(t, "STATUS=waiting for Envoy", 10*time.Second)
 	sent := p.signal(syscall.SIGTERM)
 	code, took := p.wait(sent, 10*time.Second)
@@ -578,7 +577,7 @@ func TestStartTimeout(t *testing.T) {
 	t.Parallel()
 	// 3s: with 1s, a loaded machine (load average 20 on 2 cores) had Envoy's
 	// admin not yet up at the timeout ("its state: not started").
-	p := startAgent(t, procOptions{bootstrap: testenvoy.BootstrapOptions{InitDelay: 20 * time.Second}, agent: map[string]string{"start_timeout": `"3s"`}, noWaitReady: true})
+	p := startAgent(t, procOptions{bootstrap: envoykit.BootstrapOptions{InitDelay: 20 * time.Second}, agent: map[string]string{"start_timeout": `"3s"`}, noWaitReady: true})
 	code, took := p.wait(p.started, 20*time.Second)
 	if code != 1 || took > 12*time.Second {
 		t.Fatalf("exit %d after %s; want 1 soon after the 3s start timeout", code, took)
@@ -592,7 +591,7 @@ func TestStartTimeout(t *testing.T) {
 func TestMetricsMergeEnvoyAndAgent(t *testing.T) {
 	t.Parallel()
 	p := startAgent(t, procOptions{})
-	r, err := testenvoy.Get(testenvoy.URL(p.ports.Prometheus, "/stats/prometheus"), 5*time.Second)
+	r, err := envoykit.Get(envoykit.URL(p.ports.Prometheus, "/stats/prometheus"), 5*time.Second)
 	if err != nil || r.Code != 200 {
 		t.Fatalf("GET /stats/prometheus: %+v %v", r.Code, err)
 	}
@@ -627,7 +626,7 @@ func TestMetricsMergeEnvoyAndAgent(t *testing.T) {
 // something in dir (the test's bootstrap).
 func assertNoEnvoyFor(t *testing.T, dir string) {
 	t.Helper()
-	if !testenvoy.Eventually(3*time.Second, func() bool { return len(processesMentioning(dir)) == 0 }) {
+	if !envoykit.Eventually(3*time.Second, func() bool { return len(processesMentioning(dir)) == 0 }) {
 		t.Fatalf("processes left running for %s: %v", dir, processesMentioning(dir))
 	}
 }
@@ -641,7 +640,7 @@ func processesMentioning(s string) []string {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.Contains(b, []byte(s)) && testenvoy.Alive(pid) {
+		if err == nil && bytes.Contains(b, []byte(s)) && envoykit.Alive(pid) {
 			out = append(out, strings.ReplaceAll(string(b), "\x00", " "))
 		}
 	}
@@ -654,5 +653,5 @@ func processesMentioning(s string) []string {
 // reached the buffer (TestNoticesTheInstalledEnvoyIsNotTheRunningOne failed
 // so in a fresh-clone make test).
 func (p *agentProc) logged(want string) bool {
-	return testenvoy.Eventually(5*time.Second, func() bool { return strings.Contains(p.stderr.String(), want) })
+	return envoykit.Eventually(5*time.Second, func() bool { return strings.Contains(p.stderr.String(), want) })
 }

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
 // quickDrain makes replaced epochs go away fast: 1s drain, told to exit at 2s.
@@ -26,10 +25,10 @@ var quickDrain = map[string]string{"drain_duration": `"1s"`, "parent_shutdown_du
 
 // rewriteBootstrap replaces the agent's bootstrap atomically, as an editor
 // or a config management tool would.
-func (p *agentProc) rewriteBootstrap(o testenvoy.BootstrapOptions) {
+func (p *agentProc) rewriteBootstrap(o envoykit.BootstrapOptions) {
 	p.t.Helper()
 	o.Ports = p.ports
-	tmp := testenvoy.WriteBootstrap(p.t, p.dir, ".envoy.yaml.new", o)
+	tmp := envoykit.WriteBootstrap(p.t, p.dir, ".envoy.yaml.new", o)
 	if err := os.Rename(tmp, filepath.Join(p.dir, "envoy.yaml")); err != nil {
 		p.t.Fatal(err)
 	}
@@ -43,7 +42,7 @@ func (p *agentProc) reload() (int, string) {
 
 func (p *agentProc) metric(name string) string {
 	p.t.Helper()
-	r, err := testenvoy.Get(testenvoy.URL(p.ports.Prometheus, "/stats/prometheus"), 5*time.Second)
+	r, err := envoykit.Get(envoykit.URL(p.ports.Prometheus, "/stats/prometheus"), 5*time.Second)
 	if err != nil {
 		p.t.Fatalf("metrics: %v", err)
 	}
@@ -57,13 +56,13 @@ func (p *agentProc) metric(name string) string {
 
 func TestTenReloadsUnderLoadDropNothing(t *testing.T) {
 	t.Parallel()
-	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
-	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 4})
+	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: envoykit.BootstrapOptions{ResponseHeader: "v0"}})
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(p.ports.Listener, "/"), Connections: 4})
 	defer l.Stop()
-	testenvoy.WaitAnswers(t, l, 20)
+	envoykit.WaitAnswers(t, l, 20)
 	var took []time.Duration
 	for i := 1; i <= 10; i++ {
-		p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: fmt.Sprintf("v%d", i)})
+		p.rewriteBootstrap(envoykit.BootstrapOptions{ResponseHeader: fmt.Sprintf("v%d", i)})
 		start := time.Now()
 		code, out := p.reload()
 		took = append(took, time.Since(start))
@@ -72,7 +71,7 @@ func TestTenReloadsUnderLoadDropNothing(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond) // the scenario: reloads 200ms apart
 	}
-	testenvoy.Eventually(10*time.Second, func() bool { return l.Latest() == "v10" })
+	envoykit.Eventually(10*time.Second, func() bool { return l.Latest() == "v10" })
 	l.Stop()
 	t.Logf("10 reloads, envoy-agent reload took %v; %d requests ok, %d failed; answers %v", took, l.OK(), l.Failed(), l.Versions())
 	if l.Failed() != 0 {
@@ -91,13 +90,13 @@ func TestTenReloadsUnderLoadDropNothing(t *testing.T) {
 	// MONOTONIC_USEC in the same datagram, then READY=1.
 	reloading, ready := 0, 0
 	for _, m := range p.ns.Messages() {
-		if testenvoy.HasAssignment(m.Text, "RELOADING=1") {
+		if envoykit.HasAssignment(m.Text, "RELOADING=1") {
 			reloading++
-			if !testenvoy.HasAssignment(m.Text, "MONOTONIC_USEC=") {
+			if !envoykit.HasAssignment(m.Text, "MONOTONIC_USEC=") {
 				t.Errorf("RELOADING=1 without MONOTONIC_USEC: %q", m.Text)
 			}
 		}
-		if testenvoy.HasAssignment(m.Text, "READY=1") {
+		if envoykit.HasAssignment(m.Text, "READY=1") {
 			ready++
 		}
 	}
@@ -113,8 +112,8 @@ func TestTenReloadsUnderLoadDropNothing(t *testing.T) {
 
 func TestFailedReloadsKeepTheServingEnvoy(t *testing.T) {
 	t.Parallel()
-	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "good-0"}})
-	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 4})
+	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: envoykit.BootstrapOptions{ResponseHeader: "good-0"}})
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(p.ports.Listener, "/"), Connections: 4})
 	defer l.Stop()
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -142,7 +141,7 @@ func TestFailedReloadsKeepTheServingEnvoy(t *testing.T) {
 		{"bootstrap valid but its listener port is taken", func() {
 			ports := p.ports
 			ports.Listener = taken.Addr().(*net.TCPAddr).Port
-			testenvoy.WriteBootstrap(t, p.dir, "envoy.yaml", testenvoy.BootstrapOptions{Ports: ports, ResponseHeader: "bad"})
+			envoykit.WriteBootstrap(t, p.dir, "envoy.yaml", envoykit.BootstrapOptions{Ports: ports, ResponseHeader: "bad"})
 		}, 1, "Address already in use"},
 		{"toml error", func() {
 			writeFile(t, p.config, string(config)+"\nbogus_key = 1\n")
@@ -162,20 +161,20 @@ func TestFailedReloadsKeepTheServingEnvoy(t *testing.T) {
 		if c := p.healthz(); c != 200 {
 			t.Errorf("%s: /healthz/ready = %d after the failed reload", tt.name, c)
 		}
-		if r, err := testenvoy.Get(testenvoy.URL(p.ports.Admin, "/ready"), time.Second); err != nil || r.Code != 200 {
+		if r, err := envoykit.Get(envoykit.URL(p.ports.Admin, "/ready"), time.Second); err != nil || r.Code != 200 {
 			t.Errorf("%s: Envoy's admin API after the failed reload: %+v %v", tt.name, r, err)
 		}
-		testenvoy.WaitAnswers(t, l, 20) // answers given after the failed reload
+		envoykit.WaitAnswers(t, l, 20) // answers given after the failed reload
 		if v := l.Latest(); v != "good-0" {
 			t.Errorf("%s (%d): the answers say %q, want the old good-0", tt.name, i, v)
 		}
 	}
 	// A good reload still works afterwards.
-	p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "good-1"})
+	p.rewriteBootstrap(envoykit.BootstrapOptions{ResponseHeader: "good-1"})
 	if code, out := p.reload(); code != 0 {
 		t.Fatalf("good reload after failures: exit %d: %s", code, out)
 	}
-	testenvoy.Eventually(10*time.Second, func() bool { return l.Latest() == "good-1" })
+	envoykit.Eventually(10*time.Second, func() bool { return l.Latest() == "good-1" })
 	l.Stop()
 	if l.Failed() != 0 {
 		t.Fatalf("%d requests failed (last: %s)", l.Failed(), l.LastErr())
@@ -203,22 +202,22 @@ func writeFile(t *testing.T, path, text string) {
 
 func TestSighupAndConcurrentReloads(t *testing.T) {
 	t.Parallel()
-	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
-	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 2})
+	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: envoykit.BootstrapOptions{ResponseHeader: "v0"}})
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(p.ports.Listener, "/"), Connections: 2})
 	defer l.Stop()
 
-	p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "hup"})
+	p.rewriteBootstrap(envoykit.BootstrapOptions{ResponseHeader: "hup"})
 	p.signal(syscall.SIGHUP)
 	p.ns.WaitFor(t, "RELOADING=1", 5*time.Second)
-	if !testenvoy.Eventually(20*time.Second, func() bool { return p.metric("envoy_agent_reloads_total") == "1" }) {
+	if !envoykit.Eventually(20*time.Second, func() bool { return p.metric("envoy_agent_reloads_total") == "1" }) {
 		t.Fatalf("SIGHUP did not reload: %s", p.stderr)
 	}
-	if !testenvoy.Eventually(5*time.Second, func() bool { return l.Latest() == "hup" }) {
+	if !envoykit.Eventually(5*time.Second, func() bool { return l.Latest() == "hup" }) {
 		t.Fatalf("after SIGHUP the answers say %q", l.Latest())
 	}
 
 	// Five reloads asked at once: all succeed, coalesced into fewer runs.
-	p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "burst"})
+	p.rewriteBootstrap(envoykit.BootstrapOptions{ResponseHeader: "burst"})
 	var wg sync.WaitGroup
 	codes := make([]int, 5)
 	for i := range codes {
@@ -235,7 +234,7 @@ func TestSighupAndConcurrentReloads(t *testing.T) {
 	if runs != "2" && runs != "3" {
 		t.Errorf("envoy_agent_reloads_total = %s after 1 + 5 concurrent requests; want them coalesced into 1 or 2 runs", runs)
 	}
-	testenvoy.Eventually(10*time.Second, func() bool { return l.Latest() == "burst" })
+	envoykit.Eventually(10*time.Second, func() bool { return l.Latest() == "burst" })
 	l.Stop()
 	if l.Failed() != 0 || l.Latest() != "burst" {
 		t.Fatalf("%d failed, latest %q", l.Failed(), l.Latest())
@@ -246,13 +245,13 @@ func TestStopDuringReloadDrainsAndLeavesNoEnvoy(t *testing.T) {
 	t.Parallel()
 	p := startAgent(t, procOptions{envoy: quickDrain, agent: map[string]string{"min_drain_duration": `"1s"`, "termination_drain_duration": `"3s"`}})
 	// The next epoch takes 2s to initialise.
-	p.rewriteBootstrap(testenvoy.BootstrapOptions{InitDelay: 2 * time.Second, ResponseHeader: "slow"})
+	p.rewriteBootstrap(envoykit.BootstrapOptions{InitDelay: 2 * time.Second, ResponseHeader: "slow"})
 	reloaded := make(chan string, 1)
 	go func() { _, out := p.reload(); reloaded <- out }()
 	p.ns.WaitFor(t, "RELOADING=1", 5*time.Second)
 	// The stop comes while epoch 1 runs and initialises (its command line
 	// names its bootstrap copy, run/epoch-1-…).
-	if !testenvoy.Eventually(10*time.Second, func() bool { return len(processesMentioning(filepath.Join(p.dir, "run", "epoch-1-"))) > 0 }) {
+	if !envoykit.Eventually(10*time.Second, func() bool { return len(processesMentioning(filepath.Join(p.dir, "run", "epoch-1-"))) > 0 }) {
 		t.Fatalf("epoch 1 never started: %s", p.stderr)
 	}
 	sent := p.signal(syscall.SIGTERM)
@@ -270,7 +269,7 @@ func TestStopDuringReloadDrainsAndLeavesNoEnvoy(t *testing.T) {
 }
 
 // inPlaceAgent is reload_method "auto" with quick drains.
-func inPlaceAgent(t *testing.T, bo testenvoy.BootstrapOptions) *agentProc {
+func inPlaceAgent(t *testing.T, bo envoykit.BootstrapOptions) *agentProc {
 	t.Helper()
 	return startAgent(t, procOptions{envoy: quickDrain, agent: map[string]string{"reload_method": `"auto"`, "exit_on_zero_active_connections": "true"}, bootstrap: bo})
 }
@@ -304,8 +303,8 @@ var tookRE = regexp.MustCompile(`\((\d+) ms\)`)
 // waiting for the replaced epoch's drain.
 func TestReloadInPlace(t *testing.T) {
 	t.Parallel()
-	other := testenvoy.FreePort(t)
-	bo := testenvoy.BootstrapOptions{ResponseHeader: "v0", ExtraListeners: []int{other}}
+	other := envoykit.FreePort(t)
+	bo := envoykit.BootstrapOptions{ResponseHeader: "v0", ExtraListeners: []int{other}}
 	p := inPlaceAgent(t, bo)
 	first := p.servingPid()
 	bo.Ports = p.ports
@@ -314,7 +313,7 @@ func TestReloadInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A listener added in place: tcp_proxy to the upstream.
-	tcpPort := testenvoy.FreePort(t)
+	tcpPort := envoykit.FreePort(t)
 	v0 := []byte(strings.Replace(string(kit), "  clusters:\n", fmt.Sprintf(`  - name: tcp
     address: { socket_address: { address: 127.0.0.1, port_value: %d } }
     filter_chains: [{ filters: [{ name: envoy.filters.network.tcp_proxy, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy, stat_prefix: tcp, cluster: upstream } }] }]
@@ -349,14 +348,14 @@ func TestReloadInPlace(t *testing.T) {
 	version := func(text string, i int) string {
 		return strings.Replace(text, `value: "v0"`, fmt.Sprintf(`value: "v%d"`, i), 1)
 	}
-	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Client: envoykit.RawHTTP1,
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(p.ports.Listener, "/"), Client: envoykit.RawHTTP1,
 		Workers: []envoykit.Workers{{N: 4, Path: "/"}}})
 	defer l.Stop()
-	idle := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(other, "/"), Client: envoykit.RawHTTP1,
+	idle := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(other, "/"), Client: envoykit.RawHTTP1,
 		Workers: []envoykit.Workers{{N: 4, Path: "/", Idle: 700 * time.Millisecond}}})
 	defer idle.Stop()
-	testenvoy.WaitAnswers(t, l, 20)
-	testenvoy.WaitAnswers(t, idle, 4)
+	envoykit.WaitAnswers(t, l, 20)
+	envoykit.WaitAnswers(t, idle, 4)
 	var inPlace []string
 	for i := 1; i <= 5; i++ {
 		p.writeBootstrapText(version(string(v0), i))
@@ -365,11 +364,11 @@ func TestReloadInPlace(t *testing.T) {
 			t.Fatalf("reload %d: exit %d: %s", i, code, out)
 		}
 		inPlace = append(inPlace, reloadTook(out))
-		if !testenvoy.Eventually(5*time.Second, func() bool { return l.Latest() == fmt.Sprintf("v%d", i) }) {
+		if !envoykit.Eventually(5*time.Second, func() bool { return l.Latest() == fmt.Sprintf("v%d", i) }) {
 			t.Fatalf("after reload %d the listener answers %q", i, l.Latest())
 		}
 	}
-	if pid := p.servingPid(); pid != first || !testenvoy.Alive(first) {
+	if pid := p.servingPid(); pid != first || !envoykit.Alive(first) {
 		t.Fatalf("after in-place reloads Envoy pid %d serves; want pid %d", pid, first)
 	}
 	if err := tcpGet(); err != nil {
@@ -399,10 +398,10 @@ func TestReloadInPlace(t *testing.T) {
 	if code, out := p.reload(); code == 0 || !strings.Contains(out, "listener taken: cannot bind") || !strings.Contains(out, "put back") {
 		t.Fatalf("reload with a listener on a taken port: exit %d: %s", code, out)
 	}
-	if r, err := testenvoy.Get(testenvoy.URL(p.ports.Admin, "/listeners"), 5*time.Second); err != nil || strings.Contains(r.Body, "taken") || !strings.Contains(r.Body, "ingress_1") {
+	if r, err := envoykit.Get(envoykit.URL(p.ports.Admin, "/listeners"), 5*time.Second); err != nil || strings.Contains(r.Body, "taken") || !strings.Contains(r.Body, "ingress_1") {
 		t.Errorf("Envoy's listeners after the refused reload: %v\n%s", err, r.Body)
 	}
-	if r, err := testenvoy.Get(testenvoy.URL(p.ports.Admin, "/config_dump?resource=dynamic_active_clusters"), 5*time.Second); err != nil ||
+	if r, err := envoykit.Get(envoykit.URL(p.ports.Admin, "/config_dump?resource=dynamic_active_clusters"), 5*time.Second); err != nil ||
 		!strings.Contains(r.Body, `"connect_timeout": "1s"`) || strings.Contains(r.Body, `"connect_timeout": "2s"`) {
 		t.Errorf("the upstream cluster after the refused reload is not as before: %v\n%s", err, r.Body)
 	}
@@ -430,7 +429,7 @@ func TestReloadInPlace(t *testing.T) {
 		t.Fatalf("in-place reload after the hot restart: exit %d: %s", code, out)
 	}
 	inPlace = append(inPlace, reloadTook(out))
-	if !testenvoy.Eventually(5*time.Second, func() bool { return l.Latest() == "v7" }) {
+	if !envoykit.Eventually(5*time.Second, func() bool { return l.Latest() == "v7" }) {
 		t.Fatalf("after the last reload the listener answers %q", l.Latest())
 	}
 	l.Stop()
@@ -464,13 +463,13 @@ func TestInPlaceStartWaitsForAcceptance(t *testing.T) {
 	}
 	defer held.Close()
 	p := startAgent(t, procOptions{agent: map[string]string{"reload_method": `"auto"`}, noWaitReady: true,
-		bootstrap: testenvoy.BootstrapOptions{ExtraListeners: []int{held.Addr().(*net.TCPAddr).Port}}})
+		bootstrap: envoykit.BootstrapOptions{ExtraListeners: []int{held.Addr().(*net.TCPAddr).Port}}})
 	code, _ := p.wait(p.started, 30*time.Second)
 	if code != 1 || !strings.Contains(p.stderr.String(), "without all of its listeners and clusters") || !strings.Contains(p.stderr.String(), "cannot bind") {
 		t.Fatalf("start with a listener on a taken port exited %d:\n%s", code, p.stderr)
 	}
 	for _, m := range p.ns.Messages() {
-		if testenvoy.HasAssignment(m.Text, "READY=1") {
+		if envoykit.HasAssignment(m.Text, "READY=1") {
 			t.Errorf("READY=1 sent: %q", m.Text)
 		}
 	}
@@ -487,8 +486,8 @@ func TestInPlaceStartWaitsForAcceptance(t *testing.T) {
 func TestInPlaceListenerChangeHotRestarts(t *testing.T) {
 	t.Parallel()
 	p := startAgent(t, procOptions{envoy: map[string]string{"drain_duration": `"1s"`, "parent_shutdown_duration": `"4s"`},
-		agent: map[string]string{"reload_method": ""}, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
-	v0, err := envoykit.RenderBootstrap(testenvoy.BootstrapOptions{Ports: p.ports, ResponseHeader: "v0"})
+		agent: map[string]string{"reload_method": ""}, bootstrap: envoykit.BootstrapOptions{ResponseHeader: "v0"}})
+	v0, err := envoykit.RenderBootstrap(envoykit.BootstrapOptions{Ports: p.ports, ResponseHeader: "v0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -497,13 +496,13 @@ func TestInPlaceListenerChangeHotRestarts(t *testing.T) {
 		done := make(chan error, 1)
 		before := p.upstream.SlowInFlight()
 		go func() {
-			r, err := testenvoy.Get(testenvoy.URL(p.ports.Listener, "/slow?d=2s"), 10*time.Second)
+			r, err := envoykit.Get(envoykit.URL(p.ports.Listener, "/slow?d=2s"), 10*time.Second)
 			if err == nil && r.Code != http.StatusOK {
 				err = fmt.Errorf("status %d", r.Code)
 			}
 			done <- err
 		}()
-		if !testenvoy.Eventually(10*time.Second, func() bool { return p.upstream.SlowInFlight() > before }) {
+		if !envoykit.Eventually(10*time.Second, func() bool { return p.upstream.SlowInFlight() > before }) {
 			t.Fatalf("the slow request never reached the upstream")
 		}
 		return done

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // Issue 20, item 4: a bad bootstrap reloaded right after a good reload,
@@ -22,7 +22,7 @@ import (
 // good reload waits; the good reload then runs the files it validated.
 func TestBadReloadDuringADrainFailsAtOnce(t *testing.T) {
 	t.Parallel()
-	p := startAgent(t, procOptions{envoy: slowDrain, bootstrap: testenvoy.BootstrapOptions{ResponseHeader: "v0"}})
+	p := startAgent(t, procOptions{envoy: slowDrain, bootstrap: envoykit.BootstrapOptions{ResponseHeader: "v0"}})
 	bootstrap := filepath.Join(p.dir, "envoy.yaml")
 	breakBootstrap := func() {
 		good, err := os.ReadFile(bootstrap)
@@ -36,7 +36,7 @@ func TestBadReloadDuringADrainFailsAtOnce(t *testing.T) {
 	req := p.slowRequest(false, 12*time.Second)
 	inFlight := func() bool { return p.upstream.SlowInFlight() > 0 }
 
-	p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "v1"})
+	p.rewriteBootstrap(envoykit.BootstrapOptions{ResponseHeader: "v1"})
 	if code, out := p.reload(); code != 0 {
 		t.Fatalf("good reload: exit %d: %s", code, out)
 	}
@@ -53,7 +53,7 @@ func TestBadReloadDuringADrainFailsAtOnce(t *testing.T) {
 	t.Logf("bad reload after a good one refused in %s, epoch 0's request still in flight", took.Round(time.Millisecond))
 
 	// A good reload now has to wait for epoch 0, and says so at once.
-	p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: "v2"})
+	p.rewriteBootstrap(envoykit.BootstrapOptions{ResponseHeader: "v2"})
 	type result struct {
 		code int
 		out  string
@@ -63,7 +63,7 @@ func TestBadReloadDuringADrainFailsAtOnce(t *testing.T) {
 		code, out := p.reload()
 		waiting <- result{code, out}
 	}()
-	if !testenvoy.Eventually(10*time.Second, func() bool { return statusSaid(p, "reload waiting for epoch 0") }) {
+	if !envoykit.Eventually(10*time.Second, func() bool { return statusSaid(p, "reload waiting for epoch 0") }) {
 		t.Fatalf("STATUS= never said the reload waits for epoch 0: %v", p.ns.Messages())
 	}
 	breakBootstrap()
@@ -91,7 +91,7 @@ func TestBadReloadDuringADrainFailsAtOnce(t *testing.T) {
 		t.Errorf("the waiting reload: exit %d: %s; want it to say at once that it waits, then epoch 2", w.code, w.out)
 	}
 	// It ran the files it validated (v2), not the broken file on disk.
-	if rr, err := testenvoy.Get(testenvoy.URL(p.ports.Listener, "/"), 5*time.Second); err != nil || rr.Header.Get("x-config-version") != "v2" {
+	if rr, err := envoykit.Get(envoykit.URL(p.ports.Listener, "/"), 5*time.Second); err != nil || rr.Header.Get("x-config-version") != "v2" {
 		t.Errorf("after the waiting reload: %+v %v; want v2", rr, err)
 	}
 }

@@ -26,7 +26,6 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
 // secretToken is planted in the bootstraps below, with a fresh private key:
@@ -190,23 +189,23 @@ func TestEnvoyTraceAndDebugAreRefusedSoSecretsStayOut(t *testing.T) {
 
 	// 1. A bare Envoy at trace on the same kind of bootstrap: the token is
 	// in its output, so the count below can fail.
-	up := testenvoy.NewUpstream(t)
-	ports := testenvoy.NewPorts(t)
+	up := envoykit.NewUpstream(t)
+	ports := envoykit.NewPorts(t)
 	ports.Upstream = up.Port
 	dir := t.TempDir()
 	// The token is in a listener's route too (a header it adds), as
 	// the issue's bootstrap had it.
-	bootstrap := testenvoy.WriteBootstrap(t, dir, "envoy.yaml", testenvoy.BootstrapOptions{Ports: ports, ResponseHeader: secretToken})
+	bootstrap := envoykit.WriteBootstrap(t, dir, "envoy.yaml", envoykit.BootstrapOptions{Ports: ports, ResponseHeader: secretToken})
 	writeFile(t, bootstrap, readFileT(t, bootstrap)+secrets)
-	baseID := testenvoy.BaseID()
-	var bare testenvoy.SyncBuffer
+	baseID := envoykit.BaseID()
+	var bare envoykit.SyncBuffer
 	args := envoykit.BareArgs(bootstrap, baseID)
 	for i := range args {
 		if args[i] == "-l" {
 			args[i+1] = "trace"
 		}
 	}
-	proc, err := envoykit.Start(testenvoy.Binary(t), args, &bare)
+	proc, err := envoykit.Start(envoykit.Binary(t), args, &bare)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,10 +214,10 @@ func TestEnvoyTraceAndDebugAreRefusedSoSecretsStayOut(t *testing.T) {
 	if err := proc.WaitReady(ports.Admin, 30*time.Second); err != nil {
 		t.Fatalf("bare Envoy at trace: %v\n%s", err, bare.String())
 	}
-	if r, err := testenvoy.Get(testenvoy.URL(ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
+	if r, err := envoykit.Get(envoykit.URL(ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
 		t.Fatalf("a request through the bare Envoy: %+v, %v", r, err)
 	}
-	if !testenvoy.Eventually(20*time.Second, func() bool { return strings.Contains(bare.String(), "s3cr3t-t0ken") }) {
+	if !envoykit.Eventually(20*time.Second, func() bool { return strings.Contains(bare.String(), "s3cr3t-t0ken") }) {
 		t.Fatalf("a bare Envoy at trace never printed the token: the check below would prove nothing")
 	}
 	leaks := strings.Count(bare.String(), "s3cr3t-t0ken")
@@ -227,7 +226,7 @@ func TestEnvoyTraceAndDebugAreRefusedSoSecretsStayOut(t *testing.T) {
 
 	// 2. The agent, at info, on a bootstrap with the same secrets.
 	p := startAgent(t, procOptions{envoy: map[string]string{"log_level": `"info"`}})
-	p.rewriteBootstrap(testenvoy.BootstrapOptions{ResponseHeader: secretToken})
+	p.rewriteBootstrap(envoykit.BootstrapOptions{ResponseHeader: secretToken})
 	writeFile(t, filepath.Join(p.dir, "envoy.yaml"), readFileT(t, filepath.Join(p.dir, "envoy.yaml"))+secrets)
 	if code, out := p.reload(); code != 0 {
 		t.Fatalf("reload of the bootstrap with secrets: exit %d: %s", code, out)
@@ -257,13 +256,13 @@ func TestEnvoyTraceAndDebugAreRefusedSoSecretsStayOut(t *testing.T) {
 			if code != 3 || !strings.Contains(out, l.key) {
 				t.Errorf("reload: exit %d, want 3 naming %s: %s", code, l.key, out)
 			}
-			if r, err := testenvoy.Get(testenvoy.URL(p.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
+			if r, err := envoykit.Get(envoykit.URL(p.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
 				t.Errorf("traffic after the refused reload: %+v, %v", r, err)
 			}
 		})
 	}
 	writeFile(t, p.config, base)
-	if r, err := testenvoy.Get(testenvoy.URL(p.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
+	if r, err := envoykit.Get(envoykit.URL(p.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
 		t.Fatalf("a request through the agent's Envoy: %+v, %v", r, err)
 	}
 	printed.WriteString(p.stderr.String())
@@ -341,7 +340,7 @@ func TestRenewedCertificateServedWithoutReload(t *testing.T) {
 			if !hotRestart {
 				o.envoy = map[string]string{"binary_path": strconv.Quote(writeHotRestartOffStandIn(t, t.TempDir()))}
 			}
-			p := startAgentWith(t, o, func(ports testenvoy.Ports) {
+			p := startAgentWith(t, o, func(ports envoykit.Ports) {
 				writeFile(t, bootstrap, string(envoykit.TLSBootstrap(certFile, keyFile, ports.Listener, ports.Admin)))
 			})
 			if !hotRestart {
@@ -376,8 +375,8 @@ func TestRenewedCertificateServedWithoutReload(t *testing.T) {
 				t.Fatalf("status: exit %d:\n%s", code, stdout)
 			}
 			metric := fmt.Sprintf(`envoy_agent_certificate_expiry_timestamp_seconds{file=%q} `, certFile)
-			if !testenvoy.Eventually(5*time.Second, func() bool {
-				r, err := testenvoy.Get(testenvoy.URL(p.ports.Prometheus, "/metrics"), 5*time.Second)
+			if !envoykit.Eventually(5*time.Second, func() bool {
+				r, err := envoykit.Get(envoykit.URL(p.ports.Prometheus, "/metrics"), 5*time.Second)
 				return err == nil && strings.Contains(r.Body, metric)
 			}) {
 				t.Fatalf("metrics: no %s", metric)
@@ -408,11 +407,11 @@ func TestRenewedCertificateServedWithoutReload(t *testing.T) {
 			renameInto(t, keyFile, k2)
 			renameInto(t, certFile, c2)
 			var got string
-			if !testenvoy.Eventually(2*time.Second, func() bool { got, err = tlsSerial(p.ports.Listener); return got == s2 }) {
+			if !envoykit.Eventually(2*time.Second, func() bool { got, err = tlsSerial(p.ports.Listener); return got == s2 }) {
 				t.Fatalf("2 s after the renewal new handshakes see %s, %v; want serial %s", got, err, s2)
 			}
 			t.Logf("renewal to the first new handshake with the new certificate: %s", time.Since(renewed).Round(time.Millisecond))
-			if p.servingPid() != pid || !testenvoy.Alive(pid) {
+			if p.servingPid() != pid || !envoykit.Alive(pid) {
 				t.Fatalf("Envoy pid %d no longer serves after the renewal", pid)
 			}
 			get("the connection opened before the renewal, after it")
@@ -461,7 +460,7 @@ func TestStaticSecretReloadsInPlace(t *testing.T) {
 	}
 	c1, k1, s1 := pair()
 	bootstrap := filepath.Join(t.TempDir(), "envoy.yaml")
-	p := startAgentWith(t, procOptions{bootstrapFile: bootstrap, agent: map[string]string{"reload_method": `"auto"`}}, func(ports testenvoy.Ports) {
+	p := startAgentWith(t, procOptions{bootstrapFile: bootstrap, agent: map[string]string{"reload_method": `"auto"`}}, func(ports envoykit.Ports) {
 		writeFile(t, bootstrap, string(envoykit.SecretTLSBootstrap(c1, k1, ports.Listener, ports.Admin)))
 	})
 	if got, err := envoykit.TLSSerial(p.ports.Listener); err != nil || got != s1 {
@@ -496,7 +495,7 @@ func TestStaticSecretReloadsInPlace(t *testing.T) {
 	if got, err := envoykit.TLSSerial(p.ports.Listener); err != nil || got != s2 {
 		t.Errorf("after the reload new handshakes see %s, %v; want serial %s", got, err, s2)
 	}
-	if pid := p.servingPid(); pid != p.envoyPid || !testenvoy.Alive(pid) {
+	if pid := p.servingPid(); pid != p.envoyPid || !envoykit.Alive(pid) {
 		t.Errorf("after the reload Envoy pid %d serves; want %d", pid, p.envoyPid)
 	}
 	get("the connection opened first, after the reload")

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // TestStderrReaderGone: the reader of the agent's stderr goes away (as when
@@ -26,7 +26,7 @@ func TestStderrReaderGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	copied := make(chan struct{})
-	var early testenvoy.SyncBuffer
+	var early envoykit.SyncBuffer
 	go func() { _, _ = io.Copy(&early, r); close(copied) }()
 	p := startAgent(t, procOptions{stderrFile: w})
 	w.Close()
@@ -47,7 +47,7 @@ func TestStderrReaderGone(t *testing.T) {
 		t.Fatalf("reload with no stderr reader: exit %d: %s", code, out)
 	}
 	for range 20 {
-		if r, err := testenvoy.Get(testenvoy.URL(p.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
+		if r, err := envoykit.Get(envoykit.URL(p.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
 			t.Fatalf("traffic with no stderr reader: %+v, %v", r, err)
 		}
 	}

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // TestFIFOInPlaceOfAFileNeverHangs: a FIFO as --config or as config_path
@@ -88,7 +88,7 @@ func TestStopWaitsOnAHungReloadAtMostStartTimeout(t *testing.T) {
 	config := readFileT(t, p.config)
 	writeFile(t, p.config, strings.Replace(config, "binary_path = ", "binary_path = "+strconv.Quote(hung)+"\n# was: binary_path = ", 1))
 	p.signal(syscall.SIGHUP)
-	if !testenvoy.Eventually(30*time.Second, func() bool { _, err := os.Stat(pidFile); return err == nil }) {
+	if !envoykit.Eventually(30*time.Second, func() bool { _, err := os.Stat(pidFile); return err == nil }) {
 		t.Fatal("the reload never ran the stand-in binary")
 	}
 	sent := p.signal(syscall.SIGTERM)

@@ -22,7 +22,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 	"github.com/envoy-agent/envoy-agent/service"
 )
 
@@ -166,9 +165,9 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 	// A 2s watchdog: the pings (every 1s) must go on across each exec.
 	p := startAgent(t, procOptions{binary: installed, envoy: quickDrain, watchdogUsec: 2_000_000})
 	agentPid, envoyPid := p.proc.Pid(), p.envoyPid
-	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Connections: 4})
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(p.ports.Listener, "/"), Connections: 4})
 	defer l.Stop()
-	if !testenvoy.Eventually(10*time.Second, func() bool { return l.OK() > 100 }) {
+	if !envoykit.Eventually(10*time.Second, func() bool { return l.OK() > 100 }) {
 		t.Fatalf("no load through Envoy: %d ok, %d failed (%s)", l.OK(), l.Failed(), l.LastErr())
 	}
 
@@ -234,7 +233,7 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 		t.Logf("epoch 0 had exited before reopen-logs: only the serving epoch was told")
 	}
 	// Epoch 0 drains and exits by itself (parent_shutdown_duration 2s): one Envoy left.
-	if !testenvoy.Eventually(10*time.Second, func() bool { return envoysFor(p.dir) == 1 }) {
+	if !envoykit.Eventually(10*time.Second, func() bool { return envoysFor(p.dir) == 1 }) {
 		t.Fatalf("Envoys left: %v", processesMentioning(p.dir))
 	}
 
@@ -255,7 +254,7 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 
 	assertComm(t, agentPid, "envoy-agent")
 
-	testenvoy.WaitAnswers(t, l, 20) // load after the last step, to count
+	envoykit.WaitAnswers(t, l, 20) // load after the last step, to count
 	l.Stop()
 	n, looks := gaps()
 	if n != 0 || looks == 0 {
@@ -280,16 +279,16 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 	var last time.Time
 	var worst time.Duration
 	for _, m := range p.ns.Messages() {
-		if testenvoy.HasAssignment(m.Text, "RELOADING=1") && strings.Contains(m.Text, "upgrading") && !testenvoy.HasAssignment(m.Text, "MONOTONIC_USEC=") {
+		if envoykit.HasAssignment(m.Text, "RELOADING=1") && strings.Contains(m.Text, "upgrading") && !envoykit.HasAssignment(m.Text, "MONOTONIC_USEC=") {
 			t.Errorf("RELOADING=1 without MONOTONIC_USEC: %q", m.Text)
 		}
-		if testenvoy.HasAssignment(m.Text, "READY=1") && strings.Contains(m.Text, "adopted epoch") {
+		if envoykit.HasAssignment(m.Text, "READY=1") && strings.Contains(m.Text, "adopted epoch") {
 			adopted++
 		}
 		if strings.Contains(m.Text, "upgrade refused: the new "+installed+" does not run") {
 			refused++
 		}
-		if testenvoy.HasAssignment(m.Text, "WATCHDOG=1") {
+		if envoykit.HasAssignment(m.Text, "WATCHDOG=1") {
 			if !last.IsZero() {
 				worst = max(worst, m.At.Sub(last))
 			}
@@ -339,9 +338,9 @@ func TestUpgradeFaultsOfTheNewBinary(t *testing.T) {
 	install(t, binA, installed)
 	p := startAgent(t, procOptions{binary: installed, envoy: quickDrain})
 	agentPid, envoyPid := p.proc.Pid(), p.envoyPid
-	load := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: testenvoy.URL(p.ports.Listener, "/"), Client: envoykit.RawHTTP1,
+	load := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(p.ports.Listener, "/"), Client: envoykit.RawHTTP1,
 		Workers: []envoykit.Workers{{N: 2}}})
-	if !testenvoy.Eventually(10*time.Second, func() bool { return load.OK() > 50 }) {
+	if !envoykit.Eventually(10*time.Second, func() bool { return load.OK() > 50 }) {
 		t.Fatalf("no load through Envoy: %s", load)
 	}
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // TestWatchdogFiringSaysWhyOnce: with Envoy wedged (SIGSTOP), the agent
@@ -48,14 +48,14 @@ func TestWatchdogFiringSaysWhyOnce(t *testing.T) {
 		return out
 	}
 	live := time.Now()
-	if !testenvoy.Eventually(5*interval, func() bool { return p.ns.Count("WATCHDOG=1", live, time.Now()) >= 2 }) {
+	if !envoykit.Eventually(5*interval, func() bool { return p.ns.Count("WATCHDOG=1", live, time.Now()) >= 2 }) {
 		t.Fatalf("no watchdog pings while Envoy answers: %v", p.ns.Messages())
 	}
 	if err := syscall.Kill(p.envoyPid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	frozen := time.Now()
-	if !testenvoy.Eventually(5*interval, func() bool { return len(errorLines()) > 0 }) {
+	if !envoykit.Eventually(5*interval, func() bool { return len(errorLines()) > 0 }) {
 		t.Fatalf("no line at error priority %s after Envoy froze:\n%s", 5*interval, strings.Join(read(), "\n"))
 	}
 	said := time.Now()
@@ -71,7 +71,7 @@ func TestWatchdogFiringSaysWhyOnce(t *testing.T) {
 	if code != 0 {
 		t.Errorf("exit %d after SIGABRT; want 0 (systemd records the watchdog's result itself)", code)
 	}
-	if !testenvoy.Eventually(5*time.Second, func() bool { return !testenvoy.Alive(p.envoyPid) }) {
+	if !envoykit.Eventually(5*time.Second, func() bool { return !envoykit.Alive(p.envoyPid) }) {
 		t.Errorf("the wedged Envoy (pid %d) outlived the agent", p.envoyPid)
 	}
 	lines := read()

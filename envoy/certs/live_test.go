@@ -20,7 +20,6 @@ import (
 
 	"github.com/envoy-agent/envoy-agent/envoy/certs"
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
 var farFuture = time.Now().Add(90 * 24 * time.Hour)
@@ -42,9 +41,9 @@ func serve(t *testing.T, certFile, keyFile string) *served {
 // serveWith is serve with the Manager's Poll, and options applied to it.
 func serveWith(t *testing.T, certFile, keyFile string, poll time.Duration, opts ...func(*certs.Manager)) *served {
 	t.Helper()
-	bin := testenvoy.Binary(t)
+	bin := envoykit.Binary(t)
 	run := t.TempDir()
-	port, admin := testenvoy.FreePort(t), testenvoy.FreePort(t)
+	port, admin := envoykit.FreePort(t), envoykit.FreePort(t)
 	l := &logs{t: t}
 	m := certs.NewManager(l)
 	m.Poll = poll
@@ -95,7 +94,7 @@ func (s *served) waitSerial(t *testing.T, serial string, since time.Time) time.D
 	t.Helper()
 	var last string
 	var took time.Duration
-	if !testenvoy.Eventually(2*time.Second, func() bool {
+	if !envoykit.Eventually(2*time.Second, func() bool {
 		got, err := s.handshake()
 		last = fmt.Sprint(got, err)
 		took = time.Since(since)
@@ -364,7 +363,7 @@ func TestHalfDoneRenewalKeepsThePairInUse(t *testing.T) {
 			old := s.open(t)
 			next := newPair(t, farFuture)
 			c.half(t, dir, next)
-			if !testenvoy.Eventually(2*time.Second, func() bool { return s.log.count("error", c.names) > 0 }) {
+			if !envoykit.Eventually(2*time.Second, func() bool { return s.log.count("error", c.names) > 0 }) {
 				t.Fatalf("no error naming %q logged", c.names)
 			}
 			// More events in the folders, and a full check: still one line.
@@ -447,14 +446,14 @@ func caBootstrap(certFile, keyFile, caFile string, front, back, admin int) []byt
 // the validation context's other checks kept): replacing the file changes
 // which upstream certificates new connections accept, with the same Envoy.
 func TestTrustedCARenewal(t *testing.T) {
-	bin := testenvoy.Binary(t)
+	bin := envoykit.Binary(t)
 	dir, run := t.TempDir(), t.TempDir()
 	server, other := newPair(t, farFuture), newPair(t, farFuture)
 	certFile, keyFile, caFile := filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem"), filepath.Join(dir, "ca.pem")
 	writeFile(t, certFile, server.cert)
 	writeFile(t, keyFile, server.key)
 	writeFile(t, caFile, server.cert) // self-signed: its own CA
-	front, back, admin := testenvoy.FreePort(t), testenvoy.FreePort(t), testenvoy.FreePort(t)
+	front, back, admin := envoykit.FreePort(t), envoykit.FreePort(t), envoykit.FreePort(t)
 	m := certs.NewManager(&logs{t: t})
 	m.Poll = time.Hour
 	data, err := m.RewriteBootstrap(caBootstrap(certFile, keyFile, caFile, front, back, admin), "envoy.yaml", run)
@@ -466,7 +465,7 @@ func TestTrustedCARenewal(t *testing.T) {
 	}
 	copyPath := filepath.Join(run, "envoy.yaml")
 	writeFile(t, copyPath, data)
-	out := &testenvoy.SyncBuffer{}
+	out := &envoykit.SyncBuffer{}
 	p, err := envoykit.Start(bin, []string{"-c", copyPath, "--disable-hot-restart", "--concurrency", "1", "-l", "warning"}, out)
 	if err != nil {
 		t.Fatal(err)
@@ -480,7 +479,7 @@ func TestTrustedCARenewal(t *testing.T) {
 	go func() { _ = m.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	status := func() int {
-		r, err := testenvoy.Get(testenvoy.URL(front, "/"), 5*time.Second)
+		r, err := envoykit.Get(envoykit.URL(front, "/"), 5*time.Second)
 		if err != nil {
 			return 0
 		}
@@ -499,7 +498,7 @@ func TestTrustedCARenewal(t *testing.T) {
 	for _, s := range steps {
 		renameInto(t, caFile, s.ca)
 		var got int
-		if !testenvoy.Eventually(2*time.Second, func() bool { got = status(); return got == s.want }) {
+		if !envoykit.Eventually(2*time.Second, func() bool { got = status(); return got == s.want }) {
 			t.Fatalf("2 s after the CA file changed: %d, want %d", got, s.want)
 		}
 	}

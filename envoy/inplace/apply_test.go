@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
 // httpAdmin is Admin over Envoy's admin port.
@@ -84,7 +83,7 @@ func (k *keepAlive) answer() (string, bool, error) {
 
 // version is what a fresh connection to port is answered with.
 func version(port int) string {
-	r, err := testenvoy.Get(testenvoy.URL(port, "/"), 2*time.Second)
+	r, err := envoykit.Get(envoykit.URL(port, "/"), 2*time.Second)
 	if err != nil || r.Code != http.StatusOK {
 		return fmt.Sprintf("error %v (%d)", err, r.Code)
 	}
@@ -98,11 +97,11 @@ func version(port int) string {
 // updated in the same change) leaves every file and resource as it was;
 // a cluster is added, then removed.
 func TestApplyWithEnvoy(t *testing.T) {
-	bin := testenvoy.Binary(t)
-	up := testenvoy.NewUpstream(t)
-	ports := testenvoy.NewPorts(t)
+	bin := envoykit.Binary(t)
+	up := envoykit.NewUpstream(t)
+	ports := envoykit.NewPorts(t)
 	ports.Upstream = up.Port
-	other := testenvoy.FreePort(t)
+	other := envoykit.FreePort(t)
 	v1, err := envoykit.RenderBootstrap(envoykit.BootstrapOptions{Ports: ports, ExtraListeners: []int{other}, ResponseHeader: "v1"})
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +115,7 @@ func TestApplyWithEnvoy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &testenvoy.SyncBuffer{}
+	out := &envoykit.SyncBuffer{}
 	// Immediate drain: a connection of a listener that drains is told to
 	// close at its next answer.
 	p, err := envoykit.Start(bin, append(envoykit.BareArgs(boot, 0), "--disable-hot-restart", "--drain-strategy", "immediate"), out)
@@ -227,7 +226,7 @@ func TestApplyWithEnvoy(t *testing.T) {
 	}
 
 	// An HTTP listener added, with its routes, then removed with them.
-	third := testenvoy.FreePort(t)
+	third := envoykit.FreePort(t)
 	v3, err := envoykit.RenderBootstrap(envoykit.BootstrapOptions{Ports: ports, ExtraListeners: []int{other, third}, ResponseHeader: "v1"})
 	if err != nil {
 		t.Fatal(err)
@@ -271,11 +270,11 @@ func TestApplyWithEnvoy(t *testing.T) {
 // with reload_method "auto": Envoy takes the rewritten bootstrap and both
 // files whole, and answers through the proxied listener.
 func TestExampleBootstrapRunsRewritten(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(testenvoy.RepoRoot(t), "envoy.example.yaml"))
+	data, err := os.ReadFile(filepath.Join(envoykit.RepoRoot(t), "envoy.example.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, front, back := testenvoy.FreePort(t), testenvoy.FreePort(t), testenvoy.FreePort(t)
+	admin, front, back := envoykit.FreePort(t), envoykit.FreePort(t), envoykit.FreePort(t)
 	text := strings.Replace(string(data), "pipe: { path: /tmp/envoy-agent-example-admin.sock, mode: 0600 }",
 		fmt.Sprintf("socket_address: { address: 127.0.0.1, port_value: %d }", admin), 1)
 	text = strings.ReplaceAll(text, "port_value: 10000", fmt.Sprintf("port_value: %d", front))
@@ -284,7 +283,7 @@ func TestExampleBootstrapRunsRewritten(t *testing.T) {
 	if err := Accepted(context.Background(), dir, httpAdmin(admin)); err != nil {
 		t.Errorf("Accepted: %v", err)
 	}
-	r, err := testenvoy.Get(testenvoy.URL(front, "/"), 5*time.Second)
+	r, err := envoykit.Get(envoykit.URL(front, "/"), 5*time.Second)
 	if err != nil || r.Code != 200 || !strings.Contains(r.Body, "hello from the envoy-agent example backend") {
 		t.Errorf("GET through the example's listener: %+v %v", r, err)
 	}
@@ -298,7 +297,7 @@ func TestAcceptedSeesARejectedListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Close()
-	ports := testenvoy.NewPorts(t)
+	ports := envoykit.NewPorts(t)
 	ports.Upstream = 1
 	text, err := envoykit.RenderBootstrap(envoykit.BootstrapOptions{Ports: ports, ExtraListeners: []int{held.Addr().(*net.TCPAddr).Port}})
 	if err != nil {
@@ -314,7 +313,7 @@ func TestAcceptedSeesARejectedListener(t *testing.T) {
 // from empty files, and Envoy's version of each is theirs (a start is
 // accepted).
 func TestEmptyResourceFiles(t *testing.T) {
-	admin := testenvoy.FreePort(t)
+	admin := envoykit.FreePort(t)
 	dir := runRewritten(t, "e.yaml", fmt.Appendf(nil, "admin: { address: { socket_address: { address: 127.0.0.1, port_value: %d } } }\n", admin), admin)
 	if err := Accepted(context.Background(), dir, httpAdmin(admin)); err != nil {
 		t.Errorf("Accepted: %v", err)
@@ -336,8 +335,8 @@ func runRewritten(t *testing.T, name string, text []byte, admin int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &testenvoy.SyncBuffer{}
-	p, err := envoykit.Start(testenvoy.Binary(t), append(envoykit.BareArgs(boot, 0), "--disable-hot-restart"), out)
+	out := &envoykit.SyncBuffer{}
+	p, err := envoykit.Start(envoykit.Binary(t), append(envoykit.BareArgs(boot, 0), "--disable-hot-restart"), out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
 // secretsBase has a static secret for each case: srv.cert and upstream-ca
@@ -139,7 +138,7 @@ func TestSecretUpdatedInPlace(t *testing.T) {
 		}
 		pairs[i] = [3]string{c, k, serial}
 	}
-	admin, port := testenvoy.FreePort(t), testenvoy.FreePort(t)
+	admin, port := envoykit.FreePort(t), envoykit.FreePort(t)
 	v1 := envoykit.SecretTLSBootstrap(pairs[0][0], pairs[0][1], port, admin)
 	dir := runRewritten(t, "envoy.yaml", v1, admin)
 	ctx := context.Background()

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // The real Envoy answers, through a wrapper that notes each run: a binary
@@ -21,7 +21,7 @@ func TestCacheAsksOncePerFile(t *testing.T) {
 	runs := filepath.Join(dir, "runs")
 	bin := filepath.Join(dir, "envoy")
 	writeWrapper := func(path string) {
-		script := "#!/bin/sh\necho \"$1\" >> " + runs + "\nexec " + testenvoy.Binary(t) + " \"$@\"\n"
+		script := "#!/bin/sh\necho \"$1\" >> " + runs + "\nexec " + envoykit.Binary(t) + " \"$@\"\n"
 		if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // clusters is a bootstrap of n static clusters, as an operator writes one.
@@ -43,7 +43,7 @@ func clusters(n int) string {
 // limit; a bootstrap of 1,500 static clusters still decodes, into a struct
 // and into a generic tree.
 func TestHostileYAMLIsRefusedInBoundedMemory(t *testing.T) {
-	if child, used := testenvoy.UnderMemoryLimit(t, 1<<30); !child {
+	if child, used := envoykit.UnderMemoryLimit(t, 1<<30); !child {
 		if used.CPU > 10*time.Second {
 			t.Fatalf("the refusals took %s of CPU", used.CPU)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"testing"
 	"text/template"
 	"time"
 )
@@ -145,10 +146,21 @@ func RenderBootstrap(o BootstrapOptions) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// WriteBootstrap writes the bootstrap for o to dir/name, atomically (a
+// WriteBootstrap writes a bootstrap to dir/name and returns its path
+// (writeBootstrap); it fails the test on an error.
+func WriteBootstrap(t testing.TB, dir, name string, o BootstrapOptions) string {
+	t.Helper()
+	p, err := writeBootstrap(dir, name, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// writeBootstrap writes the bootstrap for o to dir/name, atomically (a
 // rename: an agent reloading meanwhile never reads half a file), and
 // returns its path.
-func WriteBootstrap(dir, name string, o BootstrapOptions) (string, error) {
+func writeBootstrap(dir, name string, o BootstrapOptions) (string, error) {
 	b, err := RenderBootstrap(o)
 	if err != nil {
 		return "", err

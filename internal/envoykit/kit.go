@@ -5,9 +5,15 @@
 // Go's client at a fixed rate, raw HTTP/1.1 workers or h2c workers, each
 // counting failures as a client that does not retry sees them.
 //
-// It takes no testing.TB, so the benchmark (a plain program) uses it as is;
-// internal/testenvoy wraps it for tests, failing the test on an error
-// (StartLoadUntilCleanup is the one helper here that ends with a test).
+// The tests and the benchmark share it. Its functions that take a
+// testing.TB are the tests' forms: they fail the test on an error and close
+// what they started when the test ends (Binary, FreePort, NewPorts,
+// WriteBootstrap, NewUpstream, NewNotifySocket, StartLoadUntilCleanup); the
+// benchmark (a plain program) calls the forms that return an error
+// (FindEnvoy, FreePorts, RenderBootstrap, StartUpstream, ListenNotify,
+// StartLoad). For tests only there are also the tests' one Eventually, an
+// HTTP Get, an idle HTTP/2 connection watched frame by frame (IdleH2) and
+// a child test under a memory limit (UnderMemoryLimit).
 package envoykit
 
 import (
@@ -17,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"testing"
 )
 
 // PinnedEnvoyVersion is the Envoy release `make envoy` downloads into
@@ -54,7 +61,7 @@ func FindEnvoy(explicit string) (string, error) {
 	if p, err := exec.LookPath("envoy"); err == nil {
 		return p, nil
 	}
-	root, err := RepoRoot()
+	root, err := repoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -77,8 +84,34 @@ func PinnedEnvoyPath(root string) string {
 	return filepath.Join(root, ".cache", "envoy", dir, "envoy")
 }
 
-// RepoRoot is the module's root folder, found from this source file.
-func RepoRoot() (string, error) {
+// Binary returns the real Envoy the tests run (FindEnvoy). It fails the
+// test when there is none: these tests are not to be skipped, except by
+// make test-unit, the fast tier (UnitTier), which leaves them to make test.
+func Binary(t testing.TB) string {
+	t.Helper()
+	if UnitTier() {
+		t.Skip("runs the real Envoy: make test (this is make test-unit)")
+	}
+	p, err := FindEnvoy("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// RepoRoot is the module's root folder (repoRoot); it fails the test when
+// it cannot be found.
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// repoRoot is the module's root folder, found from this source file.
+func repoRoot() (string, error) {
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
 		return "", errors.New("cannot find the source folder")

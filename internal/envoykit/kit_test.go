@@ -10,10 +10,7 @@ import (
 // The pinned release the kit falls back to is the one `make envoy`
 // downloads.
 func TestPinnedEnvoyVersionIsTheMakefiles(t *testing.T) {
-	root, err := RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := RepoRoot(t)
 	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
 	if err != nil {
 		t.Fatal(err)
@@ -36,10 +33,7 @@ func TestFindEnvoyPrecedence(t *testing.T) {
 	if err := os.WriteFile(fromEnv, nil, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	root, err := RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := RepoRoot(t)
 	pinned := PinnedEnvoyPath(root)
 	tests := []struct {
 		name, envoyBin, path, want string

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 )
 
@@ -129,16 +130,9 @@ func StartLoad(o LoadOptions) *Load {
 	return l
 }
 
-// TestingT is the part of testing.TB that StartLoadUntilCleanup needs
-// (the kit does not import testing).
-type TestingT interface {
-	Cleanup(func())
-	Logf(format string, args ...any)
-}
-
 // StartLoadUntilCleanup is StartLoad for a test: the load is stopped when
 // the test ends, and its counts logged.
-func StartLoadUntilCleanup(t TestingT, o LoadOptions) *Load {
+func StartLoadUntilCleanup(t testing.TB, o LoadOptions) *Load {
 	l := StartLoad(o)
 	t.Cleanup(func() {
 		l.Stop()
@@ -148,6 +142,16 @@ func StartLoadUntilCleanup(t TestingT, o LoadOptions) *Load {
 		}
 	})
 	return l
+}
+
+// WaitAnswers waits until the load has had n more good answers than now;
+// it fails the test when they do not come within 10s.
+func WaitAnswers(t testing.TB, l *Load, n int64) {
+	t.Helper()
+	from := l.OK()
+	if !Eventually(10*time.Second, func() bool { return l.OK() >= from+n }) {
+		t.Fatalf("the load got fewer than %d answers in 10s (%s, last error: %s)", n, l, l.LastErr())
+	}
 }
 
 // record counts one request.

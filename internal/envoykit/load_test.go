@@ -114,15 +114,9 @@ func TestLoadThroughEnvoy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	ports, err := NewPorts()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ports := NewPorts(t)
 	ports.Upstream = up.Port
-	path, err := WriteBootstrap(t.TempDir(), "envoy.yaml", BootstrapOptions{Ports: ports, ResponseHeader: "v7"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	path := WriteBootstrap(t, t.TempDir(), "envoy.yaml", BootstrapOptions{Ports: ports, ResponseHeader: "v7"})
 	baseID := BaseID()
 	env, err := StartEnvoy(bin, path, baseID, t.Output())
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -81,7 +82,7 @@ func (ns *NotifySocket) Messages() []Message {
 	return append([]Message(nil), ns.msgs...)
 }
 
-// Mark is how many datagrams came so far: WaitFor(ctx, kv, Mark(), ...)
+// Mark is how many datagrams came so far: WaitFrom(ctx, kv, Mark(), ...)
 // looks only at later ones.
 func (ns *NotifySocket) Mark() int {
 	ns.mu.Lock()
@@ -89,10 +90,10 @@ func (ns *NotifySocket) Mark() int {
 	return len(ns.msgs)
 }
 
-// WaitFor waits for a datagram, from the from-th on, with a line that
+// WaitFrom waits for a datagram, from the from-th on, with a line that
 // starts with kv ("READY=1", "STATUS=draining"). It gives up when ctx ends
 // (its error) or abort closes (ErrAborted); abort may be nil.
-func (ns *NotifySocket) WaitFor(ctx context.Context, kv string, from int, abort <-chan struct{}) (Message, error) {
+func (ns *NotifySocket) WaitFrom(ctx context.Context, kv string, from int, abort <-chan struct{}) (Message, error) {
 	for seen := from; ; {
 		ns.mu.Lock()
 		msgs, cond := ns.msgs, ns.cond
@@ -110,6 +111,32 @@ func (ns *NotifySocket) WaitFor(ctx context.Context, kv string, from int, abort 
 			return Message{}, fmt.Errorf("no %s on the notify socket: %w (got %q)", kv, ctx.Err(), Texts(ns.Messages()))
 		}
 	}
+}
+
+// NewNotifySocket listens on a fresh socket path (ListenNotify); closed
+// when the test ends. It fails the test on an error.
+func NewNotifySocket(t testing.TB) *NotifySocket {
+	t.Helper()
+	ns, err := ListenNotify()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Close)
+	return ns
+}
+
+// WaitFor waits up to timeout for a datagram, of all that came, with a
+// line that starts with kv ("READY=1", "EXTEND_TIMEOUT_USEC=",
+// "STATUS=draining") (WaitFrom); it fails the test when none comes.
+func (ns *NotifySocket) WaitFor(t testing.TB, kv string, timeout time.Duration) Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	m, err := ns.WaitFrom(ctx, kv, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // Count counts datagrams with kv received in [from, to).

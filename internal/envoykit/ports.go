@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"testing"
 )
 
 // Ports below the kernel's ephemeral range (32768 and up by default): the
@@ -22,12 +23,23 @@ var (
 	handedOut   = map[int]bool{} // never hand the same port out twice in one process
 )
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago,
+// FreePort returns a TCP port on 127.0.0.1 below the ephemeral range that
+// was free a moment ago (freePort); it fails the test when there is none.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	p, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago,
 // that this process has not handed out before and that no other process
 // running this kit holds (reserve): go test runs the packages' test
 // binaries side by side, and a port free when one of them checked it could
 // be the one another had just checked too.
-func FreePort() (int, error) {
+func freePort() (int, error) {
 	for range 1000 {
 		port := portLow + rand.IntN(portHigh-portLow)
 		handedOutMu.Lock()
@@ -56,7 +68,7 @@ func FreePort() (int, error) {
 func FreePorts(n int) ([]int, error) {
 	ports := make([]int, n)
 	for i := range ports {
-		p, err := FreePort()
+		p, err := freePort()
 		if err != nil {
 			return nil, err
 		}
@@ -83,8 +95,19 @@ type Ports struct {
 	Admin, Listener, Upstream, Status, Prometheus int
 }
 
-// NewPorts picks free ports for everything but the upstream.
-func NewPorts() (Ports, error) {
+// NewPorts picks free ports for everything but the upstream; it fails the
+// test when there are none.
+func NewPorts(t testing.TB) Ports {
+	t.Helper()
+	p, err := newPorts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// newPorts picks free ports for everything but the upstream.
+func newPorts() (Ports, error) {
 	ps, err := FreePorts(4)
 	if err != nil {
 		return Ports{}, err

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
+	"testing"
 	"time"
 )
 
@@ -58,4 +59,16 @@ func (u *Upstream) Close() {
 	if u.srv.Shutdown(ctx) != nil {
 		_ = u.srv.Close()
 	}
+}
+
+// NewUpstream starts an Upstream (StartUpstream), closed when the test
+// ends; it fails the test on an error.
+func NewUpstream(t testing.TB) *Upstream {
+	t.Helper()
+	u, err := StartUpstream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(u.Close)
+	return u
 }

@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // configDir writes a bootstrap (admin on 15000) and returns the folder and
@@ -22,8 +22,8 @@ import (
 func configDir(t *testing.T) (dir, envoyBin string) {
 	t.Helper()
 	dir = t.TempDir()
-	testenvoy.WriteBootstrap(t, dir, "envoy.yaml", testenvoy.BootstrapOptions{Ports: testenvoy.Ports{Admin: 15000, Listener: 10000, Upstream: 10001}})
-	return dir, testenvoy.Binary(t)
+	envoykit.WriteBootstrap(t, dir, "envoy.yaml", envoykit.BootstrapOptions{Ports: envoykit.Ports{Admin: 15000, Listener: 10000, Upstream: 10001}})
+	return dir, envoykit.Binary(t)
 }
 
 func writeConfig(t *testing.T, dir, text string) string {
@@ -69,8 +69,8 @@ exit_on_zero_active_connections = true
 }
 
 func TestExampleConfigLoads(t *testing.T) {
-	t.Setenv("PATH", filepath.Dir(testenvoy.Binary(t))+":"+os.Getenv("PATH"))
-	if _, err := LoadConfig(filepath.Join(testenvoy.RepoRoot(t), "config.example.toml")); err != nil {
+	t.Setenv("PATH", filepath.Dir(envoykit.Binary(t))+":"+os.Getenv("PATH"))
+	if _, err := LoadConfig(filepath.Join(envoykit.RepoRoot(t), "config.example.toml")); err != nil {
 		t.Fatalf("config.example.toml: %v", err)
 	}
 }
@@ -81,8 +81,8 @@ func TestLoadConfigBadInput(t *testing.T) {
 	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	testenvoy.WriteBootstrap(t, dir, "admin9901.yaml", testenvoy.BootstrapOptions{Ports: testenvoy.Ports{Admin: 9901, Listener: 10000, Upstream: 10001}})
-	testenvoy.WriteBootstrap(t, dir, "admin-any.yaml", testenvoy.BootstrapOptions{AdminAddress: "0.0.0.0", Ports: testenvoy.Ports{Admin: 15000, Listener: 10000, Upstream: 10001}})
+	envoykit.WriteBootstrap(t, dir, "admin9901.yaml", envoykit.BootstrapOptions{Ports: envoykit.Ports{Admin: 9901, Listener: 10000, Upstream: 10001}})
+	envoykit.WriteBootstrap(t, dir, "admin-any.yaml", envoykit.BootstrapOptions{AdminAddress: "0.0.0.0", Ports: envoykit.Ports{Admin: 15000, Listener: 10000, Upstream: 10001}})
 	head := "[envoy]\nbinary_path = \"" + bin + "\"\nconfig_path = \"envoy.yaml\"\nadmin_port = 15000\n"
 	tests := []struct {
 		name string
@@ -299,7 +299,7 @@ func TestAdminAddress(t *testing.T) {
 // clients' read), naming the file, the line and the key, in a child under
 // a 512 MiB data limit; the keys a configuration has still load.
 func TestHostileKeysAreRefusedInBoundedMemory(t *testing.T) {
-	if child, used := testenvoy.UnderMemoryLimit(t, 512<<20); !child {
+	if child, used := envoykit.UnderMemoryLimit(t, 512<<20); !child {
 		if used.CPU > 10*time.Second {
 			t.Fatalf("the refusals took %s of CPU", used.CPU)
 		}

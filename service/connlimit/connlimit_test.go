@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // TestLimitListenerClosesTheLongestWaiting: with two slots, a third
@@ -220,7 +220,7 @@ func TestLimitListenerKeepsAnUnreadRequest(t *testing.T) {
 	if _, err := io.WriteString(asking, request); err != nil {
 		t.Fatal(err)
 	}
-	if !testenvoy.Eventually(5*time.Second, func() bool { return hasUnreadInput(served.Conn) }) {
+	if !envoykit.Eventually(5*time.Second, func() bool { return hasUnreadInput(served.Conn) }) {
 		t.Fatal("the request never showed as unread input")
 	}
 	idle := dial()

@@ -17,7 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 func testLogger() *logrus.Logger {
@@ -27,7 +27,7 @@ func testLogger() *logrus.Logger {
 }
 
 func TestNotifierSpeaksTheProtocol(t *testing.T) {
-	ns := testenvoy.NewNotifySocket(t)
+	ns := envoykit.NewNotifySocket(t)
 	t.Setenv("NOTIFY_SOCKET", ns.Path)
 	n := NewNotifier(testLogger())
 
@@ -58,7 +58,7 @@ func TestNotifierSpeaksTheProtocol(t *testing.T) {
 }
 
 func TestNotifierReloadingCarriesMonotonicUsec(t *testing.T) {
-	ns := testenvoy.NewNotifySocket(t)
+	ns := envoykit.NewNotifySocket(t)
 	t.Setenv("NOTIFY_SOCKET", ns.Path)
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
@@ -79,7 +79,7 @@ func TestNotifierReloadingCarriesMonotonicUsec(t *testing.T) {
 }
 
 func TestNotifierRepeatsNoStatus(t *testing.T) {
-	ns := testenvoy.NewNotifySocket(t)
+	ns := envoykit.NewNotifySocket(t)
 	t.Setenv("NOTIFY_SOCKET", ns.Path)
 	n := NewNotifier(testLogger())
 	n.Status("a")

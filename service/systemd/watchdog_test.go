@@ -15,7 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
 
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
 // TestRunWatchdog: pings while the check passes; once it fails, one line
@@ -52,7 +52,7 @@ func TestRunWatchdog(t *testing.T) {
 		}
 		return out
 	}
-	if !testenvoy.Eventually(10*interval, func() bool { return len(errorLines()) > 0 }) {
+	if !envoykit.Eventually(10*interval, func() bool { return len(errorLines()) > 0 }) {
 		t.Fatalf("no error line once Envoy was silent; log: %v", hook.AllEntries())
 	}
 	gaveUp := errorLines()[0]
@@ -84,7 +84,7 @@ func TestRunWatchdog(t *testing.T) {
 	case <-time.After(10 * interval):
 		t.Fatalf("no ping once Envoy answered again")
 	}
-	if !testenvoy.Eventually(10*interval, func() bool {
+	if !envoykit.Eventually(10*interval, func() bool {
 		return strings.Contains(hook.LastEntry().Message, "pings resume") && hook.LastEntry().Level == logrus.InfoLevel
 	}) {
 		t.Errorf("no info line saying the pings resume: %v", hook.LastEntry())

@@ -30,7 +30,6 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/internal/testenvoy"
 )
 
 const domain = "envoy-agent.test"
@@ -123,10 +122,10 @@ type acme struct {
 func startPebble(t *testing.T) *acme {
 	t.Helper()
 	pebble := tool(t, "pebble")
-	_ = testenvoy.Binary(t) // skips in make test-unit
+	_ = envoykit.Binary(t) // skips in make test-unit
 	dir := t.TempDir()
 	caFile, keyFile := selfSigned(t, dir)
-	listen, mgmt, httpPort, tlsPort := testenvoy.FreePort(t), testenvoy.FreePort(t), testenvoy.FreePort(t), testenvoy.FreePort(t)
+	listen, mgmt, httpPort, tlsPort := envoykit.FreePort(t), envoykit.FreePort(t), envoykit.FreePort(t), envoykit.FreePort(t)
 	cfg := map[string]any{"pebble": map[string]any{
 		"listenAddress": fmt.Sprintf("127.0.0.1:%d", listen), "managementListenAddress": fmt.Sprintf("127.0.0.1:%d", mgmt),
 		"certificate": caFile, "privateKey": keyFile, "httpPort": httpPort, "tlsPort": tlsPort,
@@ -138,7 +137,7 @@ func startPebble(t *testing.T) *acme {
 	// No challenge validation, no random delays, no nonces rejected on
 	// purpose (certbot 2.1.0 fails on those): docs of this machine.
 	env := []string{"PEBBLE_VA_ALWAYS_VALID=1", "PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0"}
-	out := &testenvoy.SyncBuffer{}
+	out := &envoykit.SyncBuffer{}
 	p, err := envoykit.Start(pebble, []string{"-config", cfgFile}, out, env...)
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +154,7 @@ func startPebble(t *testing.T) *acme {
 	a := &acme{t: t, dir: dir, caFile: caFile, dirURL: fmt.Sprintf("https://127.0.0.1:%d/dir", listen),
 		mgmt: fmt.Sprintf("https://127.0.0.1:%d", mgmt), httpPort: httpPort,
 		api: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}}
-	if !testenvoy.Eventually(10*time.Second, func() bool {
+	if !envoykit.Eventually(10*time.Second, func() bool {
 		r, err := a.api.Get(a.dirURL)
 		if err == nil {
 			r.Body.Close()
@@ -315,14 +314,14 @@ func renewUnderLoad(t *testing.T, a *acme, cl acmeClient) {
 	certFile, keyFile := cl.files(dir)
 	roots := a.roots()
 
-	admin, port, status := testenvoy.FreePort(t), testenvoy.FreePort(t), testenvoy.FreePort(t)
+	admin, port, status := envoykit.FreePort(t), envoykit.FreePort(t), envoykit.FreePort(t)
 	bootFile := filepath.Join(dir, "envoy.yaml")
 	writeFile(t, bootFile, string(envoykit.TLSBootstrap(certFile, keyFile, port, admin)))
-	baseID := testenvoy.BaseID()
+	baseID := envoykit.BaseID()
 	config := filepath.Join(dir, "config.toml")
 	writeFile(t, config, fmt.Sprintf("[envoy]\nbinary_path = %q\nconfig_path = %q\nadmin_port = %d\nbase_id = %d\nconcurrency = 1\nlog_level = \"warning\"\n[agent]\nstatus_port = %d\nrun_dir = %q\n",
-		testenvoy.Binary(t), bootFile, admin, baseID, status, filepath.Join(dir, "run")))
-	log := &testenvoy.SyncBuffer{}
+		envoykit.Binary(t), bootFile, admin, baseID, status, filepath.Join(dir, "run")))
+	log := &envoykit.SyncBuffer{}
 	agent, err := envoykit.Start(agentBin, []string{"run", "--config", config}, log)
 	if err != nil {
 		t.Fatal(err)
@@ -337,7 +336,7 @@ func renewUnderLoad(t *testing.T, a *acme, cl acmeClient) {
 	})
 	c := client{addr: "127.0.0.1:" + strconv.Itoa(port), cfg: &tls.Config{RootCAs: roots, ServerName: domain}}
 	var serial string
-	if !testenvoy.Eventually(30*time.Second, func() bool { serial, err = c.request(); return err == nil }) {
+	if !envoykit.Eventually(30*time.Second, func() bool { serial, err = c.request(); return err == nil }) {
 		t.Fatalf("no TLS answer with the certificate %s obtained: %v", cl.name, err)
 	}
 	pid := envoyPid(t, config, certFile)
@@ -410,7 +409,7 @@ func renewUnderLoad(t *testing.T, a *acme, cl acmeClient) {
 		}
 		stopWatch()
 		var got string
-		if !testenvoy.Eventually(5*time.Second, func() bool { got, err = c.request(); return err == nil && got != serial }) {
+		if !envoykit.Eventually(5*time.Second, func() bool { got, err = c.request(); return err == nil && got != serial }) {
 			t.Fatalf("renewal %d: new handshakes still see serial %s, %v", i+1, got, err)
 		}
 		d := time.Since(at)
