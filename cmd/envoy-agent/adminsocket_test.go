@@ -212,15 +212,6 @@ func TestAdminSocketMismatchIsRefused(t *testing.T) {
 	}
 }
 
-func readFileT(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // TestAdminDefaultsToAUnixSocket: with neither admin_port nor admin_socket
 // set, Envoy's admin API is the unix socket admin.sock in the run folder,
 // mode 0600: uid 1001 cannot connect, and nothing listens on TCP for it.

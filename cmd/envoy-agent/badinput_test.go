@@ -11,31 +11,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
-
-// runAgent runs the binary to completion and returns its exit code, stdout
-// and stderr.
-func runAgent(t *testing.T, args ...string) (int, string, string) {
-	t.Helper()
-	cmd := exec.Command(agentBin, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	done := make(chan error, 1)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("envoy-agent %v did not exit within 60s", args)
-	}
-	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
-}
 
 func TestCommandLine(t *testing.T) {
 	tests := []struct {

@@ -188,31 +188,3 @@ func TestSquattedClaimsDirDoesNotStopAStart(t *testing.T) {
 	}
 	t.Logf("uid 65534 squats %s; the agent keeps its claims in %s and serves", squatted, claims)
 }
-
-// startSquatter starts this test binary as the squat helper, as uid 65534,
-// with env added to its environment; it holds what it took until the test
-// ends. It returns what the helper said before "squatting".
-func startSquatter(t *testing.T, env ...string) string {
-	t.Helper()
-	squat := exec.Command(testBinCopy)
-	squat.Env = append(append(os.Environ(), helperEnv+"=squat"), env...)
-	squat.SysProcAttr = &syscall.SysProcAttr{Credential: nobody}
-	stdin, err := squat.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := squat.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := squat.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); _ = squat.Wait() })
-	var said strings.Builder
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() && sc.Text() != "squatting" {
-		said.WriteString(sc.Text() + "\n")
-	}
-	return said.String()
-}

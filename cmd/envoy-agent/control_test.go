@@ -8,7 +8,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -25,77 +24,6 @@ import (
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
-// helperEnv makes this test binary a helper instead of running tests:
-// "request" sends one request to a control socket and prints "code N" or
-// "error: ..."; "listen" holds a TCP port until its stdin closes;
-// "fakeagent" serves a fake agent on a control socket (serveFakeAgent).
-const helperEnv = "ENVOY_AGENT_TEST_HELPER"
-
-// testBinCopy is this test binary, copied where other users can run it.
-var testBinCopy string
-
-func copyTestBinary(dir string) error {
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	data, err := os.ReadFile(self)
-	if err != nil {
-		return err
-	}
-	testBinCopy = filepath.Join(dir, "helper.test")
-	return os.WriteFile(testBinCopy, data, 0o755)
-}
-
-func helperMain() bool {
-	switch os.Getenv(helperEnv) {
-	case "request":
-		code, err := controlRequest(os.Getenv("SOCK"), os.Getenv("METHOD"), os.Getenv("ROUTE"))
-		if err != nil {
-			fmt.Println("error:", err)
-		} else {
-			fmt.Println("code", code)
-		}
-	case "listen":
-		ln, err := net.Listen("tcp", os.Getenv("ADDR"))
-		if err != nil {
-			fmt.Println("error:", err)
-			os.Exit(1)
-		}
-		fmt.Println("listening")
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		ln.Close()
-	case "hotrestart":
-		hotRestartProbe()
-	case "squat":
-		claimSquat()
-	case "fakeagent":
-		serveFakeAgent(os.Getenv("SOCK"), os.Getenv("CONFIG"))
-	default:
-		return false
-	}
-	os.Exit(0)
-	return true
-}
-
-// controlRequest sends one request to a control socket, as the caller.
-func controlRequest(sock, method, route string) (int, error) {
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		}}}
-	req, err := http.NewRequest(method, "http://envoy-agent"+route, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	resp.Body.Close()
-	return resp.StatusCode, nil
-}
-
 // statusPost POSTs route on the agent's TCP status port.
 func statusPost(port int, route string) (int, error) {
 	resp, err := http.Post(envoykit.URL(port, route), "", nil)
@@ -105,14 +33,6 @@ func statusPost(port int, route string) (int, error) {
 	resp.Body.Close()
 	return resp.StatusCode, nil
 }
-
-// nobody is uid 65534 with no other group; nobodyInAgentGroup is the same
-// user with root's group (the agent under test runs as root, so gid 0 is
-// the service group) as a supplementary group.
-var (
-	nobody             = &syscall.Credential{Uid: 65534, Gid: 65534}
-	nobodyInAgentGroup = &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{0}}
-)
 
 // controlRequestAs sends one request to a control socket as cred, and
 // returns the helper's report: "code N" or "error: ...".
@@ -127,20 +47,6 @@ func controlRequestAs(t *testing.T, cred *syscall.Credential, sock, method, rout
 	}
 	return strings.TrimSpace(string(out))
 }
-
-// reloadAs runs `envoy-agent reload` as cred.
-func (p *agentProc) reloadAs(cred *syscall.Credential) (int, string) {
-	p.t.Helper()
-	cmd := exec.Command(agentBin, "reload", "--config", p.config)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	out, err := cmd.CombinedOutput()
-	if err != nil && cmd.ProcessState == nil {
-		p.t.Fatal(err)
-	}
-	return cmd.ProcessState.ExitCode(), string(out)
-}
-
-func (p *agentProc) controlSocket() string { return filepath.Join(p.dir, "run", "control.sock") }
 
 // openToAll lets every user read the test's files (the configuration, the
 // bootstrap) and traverse to run_dir, which the agent makes 0750 itself.
@@ -298,42 +204,6 @@ func serveFakeAgent(sock, config string) {
 		w.Header().Set("Envoy-Agent-Config", config)
 		fmt.Fprint(w, `{"ok":true,"epoch":7,"took_ms":1,"state":"running"}`)
 	}))
-}
-
-// startFakeAgent serves a fake agent as uid 65534 on sock; it stops when
-// the test ends.
-func startFakeAgent(t *testing.T, sock, config string) {
-	t.Helper()
-	cmd := exec.Command(testBinCopy)
-	cmd.Env = append(os.Environ(), helperEnv+"=fakeagent", "SOCK="+sock, "CONFIG="+config)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: nobody}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
-	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "listening\n" {
-		t.Fatalf("fake agent as uid 65534: %q", line)
-	}
-}
-
-// runAgentCommand runs `envoy-agent ARGS...` as root and returns its exit
-// code and output.
-func runAgentCommand(t *testing.T, args ...string) (int, string) {
-	t.Helper()
-	cmd := exec.Command(agentBin, args...)
-	out, err := cmd.CombinedOutput()
-	if err != nil && cmd.ProcessState == nil {
-		t.Fatal(err)
-	}
-	return cmd.ProcessState.ExitCode(), string(out)
 }
 
 // TestFakeAgentOnTheControlSocketIsNotBelieved: the issue's probe. uid

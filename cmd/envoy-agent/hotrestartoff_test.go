@@ -92,11 +92,6 @@ func (p *agentProc) checkRunsWithoutHotRestart(pid int, firstStart bool) {
 	}
 }
 
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
-}
-
 // serverInfo is Envoy's /server_info.
 func (p *agentProc) serverInfo() map[string]any {
 	p.t.Helper()

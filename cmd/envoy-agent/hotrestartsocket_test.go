@@ -268,23 +268,3 @@ func TestHotRestartSocketsAreTheAgentUsersOnly(t *testing.T) {
 		t.Fatalf("healthz %d after the probes", code)
 	}
 }
-
-// configBaseID reads envoy.base_id back from a test's config.toml.
-func configBaseID(t *testing.T, config string) uint32 {
-	t.Helper()
-	data, err := os.ReadFile(config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(l, "base_id = "); ok {
-			n, err := strconv.ParseUint(v, 10, 32)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return uint32(n)
-		}
-	}
-	t.Fatalf("no base_id in %s", config)
-	return 0
-}

@@ -13,51 +13,6 @@ import (
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
-// lastStatus is the STATUS= of the last datagram that had one.
-func (p *agentProc) lastStatus() string {
-	status := ""
-	for _, m := range p.ns.Messages() {
-		for _, line := range strings.Split(m.Text, "\n") {
-			if v, ok := strings.CutPrefix(line, "STATUS="); ok {
-				status = v
-			}
-		}
-	}
-	return status
-}
-
-// waitStatus waits until the latest STATUS= has every one of want (the
-// agent looks at the installed Envoy every 5 s).
-func (p *agentProc) waitStatus(within time.Duration, want ...string) string {
-	p.t.Helper()
-	has := func() bool {
-		s := p.lastStatus()
-		for _, w := range want {
-			if !strings.Contains(s, w) {
-				return false
-			}
-		}
-		return true
-	}
-	if !envoykit.Eventually(within, has) {
-		p.t.Fatalf("STATUS= never had %q within %s; the last one: %q", want, within, p.lastStatus())
-	}
-	return p.lastStatus()
-}
-
-// replaceFile puts data at path as a package manager does: a new file
-// renamed over the old one, so a running Envoy keeps its own.
-func replaceFile(t *testing.T, path string, data []byte) {
-	t.Helper()
-	tmp := path + ".new"
-	if err := os.WriteFile(tmp, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestNoticesTheInstalledEnvoyIsNotTheRunningOne(t *testing.T) {
 	t.Parallel()
 	real, err := os.ReadFile(envoykit.Binary(t))

@@ -76,22 +76,6 @@ func TestStartAfterSigkillMidReload(t *testing.T) {
 	}
 }
 
-// pidsMentioning are the processes whose command line names s.
-func pidsMentioning(s string) []int {
-	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && strings.Contains(string(b), s) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
 // TestSharedMemoryOfAnotherUserIsNamed: uid 65534 made Envoy's shared
 // memory region for the base id before the agent (another user) started;
 // Envoy would panic on it ("File exists"). The agent refuses before Envoy

@@ -20,40 +20,6 @@ import (
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
-// quickDrain makes replaced epochs go away fast: 1s drain, told to exit at 2s.
-var quickDrain = map[string]string{"drain_duration": `"1s"`, "parent_shutdown_duration": `"2s"`}
-
-// rewriteBootstrap replaces the agent's bootstrap atomically, as an editor
-// or a config management tool would.
-func (p *agentProc) rewriteBootstrap(o envoykit.BootstrapOptions) {
-	p.t.Helper()
-	o.Ports = p.ports
-	tmp := envoykit.WriteBootstrap(p.t, p.dir, ".envoy.yaml.new", o)
-	if err := os.Rename(tmp, filepath.Join(p.dir, "envoy.yaml")); err != nil {
-		p.t.Fatal(err)
-	}
-}
-
-func (p *agentProc) reload() (int, string) {
-	p.t.Helper()
-	code, stdout, stderr := runAgent(p.t, "reload", "--config", p.config)
-	return code, stdout + stderr
-}
-
-func (p *agentProc) metric(name string) string {
-	p.t.Helper()
-	r, err := envoykit.Get(envoykit.URL(p.ports.Prometheus, "/stats/prometheus"), 5*time.Second)
-	if err != nil {
-		p.t.Fatalf("metrics: %v", err)
-	}
-	for _, line := range strings.Split(r.Body, "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			return v
-		}
-	}
-	return ""
-}
-
 func TestTenReloadsUnderLoadDropNothing(t *testing.T) {
 	t.Parallel()
 	p := startAgent(t, procOptions{envoy: quickDrain, bootstrap: envoykit.BootstrapOptions{ResponseHeader: "v0"}})
@@ -191,13 +157,6 @@ func TestFailedReloadsKeepTheServingEnvoy(t *testing.T) {
 		t.Fatalf("stop after failed reloads: exit %d after %s; want 0 after min_drain_duration 1s", code, took)
 	}
 	assertNoEnvoyFor(t, p.dir)
-}
-
-func writeFile(t *testing.T, path, text string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func TestSighupAndConcurrentReloads(t *testing.T) {

@@ -309,15 +309,6 @@ func tlsSerial(port int) (string, error) {
 	return c.ConnectionState().PeerCertificates[0].SerialNumber.Text(16), nil
 }
 
-// renameInto replaces path by a rename, as renewal tools do.
-func renameInto(t *testing.T, path, text string) {
-	t.Helper()
-	writeFile(t, path+".new", text)
-	if err := os.Rename(path+".new", path); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // A certificate the bootstrap names by file is served as a secret: a
 // renewal reaches new handshakes within 2 s with the same Envoy process and
 // no reload, a connection opened before goes on, and `systemctl reload`

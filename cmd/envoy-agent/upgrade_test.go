@@ -134,13 +134,6 @@ func assertComm(t *testing.T, pid int, want string) {
 	}
 }
 
-func runBinary(t *testing.T, bin string, args ...string) (int, string) {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	out, _ := cmd.CombinedOutput()
-	return cmd.ProcessState.ExitCode(), string(out)
-}
-
 // envoysFor counts the Envoy processes running the test's bootstrap copies.
 func envoysFor(dir string) int {
 	n := 0
