@@ -84,7 +84,7 @@ func TestClaimsCannotBeSquatted(t *testing.T) {
 	baseID := envoykit.BaseID()
 	claimsDir := os.Getenv(service.EnvClaimsDir)
 	names := fmt.Sprintf("@envoy-agent/base-id/%d", baseID)
-	said := startSquatter(t, "NAMES="+names, "CLAIM="+filepath.Join(claimsDir, fmt.Sprintf("base-id-%d", baseID)))
+	_, said, _ := startHelper(t, "squat", "squatting", "NAMES="+names, "CLAIM="+filepath.Join(claimsDir, fmt.Sprintf("base-id-%d", baseID)))
 	t.Logf("the squatter (uid 65534):\n%s", said)
 	if !strings.Contains(said, "bind "+names+": ok") {
 		t.Fatalf("the squatter could not bind the abstract name; the test proves nothing:\n%s", said)
@@ -125,7 +125,7 @@ func TestSquattedHotRestartNamesDoNotStopAStart(t *testing.T) {
 			names = append(names, fmt.Sprintf("envoy_domain_socket_%s_%d", role, uint64(baseID)*10+n))
 		}
 	}
-	said := startSquatter(t, "DGRAM_NAMES="+strings.Join(names, ","))
+	_, said, _ := startHelper(t, "squat", "squatting", "DGRAM_NAMES="+strings.Join(names, ","))
 	if !strings.Contains(said, "bind dgram @"+names[0]+": ok") {
 		t.Fatalf("uid 65534 could not bind the abstract names; the test proves nothing:\n%s", said)
 	}

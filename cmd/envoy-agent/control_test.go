@@ -7,7 +7,6 @@ package main
 // credentials (uid 65534, with and without the agent's group).
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -150,28 +149,14 @@ func TestControlOnlyOperators(t *testing.T) {
 func TestStatusPortSquatted(t *testing.T) {
 	t.Parallel()
 	var helper *exec.Cmd
-	var stdin io.WriteCloser
 	p := startAgentWith(t, procOptions{noWaitReady: true}, func(ports envoykit.Ports) {
-		helper = exec.Command(testBinCopy)
-		helper.Env = append(os.Environ(), helperEnv+"=listen", "ADDR=127.0.0.1:"+strconv.Itoa(ports.Status))
-		helper.SysProcAttr = &syscall.SysProcAttr{Credential: nobody}
-		var err error
-		if stdin, err = helper.StdinPipe(); err != nil {
-			t.Fatal(err)
-		}
-		out, err := helper.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := helper.Start(); err != nil {
-			t.Fatal(err)
-		}
-		line, _ := bufio.NewReader(out).ReadString('\n')
-		if line != "listening\n" {
-			t.Fatalf("squatter: %q", line)
+		var said string
+		var ok bool
+		helper, said, ok = startHelper(t, "listen", "listening", "ADDR=127.0.0.1:"+strconv.Itoa(ports.Status))
+		if !ok || said != "" {
+			t.Fatalf("squatter: %q", said)
 		}
 	})
-	defer func() { stdin.Close(); _ = helper.Wait() }()
 	code, _ := p.wait(p.started, 20*time.Second)
 	want := fmt.Sprintf("is already taken by uid 65534 (nobody), pid %d (helper.test)", helper.Process.Pid)
 	if code != 1 || !strings.Contains(p.stderr.String(), "agent.status_port") || !strings.Contains(p.stderr.String(), want) {
@@ -184,6 +169,15 @@ func TestStatusPortSquatted(t *testing.T) {
 // clients (reload, status) believe only root, their own user or the owner
 // of a folder only root could have made, and validate and run refuse a
 // control socket in a folder another user could have made or can write.
+
+// startFakeAgent serves a fake agent as uid 65534 on sock (serveFakeAgent);
+// it stops when the test ends.
+func startFakeAgent(t *testing.T, sock, config string) {
+	t.Helper()
+	if _, said, ok := startHelper(t, "fakeagent", "listening", "SOCK="+sock, "CONFIG="+config); !ok || said != "" {
+		t.Fatalf("fake agent as uid 65534: %q", said)
+	}
+}
 
 // serveFakeAgent answers every request on sock as an agent that runs
 // config would, with its own pid (which SO_PEERCRED confirms), until its
@@ -248,7 +242,7 @@ func TestFakeAgentOnTheControlSocketIsNotBelieved(t *testing.T) {
 		{[]string{"validate", "--config", p.config}, 3, []string{"agent.control_socket", "belongs to uid 65534", "any local user could have made it"}},
 	}
 	for _, tt := range tests {
-		code, out := runAgentCommand(t, tt.args...)
+		code, out := runBinary(t, nil, agentBin, tt.args...)
 		if strings.Contains(out, "epoch 7") || strings.Contains(out, "reloaded") {
 			t.Errorf("envoy-agent %s believed the fake: exit %d: %s", tt.args[0], code, out)
 		}
@@ -290,11 +284,11 @@ func TestFakeAgentInAFolderRootMadeIsNotBelieved(t *testing.T) {
 	startFakeAgent(t, sock, config)
 
 	// A folder anyone can write: refused by validate and the client alike.
-	code, out := runAgentCommand(t, "validate", "--config", config)
+	code, out := runBinary(t, nil, agentBin, "validate", "--config", config)
 	if code != 3 || !strings.Contains(out, "writable by its group or by others (mode 0777)") {
 		t.Errorf("validate with a 0777 socket folder: exit %d: %s", code, out)
 	}
-	code, out = runAgentCommand(t, "reload", "--config", config)
+	code, out = runBinary(t, nil, agentBin, "reload", "--config", config)
 	if code == 0 || !strings.Contains(out, "writable by its group or by others") {
 		t.Errorf("reload with a 0777 socket folder: exit %d: %s", code, out)
 	}
@@ -303,7 +297,7 @@ func TestFakeAgentInAFolderRootMadeIsNotBelieved(t *testing.T) {
 	if err := os.Chmod(sockDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	code, out = runAgentCommand(t, "reload", "--config", config)
+	code, out = runBinary(t, nil, agentBin, "reload", "--config", config)
 	if code == 0 || !strings.Contains(out, "runs as uid 65534, neither root") || strings.Contains(out, "reloaded") {
 		t.Errorf("reload from a uid 65534 server: exit %d: %s; want it not believed", code, out)
 	}

@@ -345,8 +345,11 @@ func assertNoEnvoyFor(t *testing.T, dir string) {
 	}
 }
 
-func processesMentioning(s string) []string {
-	var out []string
+// processesMentioning are the live processes (zombies left out) other than
+// this one whose command line names s: their command lines (the arguments
+// joined by spaces) by pid.
+func processesMentioning(s string) map[int]string {
+	out := map[int]string{}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -355,7 +358,7 @@ func processesMentioning(s string) []string {
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if err == nil && bytes.Contains(b, []byte(s)) && envoykit.Alive(pid) {
-			out = append(out, strings.ReplaceAll(string(b), "\x00", " "))
+			out[pid] = strings.ReplaceAll(string(b), "\x00", " ")
 		}
 	}
 	return out
@@ -531,65 +534,41 @@ func (p *agentProc) controlSocket() string { return filepath.Join(p.dir, "run", 
 // reloadAs runs `envoy-agent reload` as cred.
 func (p *agentProc) reloadAs(cred *syscall.Credential) (int, string) {
 	p.t.Helper()
-	cmd := exec.Command(agentBin, "reload", "--config", p.config)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	out, err := cmd.CombinedOutput()
-	if err != nil && cmd.ProcessState == nil {
-		p.t.Fatal(err)
-	}
-	return cmd.ProcessState.ExitCode(), string(out)
+	return runBinary(p.t, cred, agentBin, "reload", "--config", p.config)
 }
 
-// startFakeAgent serves a fake agent as uid 65534 on sock; it stops when
-// the test ends.
-func startFakeAgent(t *testing.T, sock, config string) {
+// startHelper starts this test binary (its copy others can run) as uid
+// 65534 to play role (helperMain), with env added to its environment, and
+// reads what it says up to the line ready. The helper holds what it took
+// until its stdin closes, when the test ends. It returns the helper, what
+// it said before ready, and whether it said ready at all (false: it exited
+// first).
+func startHelper(t *testing.T, role, ready string, env ...string) (helper *exec.Cmd, said string, ok bool) {
 	t.Helper()
-	cmd := exec.Command(testBinCopy)
-	cmd.Env = append(os.Environ(), helperEnv+"=fakeagent", "SOCK="+sock, "CONFIG="+config)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: nobody}
-	stdin, err := cmd.StdinPipe()
+	helper = exec.Command(testBinCopy)
+	helper.Env = append(append(os.Environ(), helperEnv+"="+role), env...)
+	helper.SysProcAttr = &syscall.SysProcAttr{Credential: nobody}
+	stdin, err := helper.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := cmd.StdoutPipe()
+	stdout, err := helper.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	if err := helper.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
-	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "listening\n" {
-		t.Fatalf("fake agent as uid 65534: %q", line)
-	}
-}
-
-// startSquatter starts this test binary as the squat helper, as uid 65534,
-// with env added to its environment; it holds what it took until the test
-// ends. It returns what the helper said before "squatting".
-func startSquatter(t *testing.T, env ...string) string {
-	t.Helper()
-	squat := exec.Command(testBinCopy)
-	squat.Env = append(append(os.Environ(), helperEnv+"=squat"), env...)
-	squat.SysProcAttr = &syscall.SysProcAttr{Credential: nobody}
-	stdin, err := squat.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := squat.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := squat.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); _ = squat.Wait() })
-	var said strings.Builder
+	t.Cleanup(func() { stdin.Close(); _ = helper.Wait() })
+	var b strings.Builder
 	sc := bufio.NewScanner(stdout)
-	for sc.Scan() && sc.Text() != "squatting" {
-		said.WriteString(sc.Text() + "\n")
+	for sc.Scan() {
+		if sc.Text() == ready {
+			return helper, b.String(), true
+		}
+		b.WriteString(sc.Text() + "\n")
 	}
-	return said.String()
+	return helper, b.String(), false
 }
 
 // runAgent runs the binary to completion and returns its exit code, stdout
@@ -613,22 +592,20 @@ func runAgent(t *testing.T, args ...string) (int, string, string) {
 	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
 }
 
-// runAgentCommand runs `envoy-agent ARGS...` as root and returns its exit
-// code and output.
-func runAgentCommand(t *testing.T, args ...string) (int, string) {
+// runBinary runs `bin ARGS...` to completion, as cred when it is set (else
+// as the test's user, root), and returns its exit code and its output
+// (stdout and stderr as they came); it fails the test when bin does not
+// start.
+func runBinary(t *testing.T, cred *syscall.Credential, bin string, args ...string) (int, string) {
 	t.Helper()
-	cmd := exec.Command(agentBin, args...)
+	cmd := exec.Command(bin, args...)
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil && cmd.ProcessState == nil {
 		t.Fatal(err)
 	}
-	return cmd.ProcessState.ExitCode(), string(out)
-}
-
-func runBinary(t *testing.T, bin string, args ...string) (int, string) {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	out, _ := cmd.CombinedOutput()
 	return cmd.ProcessState.ExitCode(), string(out)
 }
 
@@ -648,42 +625,18 @@ func readFileT(t *testing.T, path string) string {
 	return string(b)
 }
 
-// replaceFile puts data at path as a package manager does: a new file
-// renamed over the old one, so a running Envoy keeps its own.
-func replaceFile(t *testing.T, path string, data []byte) {
+// replaceFile puts data at path, with mode perm, as a package manager or
+// a certificate renewal does: a new file renamed over the old one, so a
+// process that has the old one open keeps its own.
+func replaceFile(t *testing.T, path string, data []byte, perm os.FileMode) {
 	t.Helper()
 	tmp := path + ".new"
-	if err := os.WriteFile(tmp, data, 0o755); err != nil {
+	if err := os.WriteFile(tmp, data, perm); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// renameInto replaces path by a rename, as renewal tools do.
-func renameInto(t *testing.T, path, text string) {
-	t.Helper()
-	writeFile(t, path+".new", text)
-	if err := os.Rename(path+".new", path); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// pidsMentioning are the processes whose command line names s.
-func pidsMentioning(s string) []int {
-	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && strings.Contains(string(b), s) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }
 
 func fileExists(path string) bool {

@@ -313,7 +313,7 @@ func TestHotRestartCompiledOutSurvivesAgentUpgrade(t *testing.T) {
 		bootstrap: envoykit.BootstrapOptions{ResponseHeader: "v0"}})
 	first := p.envoyPid
 	install(t, binB, installed)
-	if code, out := runBinary(t, binB, "upgrade", "--config", p.config); code != 0 || !strings.Contains(out, "-> 1.0.1-b") {
+	if code, out := runBinary(t, nil, binB, "upgrade", "--config", p.config); code != 0 || !strings.Contains(out, "-> 1.0.1-b") {
 		t.Fatalf("upgrade: exit %d: %s", code, out)
 	}
 	if info := p.upgradeInfo(); info["version"] != "1.0.1-b" || int(info["envoy_pid"].(float64)) != first {

@@ -35,7 +35,7 @@ func TestNoticesTheInstalledEnvoyIsNotTheRunningOne(t *testing.T) {
 	defer l.Stop()
 
 	// The same release as a new file: a reload can switch to it.
-	replaceFile(t, bin, real)
+	replaceFile(t, bin, real, 0o755)
 	s := p.waitStatus(30*time.Second, "the installed Envoy "+bin, "differs from the running one: a reload switches to it with no dropped connection")
 	t.Logf("replaced by the same hot-restart version: STATUS=%q", s)
 	if !p.logged("differs from the running one") {
@@ -53,7 +53,7 @@ func TestNoticesTheInstalledEnvoyIsNotTheRunningOne(t *testing.T) {
 	// A wrapper script that execs the real Envoy: never the running
 	// executable, but what binary_path held when its Envoy started, so once
 	// reloaded into it nothing is reported.
-	replaceFile(t, bin, []byte("#!/bin/sh\nexec "+envoykit.Binary(t)+" \"$@\"\n"))
+	replaceFile(t, bin, []byte("#!/bin/sh\nexec "+envoykit.Binary(t)+" \"$@\"\n"), 0o755)
 	p.waitStatus(30*time.Second, "differs from the running one: a reload switches to it")
 	if code, out := p.reload(); code != 0 {
 		t.Fatalf("reload into the wrapper: exit %d: %s", code, out)
@@ -68,7 +68,7 @@ func TestNoticesTheInstalledEnvoyIsNotTheRunningOne(t *testing.T) {
 	// at hand: releases 1.36 to 1.40 all have 11.104): a script that answers
 	// --hot-restart-version differently and --version as the real one.
 	standIn := "#!/bin/sh\n[ \"$1\" = --hot-restart-version ] && { echo 10.96 >&2; exit 0; }\nexec " + envoykit.Binary(t) + " \"$@\"\n"
-	replaceFile(t, bin, []byte(standIn))
+	replaceFile(t, bin, []byte(standIn), 0o755)
 	s = p.waitStatus(30*time.Second, "hot-restart version 10.96) differs from the running one (hot-restart version 11.",
 		"a restart switches to it with a drain")
 	t.Logf("replaced by another hot-restart version: STATUS=%q", s)

@@ -36,7 +36,7 @@ func TestStartAfterSigkillMidReload(t *testing.T) {
 	envoys := processesMentioning(rd)
 	p.signal(syscall.SIGKILL)
 	<-p.done
-	for _, pid := range pidsMentioning(rd) {
+	for pid := range processesMentioning(rd) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	if !envoykit.Eventually(5*time.Second, func() bool { return len(processesMentioning(rd)) == 0 }) {

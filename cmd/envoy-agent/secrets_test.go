@@ -395,8 +395,8 @@ func TestRenewedCertificateServedWithoutReload(t *testing.T) {
 			get("the connection opened before the renewal")
 			c2, k2, s2 := servingPair(t, time.Now().Add(90*24*time.Hour))
 			renewed := time.Now()
-			renameInto(t, keyFile, k2)
-			renameInto(t, certFile, c2)
+			replaceFile(t, keyFile, []byte(k2), 0o644)
+			replaceFile(t, certFile, []byte(c2), 0o644)
 			var got string
 			if !envoykit.Eventually(2*time.Second, func() bool { got, err = tlsSerial(p.ports.Listener); return got == s2 }) {
 				t.Fatalf("2 s after the renewal new handshakes see %s, %v; want serial %s", got, err, s2)
@@ -417,8 +417,8 @@ func TestRenewedCertificateServedWithoutReload(t *testing.T) {
 			// certificate expires in 5 days, which validate warns about.
 			old.Close() // a reload without hot restart would wait for it
 			c3, k3, s3 := servingPair(t, time.Now().Add(5*24*time.Hour))
-			renameInto(t, keyFile, k3)
-			renameInto(t, certFile, c3)
+			replaceFile(t, keyFile, []byte(k3), 0o644)
+			replaceFile(t, certFile, []byte(c3), 0o644)
 			if code, out := p.reload(); code != 0 {
 				t.Fatalf("reload after the renewal: exit %d: %s", code, out)
 			}

@@ -166,7 +166,7 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 
 	upgrade := func(requester, to string) string {
 		t.Helper()
-		code, out := runBinary(t, requester, "upgrade", "--config", p.config)
+		code, out := runBinary(t, nil, requester, "upgrade", "--config", p.config)
 		if code != 0 || !strings.Contains(out, "-> "+to+" in pid "+fmt.Sprint(agentPid)) {
 			t.Fatalf("upgrade to %s: exit %d: %s", to, code, out)
 		}
@@ -216,7 +216,7 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 	// draining, gets SIGUSR1 from an agent that did not fork it (it crashed the agent once:
 	// an adopted epoch has no exec.Cmd).
 	draining := envoysFor(p.dir) == 2
-	if code, out := runBinary(t, binA, "reopen-logs", "--config", p.config); code != 0 {
+	if code, out := runBinary(t, nil, binA, "reopen-logs", "--config", p.config); code != 0 {
 		t.Fatalf("reopen-logs after the upgrades: exit %d: %s", code, out)
 	}
 	if info := p.upgradeInfo(); int(info["pid"].(float64)) != agentPid || int(info["envoy_pid"].(float64)) != epoch1 {
@@ -237,7 +237,7 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 		t.Fatal(err)
 	}
 	install(t, broken, installed)
-	code, out := runBinary(t, binA, "upgrade", "--config", p.config)
+	code, out := runBinary(t, nil, binA, "upgrade", "--config", p.config)
 	if code != 1 || !strings.Contains(out, "upgrade refused") || !strings.Contains(out, "does not run") {
 		t.Fatalf("upgrade to a broken binary: exit %d: %s", code, out)
 	}
@@ -394,7 +394,7 @@ func TestUpgradeFaultsOfTheNewBinary(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			install(t, standIn(tt.script), installed)
 			start := time.Now()
-			code, out := runBinary(t, binB, "upgrade", "--config", p.config)
+			code, out := runBinary(t, nil, binB, "upgrade", "--config", p.config)
 			took := time.Since(start)
 			t.Logf("envoy-agent upgrade: exit %d after %s: %s", code, took.Round(time.Millisecond), strings.TrimSpace(out))
 			if code != tt.wantCode || !strings.Contains(out, tt.want) {
