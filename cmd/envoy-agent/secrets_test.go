@@ -4,17 +4,9 @@ package main
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -35,23 +27,8 @@ const secretToken = "Bearer s3cr3t-t0ken-d0-not-leak"
 // newKeyPair returns a fresh self-signed certificate and its private key,
 // PEM-encoded.
 func newKeyPair(t *testing.T) (certPEM, keyPEM string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "secrets.test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
-		string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
+	c, k, _ := servingPair(t, time.Now().Add(time.Hour))
+	return c, k
 }
 
 // yamlString quotes s for YAML (JSON strings are YAML strings).
@@ -276,37 +253,11 @@ func TestEnvoyTraceAndDebugAreRefusedSoSecretsStayOut(t *testing.T) {
 // with its key (PEM) and serial (hex).
 func servingPair(t *testing.T, notAfter time.Time) (certPEM, keyPEM, serial string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c, k, serial, err := envoykit.ServingPair(notAfter)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 64))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: n, Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kd, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
-		string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd})), n.Text(16)
-}
-
-// tlsSerial is the serial of the certificate a new TLS handshake on port
-// sees.
-func tlsSerial(port int) (string, error) {
-	c, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", "127.0.0.1:"+strconv.Itoa(port), &tls.Config{InsecureSkipVerify: true, ServerName: "localhost"})
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	return c.ConnectionState().PeerCertificates[0].SerialNumber.Text(16), nil
+	return c, k, serial
 }
 
 // A certificate the bootstrap names by file is served as a secret: a
@@ -338,7 +289,7 @@ func TestRenewedCertificateServedWithoutReload(t *testing.T) {
 				p.waitStatus(30*time.Second, hotRestartOffNote)
 			}
 			pid := p.envoyPid
-			if got, err := tlsSerial(p.ports.Listener); err != nil || got != s1 {
+			if got, err := envoykit.TLSSerial(p.ports.Listener); err != nil || got != s1 {
 				t.Fatalf("first handshake: %s, %v; want serial %s", got, err, s1)
 			}
 
@@ -398,7 +349,7 @@ func TestRenewedCertificateServedWithoutReload(t *testing.T) {
 			replaceFile(t, keyFile, []byte(k2), 0o644)
 			replaceFile(t, certFile, []byte(c2), 0o644)
 			var got string
-			if !envoykit.Eventually(2*time.Second, func() bool { got, err = tlsSerial(p.ports.Listener); return got == s2 }) {
+			if !envoykit.Eventually(2*time.Second, func() bool { got, err = envoykit.TLSSerial(p.ports.Listener); return got == s2 }) {
 				t.Fatalf("2 s after the renewal new handshakes see %s, %v; want serial %s", got, err, s2)
 			}
 			t.Logf("renewal to the first new handshake with the new certificate: %s", time.Since(renewed).Round(time.Millisecond))
@@ -422,7 +373,7 @@ func TestRenewedCertificateServedWithoutReload(t *testing.T) {
 			if code, out := p.reload(); code != 0 {
 				t.Fatalf("reload after the renewal: exit %d: %s", code, out)
 			}
-			if got, err := tlsSerial(p.ports.Listener); err != nil || got != s3 {
+			if got, err := envoykit.TLSSerial(p.ports.Listener); err != nil || got != s3 {
 				t.Fatalf("after the reload new handshakes see %s, %v; want serial %s", got, err, s3)
 			}
 			p.envoyPid = p.servingPid()
@@ -442,13 +393,7 @@ func TestRenewedCertificateServedWithoutReload(t *testing.T) {
 // key reaches the answers or the log.
 func TestStaticSecretReloadsInPlace(t *testing.T) {
 	t.Parallel()
-	pair := func() (string, string, string) {
-		c, k, s, err := envoykit.ServingPair(time.Now().Add(time.Hour))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c, k, s
-	}
+	pair := func() (string, string, string) { return servingPair(t, time.Now().Add(time.Hour)) }
 	c1, k1, s1 := pair()
 	bootstrap := filepath.Join(t.TempDir(), "envoy.yaml")
 	p := startAgentWith(t, procOptions{bootstrapFile: bootstrap, agent: map[string]string{"reload_method": `"auto"`}}, func(ports envoykit.Ports) {
@@ -478,7 +423,7 @@ func TestStaticSecretReloadsInPlace(t *testing.T) {
 	get("the connection opened first")
 
 	c2, k2, s2 := pair()
-	renameInto(t, bootstrap, string(envoykit.SecretTLSBootstrap(c2, k2, p.ports.Listener, p.ports.Admin)))
+	replaceFile(t, bootstrap, envoykit.SecretTLSBootstrap(c2, k2, p.ports.Listener, p.ports.Admin), 0o644)
 	code, out := p.reload()
 	if code != 0 || !strings.Contains(out, "reloaded in place: secrets updated srv; epoch 0 keeps serving") {
 		t.Fatalf("reload of a new certificate: exit %d: %s", code, out)
@@ -493,7 +438,7 @@ func TestStaticSecretReloadsInPlace(t *testing.T) {
 	assertNoSecret(t, "the reload's answer", out, k2)
 
 	c3, _, _ := pair()
-	renameInto(t, bootstrap, string(envoykit.SecretTLSBootstrap(c3, k2, p.ports.Listener, p.ports.Admin)))
+	replaceFile(t, bootstrap, envoykit.SecretTLSBootstrap(c3, k2, p.ports.Listener, p.ports.Admin), 0o644)
 	code, out = p.reload()
 	if code == 0 {
 		t.Fatalf("reload of a certificate with another's key: exit 0: %s", out)
