@@ -8,7 +8,7 @@ import (
 	"strconv"
 
 	"github.com/envoy-agent/envoy-agent/envoy/cli"
-	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
+	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 )
 
 // jsonLogFormat is Envoy's --log-format for LogAsJSON: one JSON object a line,

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy/cli"
-	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
+	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 )
 
 // HotRestartDisabled is what `envoy --hot-restart-version` prints for a

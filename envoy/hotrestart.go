@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/envoy/versions"
+	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 )
 
 // HotRestartVersion asks an Envoy binary for its hot-restart compatibility

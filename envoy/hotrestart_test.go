@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
+	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 )
 
 func (le *liveEnvoy) bootstrap(t *testing.T, name, version string) string {

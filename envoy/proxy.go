@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy/conncount"
-	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/envoy/inplace"
+	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 )
 
 // Proxy is one Envoy that an Agent supervises, as in Istio's pkg/envoy.

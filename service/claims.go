@@ -18,7 +18,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
-	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
+	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 	"github.com/envoy-agent/envoy-agent/service/config"
 )
 

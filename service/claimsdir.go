@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/envoy/reexec"
+	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 )
 
 // EnvClaimsDir overrides where the agents of a host keep their claims

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
+	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 	"github.com/envoy-agent/envoy-agent/service/config"
 )
 

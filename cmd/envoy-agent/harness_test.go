@@ -30,8 +30,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
+	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 	"github.com/envoy-agent/envoy-agent/service"
 )
 

@@ -28,8 +28,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
+	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 )
 
 // hotRestartOffNote is what the agent says of such an Envoy.

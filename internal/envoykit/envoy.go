@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/internal/childenv"
+	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 )
 
 // ReadyPoll is how often WaitReady asks Envoy's /ready: the finest a poller

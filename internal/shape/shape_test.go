@@ -34,6 +34,8 @@ type pkg struct {
 	XTestGoFiles   []string
 	IgnoredGoFiles []string
 	Imports        []string
+	TestImports    []string
+	XTestImports   []string
 }
 
 // list is `go list -json` of the workspace's packages.
@@ -126,6 +128,65 @@ func TestConfigLinksNoEnvoy(t *testing.T) {
 	for _, d := range deps {
 		if d == "github.com/envoy-agent/envoy-agent/envoy" || d == "github.com/envoy-agent/envoy-agent/envoy/conncount" || d == "github.com/envoy-agent/envoy-agent/internal/sockdiag" || strings.HasPrefix(d, "google.golang.org/protobuf") {
 			t.Errorf("service/config, service/control or genman links %s", d)
+		}
+	}
+}
+
+// module is the root module's path.
+const module = "github.com/envoy-agent/envoy-agent"
+
+// upward says why the import of imp by the package at path is upward (docs/design.md, Layers),
+// or "": a package never imports an ancestor of its (a command under a package, …/cmd/…, may
+// import it); internal/ imports only internal/; envoy/ nothing of service/ or cmd/; service/
+// nothing of cmd/. Paths are relative to the module; the tooling modules (bench/, packaging/)
+// sit above everything and may import anything.
+func upward(path, imp string) string {
+	switch {
+	case strings.HasPrefix(path, "bench") || strings.HasPrefix(path, "packaging"):
+		return ""
+	case imp == "" || strings.HasPrefix(path, imp+"/"):
+		if !strings.Contains(strings.TrimPrefix(path, imp), "/cmd/") {
+			return "an ancestor"
+		}
+	case strings.HasPrefix(path, "internal/") && !strings.HasPrefix(imp, "internal/"):
+		return "internal/ imports only internal/"
+	case strings.HasPrefix(path, "envoy") && (strings.HasPrefix(imp, "service") || strings.HasPrefix(imp, "cmd")):
+		return "envoy/ is below service/ and cmd/"
+	case strings.HasPrefix(path, "service") && strings.HasPrefix(imp, "cmd"):
+		return "service/ is below cmd/"
+	}
+	return ""
+}
+
+func TestUpward(t *testing.T) {
+	for _, tc := range []struct{ path, imp, want string }{
+		{"envoy/certs", "envoy", "an ancestor"},
+		{"service/manual/cmd/genman", "service/manual", ""},
+		{"internal/envoykit", "envoy/inplace", "internal/ imports only internal/"},
+		{"internal/envoykit", "internal/safefile", ""},
+		{"envoy", "service/config", "envoy/ is below service/ and cmd/"},
+		{"envoy", "envoy/inplace", ""},
+		{"service", "cmd/envoy-agent", "service/ is below cmd/"},
+		{"service/manual", "service/config", ""},
+		{"bench/cmd/bench", "envoy", ""},
+	} {
+		if got := upward(tc.path, tc.imp); got != tc.want {
+			t.Errorf("upward(%s, %s) = %q, want %q", tc.path, tc.imp, got, tc.want)
+		}
+	}
+}
+
+// TestImportsGoDown: no package of the module, its tests included, imports upwards (upward).
+func TestImportsGoDown(t *testing.T) {
+	for _, p := range list(t) {
+		path := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		for _, imp := range slices.Concat(p.Imports, p.TestImports, p.XTestImports) {
+			if imp != module && !strings.HasPrefix(imp, module+"/") {
+				continue
+			}
+			if why := upward(path, strings.TrimPrefix(strings.TrimPrefix(imp, module), "/")); why != "" {
+				t.Errorf("%s imports %s: %s", p.ImportPath, imp, why)
+			}
 		}
 	}
 }

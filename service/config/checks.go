@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy/cli"
-	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
 	"github.com/envoy-agent/envoy-agent/envoy/versions"
+	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 )
 
 // maxBaseID is the largest envoy.base_id: Envoy multiplies it by

@@ -5,7 +5,7 @@ package config
 import (
 	"path/filepath"
 
-	"github.com/envoy-agent/envoy-agent/envoy/hostfiles"
+	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 )
 
 // DefaultRunDir is agent.run_dir when the file does not set it: the
