@@ -12,6 +12,7 @@ import (
 	"math/big"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -54,26 +55,14 @@ func TLSSerial(port int) (string, error) {
 // SecretTLSBootstrap is TLSBootstrap with its certificate and key inline
 // in a static secret ("srv") that the listener names.
 func SecretTLSBootstrap(certPEM, keyPEM string, port, admin int) []byte {
-	return fmt.Appendf(nil, `admin: { address: { socket_address: { address: 127.0.0.1, port_value: %d } } }
-static_resources:
+	b := string(TLSBootstrap("CERT", "KEY", port, admin))
+	b = strings.Replace(b, `            tls_certificates:
+            - certificate_chain: {filename: "CERT"}
+              private_key: {filename: "KEY"}
+`, "            tls_certificate_sds_secret_configs: [{name: srv}]\n", 1)
+	return []byte(strings.Replace(b, "static_resources:\n", fmt.Sprintf(`static_resources:
   secrets:
   - name: srv
-    tls_certificate: { certificate_chain: { inline_string: %s }, private_key: { inline_string: %s } }
-  listeners:
-  - name: tls
-    address: { socket_address: { address: 127.0.0.1, port_value: %d } }
-    filter_chains:
-    - transport_socket:
-        name: envoy.transport_sockets.tls
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
-          common_tls_context: { tls_certificate_sds_secret_configs: [{ name: srv }] }
-      filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: tls
-          route_config: { virtual_hosts: [{ name: all, domains: ["*"], routes: [{ match: { prefix: "/" }, direct_response: { status: 200, body: { inline_string: ok } } }] }] }
-          http_filters: [{ name: envoy.filters.http.router, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router } }]
-`, admin, strconv.Quote(certPEM), strconv.Quote(keyPEM), port)
+    tls_certificate: {certificate_chain: {inline_string: %s}, private_key: {inline_string: %s}}
+`, strconv.Quote(certPEM), strconv.Quote(keyPEM)), 1))
 }
