@@ -35,7 +35,7 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/service"
+	"github.com/envoy-agent/envoy-agent/service/claims"
 )
 
 // livePoll bounds each wait for Prometheus to see something.
@@ -350,14 +350,14 @@ reload_method = "auto"
 	if err := os.WriteFile(a.config, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	claims := filepath.Join(dir, "claims")
-	if err := os.Mkdir(claims, 0o700); err != nil {
+	claimsDir := filepath.Join(dir, "claims")
+	if err := os.Mkdir(claimsDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	ns := envoykit.NewNotifySocket(t)
 	var stderr envoykit.SyncBuffer
 	proc, err := envoykit.Start(a.bin, []string{"run", "--config", a.config}, &stderr,
-		"NOTIFY_SOCKET="+ns.Path, service.EnvClaimsDir+"="+claims)
+		"NOTIFY_SOCKET="+ns.Path, claims.EnvDir+"="+claimsDir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,5 +8,6 @@
 // restart of Envoy), drain, quit, status, log reopening and the live upgrade,
 // in which the agent re-executes its new binary and hands the running Envoy
 // over. It also claims its base_id and ports against other agents on the
-// host and watches the installed Envoy binary for replacement.
+// host (package claims) and watches the installed Envoy binary for
+// replacement.
 package service

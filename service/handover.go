@@ -20,6 +20,7 @@ import (
 	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/envoy-agent/envoy-agent/envoy/reexec"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
+	"github.com/envoy-agent/envoy-agent/service/claims"
 	"github.com/envoy-agent/envoy-agent/service/config"
 	"github.com/envoy-agent/envoy-agent/service/control"
 )
@@ -90,7 +91,7 @@ type handoverState struct {
 	HotRestartVersion string               `json:"hot_restart_version"`
 	StatusFD          int                  `json:"status_fd"`     // the status server's listening socket
 	PrometheusFD      int                  `json:"prometheus_fd"` // the metrics listener's, -1 when off
-	Claims            []claimFD            `json:"claims"`        // the locked claim files (version 2)
+	Claims            []claims.FD          `json:"claims"`        // the locked claim files (version 2)
 	Envoy             reexec.HandoverState `json:"envoy"`
 }
 
@@ -165,7 +166,7 @@ func readHandover(path string) (*handoverState, error) {
 
 // claims are the claim files handed over (none from version 1, whose
 // claims were abstract sockets that the exec closed).
-func (st *handoverState) claims() []claimFD {
+func (st *handoverState) claims() []claims.FD {
 	if st == nil {
 		return nil
 	}
@@ -275,7 +276,7 @@ func (s *supervisor) execHandover(to string, bin *os.File, check bool) error {
 			kept = append(kept, l.ln)
 			*l.fd = fd
 		}
-		handed, undo, err := s.held.handOver()
+		handed, undo, err := s.held.HandOver()
 		if err != nil {
 			return err
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/envoy-agent/envoy-agent/internal/childenv"
 	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
+	"github.com/envoy-agent/envoy-agent/service/claims"
 	"github.com/envoy-agent/envoy-agent/service/config"
 	"github.com/envoy-agent/envoy-agent/service/control"
 	"github.com/envoy-agent/envoy-agent/service/reloadqueue"
@@ -110,7 +111,7 @@ type supervisor struct {
 	version          string
 	selfPath         string // the agent's binary, re-executed on an upgrade
 	statusLn, promLn net.Listener
-	held             *claims // handed over with the listeners
+	held             *claims.Held // handed over with the listeners
 	up               upgradeState
 
 	certs     *certs.Manager // the bootstrap's certificates, served as secrets and watched
@@ -222,7 +223,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	// first: it names the other instance.
 	sockets := make(chan ownSockets, 1)
 	go func() { sockets <- s.bindOwn(ctx, cfg, adopting) }()
-	held, err := claimResources(cfg, log, s.handover.claims())
+	held, err := claims.Take(cfg, claims.Self{Config: absPath(cfg.File), Instance: os.Getenv(EnvInstance)}, log, s.handover.claims())
 	own := <-sockets
 	if err == nil && own.err != nil {
 		held.Close()

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
+	"github.com/envoy-agent/envoy-agent/service/claims"
 	"github.com/envoy-agent/envoy-agent/service/config"
 )
 
@@ -61,10 +62,10 @@ func startHint(cfg *config.Config, line, listener string) string {
 	if m := baseIDClashRE().FindStringSubmatch(line); m != nil {
 		id, _ := strconv.ParseUint(m[1], 10, 32)
 		who := "another Envoy on this host"
-		if holder, held := askClaim(baseIDClaim(uint32(id))); held && holder.Pid != selfIdentity(cfg).Pid {
-			who = "the Envoy of " + holder.String()
+		if holder, held := claims.AgentOnBaseID(uint32(id)); held {
+			who = "the Envoy of " + holder
 		}
-		return fmt.Sprintf("base_id %d is used by %s: set envoy.base_id in %s to a base_id of its own (%d is free)", id, who, cfg.File, freeBaseID(uint32(id)))
+		return fmt.Sprintf("base_id %d is used by %s: set envoy.base_id in %s to a base_id of its own (%d is free)", id, who, cfg.File, claims.FreeBaseID(uint32(id)))
 	}
 	if m := shmExistsRE().FindStringSubmatch(line); m != nil {
 		n, _ := strconv.ParseUint(m[1], 10, 32)
@@ -73,15 +74,15 @@ func startHint(cfg *config.Config, line, listener string) string {
 		if owner == "" {
 			owner = hostfiles.SharedMemoryPath(id) + " existed"
 		}
-		return fmt.Sprintf("%s: Envoy's hot-restart shared memory for base_id %d was made by another process before this Envoy started; remove it (as root) or set envoy.base_id in %s to another value (%d is free)", owner, id, cfg.File, freeBaseID(id))
+		return fmt.Sprintf("%s: Envoy's hot-restart shared memory for base_id %d was made by another process before this Envoy started; remove it (as root) or set envoy.base_id in %s to another value (%d is free)", owner, id, cfg.File, claims.FreeBaseID(id))
 	}
 	if m := portInUseRE().FindStringSubmatch(line); m != nil {
 		who := "another process"
 		_, portText, _ := net.SplitHostPort(m[1])
 		port, err := strconv.ParseUint(portText, 10, 16)
 		if err == nil {
-			if holder, ok := agentOnPort(config.Port(port)); ok {
-				who = holder.String()
+			if holder, ok := claims.AgentOnPort(config.Port(port)); ok {
+				who = holder
 			}
 		}
 		if err == nil && config.Port(port) == cfg.Envoy.AdminPort {

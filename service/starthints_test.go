@@ -3,10 +3,31 @@
 package service
 
 import (
-	"github.com/envoy-agent/envoy-agent/service/config"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/envoy-agent/envoy-agent/service/claims"
+	"github.com/envoy-agent/envoy-agent/service/config"
 )
+
+// TestMain gives this package's tests a claims directory of their own: the
+// host's (/run/envoy-agent-claims for root) holds the claims of every agent
+// running on it, and a start hint asks who holds a base id there (an agent
+// of base_id 0 running beside make test turned "used by another Envoy"
+// into "used by the Envoy of the envoy-agent running with ...").
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "service-claims-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv(claims.EnvDir, dir)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
 
 // The lines are Envoy 1.40's own, provoked with the real Envoy (README,
 // "Running several Envoys on one host").

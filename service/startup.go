@@ -12,6 +12,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/service/claims"
 	"github.com/envoy-agent/envoy-agent/service/config"
 	"github.com/envoy-agent/envoy-agent/service/control"
 	"github.com/envoy-agent/envoy-agent/service/systemd"
@@ -50,15 +51,15 @@ const (
 // bindListeners binds the status server's listener and the metrics one.
 func bindListeners(cfg *config.Config) (statusLn, promLn net.Listener, err error) {
 	a := cfg.Agent
-	statusLn, err = listenTCP("agent.status_port", a.Localhost, a.StatusPort)
+	statusLn, err = claims.Listen(cfg, "agent.status_port", a.Localhost, a.StatusPort)
 	if err != nil {
-		return nil, nil, portInUse(cfg, "agent.status_port", a.StatusPort, err)
+		return nil, nil, err
 	}
 	if a.PrometheusPort != 0 {
-		promLn, err = listenTCP("agent.prometheus_port", a.PrometheusAddress, a.PrometheusPort)
+		promLn, err = claims.Listen(cfg, "agent.prometheus_port", a.PrometheusAddress, a.PrometheusPort)
 		if err != nil {
 			statusLn.Close()
-			return nil, nil, portInUse(cfg, "agent.prometheus_port", a.PrometheusPort, err)
+			return nil, nil, err
 		}
 	}
 	return statusLn, promLn, nil
@@ -99,7 +100,7 @@ func (s *supervisor) bindOwn(ctx context.Context, cfg *config.Config, adopting b
 		return o
 	}
 	if !adopting {
-		if o.err = checkAdminPortFree(ctx, cfg); o.err != nil {
+		if o.err = claims.CheckAdminPortFree(ctx, cfg); o.err != nil {
 			return o
 		}
 	}

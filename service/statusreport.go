@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,20 @@ import (
 
 	"github.com/envoy-agent/envoy-agent/envoy"
 )
+
+// EnvInstance is the variable through which envoy-agent@.service tells the
+// agent its instance name (Environment=ENVOY_AGENT_INSTANCE=%i): the status
+// report, the claim files and the last exit's record name the instance.
+const EnvInstance = "ENVOY_AGENT_INSTANCE"
+
+// absPath is p made absolute, or p when that fails: the configuration's
+// path as the status report and the claim files name it.
+func absPath(p string) string {
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return p
+}
 
 // statusRecord keeps what the status report needs from the supervisor's
 // events (a start, reloads, a drain).

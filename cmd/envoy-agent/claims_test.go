@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/service"
+	"github.com/envoy-agent/envoy-agent/service/claims"
 )
 
 // claimSquat is the helper "squat": it binds each abstract name of NAMES
@@ -82,7 +82,7 @@ func claimSquat() {
 // first agent, not the made-up one.
 func TestClaimsCannotBeSquatted(t *testing.T) {
 	baseID := envoykit.BaseID()
-	claimsDir := os.Getenv(service.EnvClaimsDir)
+	claimsDir := os.Getenv(claims.EnvDir)
 	names := fmt.Sprintf("@envoy-agent/base-id/%d", baseID)
 	_, said, _ := startHelper(t, "squat", "squatting", "NAMES="+names, "CLAIM="+filepath.Join(claimsDir, fmt.Sprintf("base-id-%d", baseID)))
 	t.Logf("the squatter (uid 65534):\n%s", said)
@@ -176,15 +176,15 @@ func TestSquattedClaimsDirDoesNotStopAStart(t *testing.T) {
 	}
 	p := startAgent(t, procOptions{noWaitReady: true, cred: &syscall.Credential{Uid: agentUid, Gid: agentUid},
 		agent: map[string]string{"run_dir": strconv.Quote(filepath.Join(home, "run"))},
-		env: []string{service.EnvClaimsDir + "=", "XDG_RUNTIME_DIR=", "XDG_CACHE_HOME=", "STATE_DIRECTORY=",
+		env: []string{claims.EnvDir + "=", "XDG_RUNTIME_DIR=", "XDG_CACHE_HOME=", "STATE_DIRECTORY=",
 			"TMPDIR=" + tmp, "HOME=" + filepath.Join(home, "home")}})
 	if !envoykit.Eventually(30*time.Second, func() bool { return p.healthz() == 200 }) {
 		code, _ := p.wait(p.started, 5*time.Second)
 		t.Fatalf("with uid 65534's %s (mode 0777), the agent of uid %d is not ready (exit %d):\n%s", squatted, agentUid, code, p.stderr.String())
 	}
-	claims := filepath.Join(home, "home", ".cache", "envoy-agent-claims")
-	if _, err := os.Stat(filepath.Join(claims, fmt.Sprintf("base-id-%d", configBaseID(t, p.config)))); err != nil {
-		t.Fatalf("the base id claim is not in %s: %v", claims, err)
+	kept := filepath.Join(home, "home", ".cache", "envoy-agent-claims")
+	if _, err := os.Stat(filepath.Join(kept, fmt.Sprintf("base-id-%d", configBaseID(t, p.config)))); err != nil {
+		t.Fatalf("the base id claim is not in %s: %v", kept, err)
 	}
-	t.Logf("uid 65534 squats %s; the agent keeps its claims in %s and serves", squatted, claims)
+	t.Logf("uid 65534 squats %s; the agent keeps its claims in %s and serves", squatted, kept)
 }

@@ -32,7 +32,7 @@ import (
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
-	"github.com/envoy-agent/envoy-agent/service"
+	"github.com/envoy-agent/envoy-agent/service/claims"
 )
 
 var agentBin string
@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 	agentBin = filepath.Join(dir, "envoy-agent")
 	// The agents these tests start see each other's claims, and no one
 	// else's (other test runs on the host share /run/envoy-agent-claims).
-	os.Setenv(service.EnvClaimsDir, filepath.Join(dir, "claims"))
+	os.Setenv(claims.EnvDir, filepath.Join(dir, "claims"))
 	if err := os.Mkdir(filepath.Join(dir, "claims"), 0o700); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

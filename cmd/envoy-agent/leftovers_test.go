@@ -15,7 +15,7 @@ import (
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
-	"github.com/envoy-agent/envoy-agent/service"
+	"github.com/envoy-agent/envoy-agent/service/claims"
 )
 
 // TestStartAfterSigkillMidReload kills the agent with SIGKILL while a
@@ -106,7 +106,7 @@ func TestSharedMemoryOfAnotherUserIsNamed(t *testing.T) {
 	p := startAgent(t, procOptions{noWaitReady: true, cred: &syscall.Credential{Uid: agentUid, Gid: agentUid},
 		envoy: map[string]string{"base_id": fmt.Sprint(baseID)},
 		agent: map[string]string{"run_dir": strconv.Quote(filepath.Join(home, "run"))},
-		env:   []string{service.EnvClaimsDir + "=" + filepath.Join(home, "claims")}})
+		env:   []string{claims.EnvDir + "=" + filepath.Join(home, "claims")}})
 	code, _ := p.wait(p.started, 30*time.Second)
 	out := p.stderr.String()
 	want := fmt.Sprintf("%s, Envoy's hot-restart shared memory for base_id %d, already exists and belongs to uid 65534 (nobody, mode 0666; no process this agent may see maps it)", shm, baseID)

@@ -22,7 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
-	"github.com/envoy-agent/envoy-agent/service"
+	"github.com/envoy-agent/envoy-agent/service/claims"
 )
 
 // buildVersion builds the agent with main.version set, once per version.
@@ -175,7 +175,7 @@ func TestUpgradeUnderLoadKeepsEnvoy(t *testing.T) {
 
 	// The base id claim must stay locked through every exec: its lock's
 	// file description is handed over, never released and taken again.
-	claim := filepath.Join(os.Getenv(service.EnvClaimsDir), fmt.Sprintf("base-id-%d", configBaseID(t, p.config)))
+	claim := filepath.Join(os.Getenv(claims.EnvDir), fmt.Sprintf("base-id-%d", configBaseID(t, p.config)))
 	gaps := watchClaim(t, claim)
 
 	install(t, binB, installed)

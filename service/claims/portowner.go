@@ -1,6 +1,6 @@
 //go:build linux
 
-package service
+package claims
 
 import (
 	"bufio"
@@ -16,6 +16,28 @@ import (
 
 	"github.com/envoy-agent/envoy-agent/service/config"
 )
+
+// Listen binds host:port for the agent's server of configuration key key.
+// A port that is taken fails with the key and who holds it: another
+// envoy-agent (a configuration error naming it), else the owner /proc tells.
+func Listen(cfg *config.Config, key, host string, port config.Port) (net.Listener, error) {
+	ln, err := listenTCP(key, host, port)
+	if err != nil {
+		return nil, portInUse(cfg, key, port, err)
+	}
+	return ln, nil
+}
+
+// portInUse wraps the error of binding one of the agent's own ports; when
+// another envoy-agent holds the port, it is a configuration error naming it.
+func portInUse(cfg *config.Config, key string, port config.Port, err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		if holder, ok := AgentOnPort(port); ok {
+			return config.Problemf(cfg, key, "port %d is already used by %s: give this instance a %s of its own", port, holder, key)
+		}
+	}
+	return err
+}
 
 // listenTCP binds host:port for one of the agent's servers. A port that is
 // taken fails with the key, and with who holds the port when /proc tells.

@@ -1,6 +1,6 @@
 //go:build linux
 
-package service
+package claims
 
 import (
 	"context"
@@ -22,24 +22,6 @@ import (
 	"github.com/envoy-agent/envoy-agent/service/config"
 )
 
-// Several agents on one host (envoy-agent@.service) must not share a base_id
-// (Envoy's shared memory) or a port. An agent holds what it uses through
-// locks on files in the claims directory (claimsdir.go): base-id-N and
-// port-P, each locked (an open file description lock, F_OFD_SETLK) for as
-// long as the agent lives; the kernel drops the lock when it dies, so
-// nothing goes stale, and the lock's fd is handed over across a live
-// upgrade, so there is no moment without it. The holder writes who it is
-// (JSON) into the file, so a clash names the other instance. Only root and
-// the service's user can write in that directory: another local user can
-// neither take a claim first nor fake an answer (the abstract sockets used
-// before could be bound by anyone). The base id claim is exclusive: a
-// second agent refuses to start. Port claims only name the holder once the
-// real bind has failed.
-
-// EnvInstance is the variable through which envoy-agent@.service tells the
-// agent its instance name (Environment=ENVOY_AGENT_INSTANCE=%i).
-const EnvInstance = "ENVOY_AGENT_INSTANCE"
-
 // claimAnswerMax bounds what is read of a claim file.
 const claimAnswerMax = 4096
 
@@ -51,18 +33,7 @@ type agentIdentity struct {
 	Uid      int    `json:"-"` // the claim file's owner
 }
 
-func selfIdentity(cfg *config.Config) agentIdentity {
-	return agentIdentity{Pid: os.Getpid(), Config: absPath(cfg.File), Instance: os.Getenv(EnvInstance)}
-}
-
-// absPath is p made absolute, or p when that fails.
-func absPath(p string) string {
-	if abs, err := filepath.Abs(p); err == nil {
-		return abs
-	}
-	return p
-}
-
+// String names the holder as a clash reports it.
 func (id agentIdentity) String() string {
 	if id.Pid == 0 {
 		return fmt.Sprintf("an unknown process of uid %d", id.Uid)
@@ -73,13 +44,25 @@ func (id agentIdentity) String() string {
 	return fmt.Sprintf("the envoy-agent running with %s (pid %d)", id.Config, id.Pid)
 }
 
-// claims are the claim files one agent holds locked.
-type claims struct {
+// Self names this agent in the claim files it holds, so that another
+// agent's clash says which one holds the base id or port.
+type Self struct {
+	Config   string // the configuration file, absolute
+	Instance string // NAME of envoy-agent@NAME, "" outside the template unit
+}
+
+// identity is what this agent writes into its claim files.
+func (s Self) identity() agentIdentity {
+	return agentIdentity{Pid: os.Getpid(), Config: s.Config, Instance: s.Instance}
+}
+
+// Held is the claim files one agent holds locked.
+type Held struct {
 	files []*os.File
 }
 
 // Close releases every claim.
-func (c *claims) Close() {
+func (c *Held) Close() {
 	for _, f := range c.files {
 		f.Close()
 	}
@@ -88,17 +71,18 @@ func (c *claims) Close() {
 func baseIDClaim(id uint32) string      { return "base-id-" + strconv.FormatUint(uint64(id), 10) }
 func portClaim(port config.Port) string { return "port-" + strconv.Itoa(int(port)) }
 
-// claimResources takes this agent's base id (exclusively: a clash is an
-// error naming the other instance and the key to change) and its ports (for
-// naming only), before anything binds or Envoy starts. An agent adopting a
-// running Envoy (a live upgrade) takes over the claims handed to it.
-func claimResources(cfg *config.Config, log *logrus.Logger, handed []claimFD) (*claims, error) {
-	self := selfIdentity(cfg)
+// Take takes this agent's base id (exclusively: a clash is an error naming
+// the other instance and the key to change) and its ports (for naming only),
+// before anything binds or Envoy starts; cfg gives the base id and ports,
+// self is written into each claim file. An agent adopting a running Envoy
+// (a live upgrade) takes over the claims handed to it instead.
+func Take(cfg *config.Config, self Self, log *logrus.Logger, handed []FD) (*Held, error) {
+	id := self.identity()
 	dir, err := claimsDir()
 	if err != nil {
 		return nil, fmt.Errorf("claims: %w", err)
 	}
-	c := &claims{}
+	c := &Held{}
 	if len(handed) > 0 {
 		for _, h := range handed {
 			f, err := adoptClaim(h)
@@ -106,7 +90,7 @@ func claimResources(cfg *config.Config, log *logrus.Logger, handed []claimFD) (*
 				c.Close()
 				return nil, err
 			}
-			writeIdentity(f, self)
+			writeIdentity(f, id)
 			c.files = append(c.files, f)
 		}
 		return c, nil
@@ -117,9 +101,9 @@ func claimResources(cfg *config.Config, log *logrus.Logger, handed []claimFD) (*
 	}
 	if f == nil {
 		return nil, config.Problemf(cfg, "envoy.base_id", "base_id %d is already used by %s; two Envoys on one host need different base_ids: set envoy.base_id here to another value (%d is free)",
-			cfg.Envoy.BaseID, holder, freeBaseID(cfg.Envoy.BaseID))
+			cfg.Envoy.BaseID, holder, FreeBaseID(cfg.Envoy.BaseID))
 	}
-	writeIdentity(f, self)
+	writeIdentity(f, id)
 	c.files = append(c.files, f)
 	// No probe of Envoy's default abstract hot-restart sockets
 	// (@envoy_domain_socket_parent_N): any local user can bind those names,
@@ -138,7 +122,7 @@ func claimResources(cfg *config.Config, log *logrus.Logger, handed []claimFD) (*
 		case f == nil:
 			log.Debugf("port %d: claimed by %s", p, holder)
 		default:
-			writeIdentity(f, self)
+			writeIdentity(f, id)
 			c.files = append(c.files, f)
 		}
 	}
@@ -213,15 +197,30 @@ func askClaim(name string) (agentIdentity, bool) {
 	return readClaim(dir, name)
 }
 
-// agentOnPort names the envoy-agent that holds port, if one does.
-func agentOnPort(port config.Port) (agentIdentity, bool) {
-	id, ok := askClaim(portClaim(port))
-	return id, ok && id.Pid != os.Getpid()
+// otherAgent names the holder of claim name when one holds it and it is not
+// this agent.
+func otherAgent(name string) (string, bool) {
+	if id, ok := askClaim(name); ok && id.Pid != os.Getpid() {
+		return id.String(), true
+	}
+	return "", false
 }
 
-// freeBaseID suggests the lowest base id above 0 that no agent and no Envoy
-// holds now.
-func freeBaseID(taken uint32) uint32 {
+// AgentOnPort names the envoy-agent other than this one that holds port,
+// if one does.
+func AgentOnPort(port config.Port) (string, bool) {
+	return otherAgent(portClaim(port))
+}
+
+// AgentOnBaseID names the envoy-agent other than this one that holds base
+// id id, if one does.
+func AgentOnBaseID(id uint32) (string, bool) {
+	return otherAgent(baseIDClaim(id))
+}
+
+// FreeBaseID suggests the lowest base id above 0, other than taken, that no
+// agent and no Envoy holds now.
+func FreeBaseID(taken uint32) uint32 {
 	for id := uint32(1); id < 1000; id++ {
 		if id == taken {
 			continue
@@ -241,12 +240,12 @@ func freeBaseID(taken uint32) uint32 {
 // taken: a local listener answers at once.
 const adminPortDialTimeout = time.Second
 
-// checkAdminPortFree fails when something already listens on Envoy's admin
+// CheckAdminPortFree fails when something already listens on Envoy's admin
 // port. Envoy would fail to bind it, but only after the agent's readiness
 // probe, which asks that port, took the other Envoy's LIVE for its own (seen
 // with two agents given one admin_port). It names the envoy-agent whose port
 // it is when it can.
-func checkAdminPortFree(ctx context.Context, cfg *config.Config) error {
+func CheckAdminPortFree(ctx context.Context, cfg *config.Config) error {
 	addr := net.JoinHostPort(cfg.Agent.Localhost, strconv.Itoa(int(cfg.Envoy.AdminPort)))
 	d := net.Dialer{Timeout: adminPortDialTimeout}
 	conn, err := d.DialContext(ctx, "tcp", addr)
@@ -254,20 +253,9 @@ func checkAdminPortFree(ctx context.Context, cfg *config.Config) error {
 		return nil
 	}
 	conn.Close()
-	if holder, ok := agentOnPort(cfg.Envoy.AdminPort); ok {
+	if holder, ok := AgentOnPort(cfg.Envoy.AdminPort); ok {
 		return config.Problemf(cfg, "envoy.admin_port", "port %d (Envoy's admin) is already used by %s: give this instance an admin_port of its own, and the same port in its bootstrap's admin address (%s)",
 			cfg.Envoy.AdminPort, holder, cfg.Envoy.ConfigPath)
 	}
 	return fmt.Errorf("envoy.admin_port: cannot bind %s for Envoy's admin API: another process already listens there; stop it, or change envoy.admin_port in %s and the admin address in %s to a free port", addr, cfg.File, cfg.Envoy.ConfigPath)
-}
-
-// portInUse wraps the error of binding one of the agent's own ports; when
-// another envoy-agent holds the port, it is a configuration error naming it.
-func portInUse(cfg *config.Config, key string, port config.Port, err error) error {
-	if errors.Is(err, syscall.EADDRINUSE) {
-		if holder, ok := agentOnPort(port); ok {
-			return config.Problemf(cfg, key, "port %d is already used by %s: give this instance a %s of its own", port, holder, key)
-		}
-	}
-	return err
 }

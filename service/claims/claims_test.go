@@ -1,32 +1,14 @@
 //go:build linux
 
-package service
+package claims
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 )
-
-// TestMain gives this package's tests a claims directory of their own: the
-// host's (/run/envoy-agent-claims for root) holds the claims of every agent
-// running on it, and a start hint asks who holds a base id there (an agent
-// of base_id 0 running beside make test turned "used by another Envoy"
-// into "used by the Envoy of the envoy-agent running with ...").
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "service-claims-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Setenv(EnvClaimsDir, dir)
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
 
 // TestReadClaim: a claim file is believed only while a process holds its
 // lock; a locked file that does not say who holds it names the file's

@@ -1,6 +1,6 @@
 //go:build linux
 
-package service
+package claims
 
 import (
 	"fmt"
@@ -9,14 +9,13 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/envoy-agent/envoy-agent/envoy/reexec"
 	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 )
 
-// EnvClaimsDir overrides where the agents of a host keep their claims
-// (claims.go). Every agent that is to see the others' claims must use the
+// EnvDir is the variable that overrides where the agents of a host keep
+// their claims. Every agent that is to see the others' claims must use the
 // same directory.
-const EnvClaimsDir = "ENVOY_AGENT_CLAIMS_DIR"
+const EnvDir = "ENVOY_AGENT_CLAIMS_DIR"
 
 // rootClaimsDir is the claims directory of agents run by root outside the
 // units.
@@ -38,7 +37,7 @@ const rootClaimsDir = "/run/envoy-agent-claims"
 //     agent of that user then finds the same way.
 func claimsDir() (string, error) {
 	var dirs []string
-	switch dir := os.Getenv(EnvClaimsDir); {
+	switch dir := os.Getenv(EnvDir); {
 	case dir != "":
 		dirs = []string{dir}
 	case os.Getenv("STATE_DIRECTORY") != "":
@@ -68,44 +67,5 @@ func claimsDir() (string, error) {
 			first = err
 		}
 	}
-	return "", fmt.Errorf("claims directory (set %s to another): %w", EnvClaimsDir, first)
-}
-
-// claimFD is a locked claim file handed over across a live upgrade: the
-// lock belongs to the open file, which the exec keeps.
-type claimFD struct {
-	Name string `json:"name"`
-	FD   int    `json:"fd"`
-}
-
-// adoptClaim takes over a claim file inherited through the exec.
-func adoptClaim(h claimFD) (*os.File, error) {
-	f := os.NewFile(uintptr(h.FD), h.Name)
-	if f == nil {
-		return nil, fmt.Errorf("claim %s: bad inherited fd %d", h.Name, h.FD)
-	}
-	if _, err := reexec.Inheritable(f, false); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("claim %s: inherited fd %d: %w", h.Name, h.FD, err)
-	}
-	return f, nil
-}
-
-// handOver makes every claim file inheritable and lists them; undo makes
-// them close-on-exec again (the exec failed).
-func (c *claims) handOver() (handed []claimFD, undo func(), err error) {
-	undo = func() {
-		for _, f := range c.files {
-			_, _ = reexec.Inheritable(f, false)
-		}
-	}
-	for _, f := range c.files {
-		fd, err := reexec.Inheritable(f, true)
-		if err != nil {
-			undo()
-			return nil, func() {}, fmt.Errorf("keep claim %s across the exec: %w", filepath.Base(f.Name()), err)
-		}
-		handed = append(handed, claimFD{Name: filepath.Base(f.Name()), FD: fd})
-	}
-	return handed, undo, nil
+	return "", fmt.Errorf("claims directory (set %s to another): %w", EnvDir, first)
 }
