@@ -197,25 +197,33 @@ func askClaim(name string) (agentIdentity, bool) {
 	return readClaim(dir, name)
 }
 
-// otherAgent names the holder of claim name when one holds it and it is not
-// this agent.
-func otherAgent(name string) (string, bool) {
-	if id, ok := askClaim(name); ok && id.Pid != os.Getpid() {
-		return id.String(), true
+// otherAgent is the holder of claim name when one holds it and it is not
+// this agent. The package's config.Problemf calls pass the holder itself,
+// not its String: Problemf shortens string arguments (values echoed from
+// the file) to 64 bytes, and a holder's name is not one.
+func otherAgent(name string) (agentIdentity, bool) {
+	id, ok := askClaim(name)
+	return id, ok && id.Pid != os.Getpid()
+}
+
+// named is holder's name when ok, for the exported look-ups.
+func named(holder agentIdentity, ok bool) (string, bool) {
+	if !ok {
+		return "", false
 	}
-	return "", false
+	return holder.String(), true
 }
 
 // AgentOnPort names the envoy-agent other than this one that holds port,
 // if one does.
 func AgentOnPort(port config.Port) (string, bool) {
-	return otherAgent(portClaim(port))
+	return named(otherAgent(portClaim(port)))
 }
 
 // AgentOnBaseID names the envoy-agent other than this one that holds base
 // id id, if one does.
 func AgentOnBaseID(id uint32) (string, bool) {
-	return otherAgent(baseIDClaim(id))
+	return named(otherAgent(baseIDClaim(id)))
 }
 
 // FreeBaseID suggests the lowest base id above 0, other than taken, that no
@@ -253,7 +261,7 @@ func CheckAdminPortFree(ctx context.Context, cfg *config.Config) error {
 		return nil
 	}
 	conn.Close()
-	if holder, ok := AgentOnPort(cfg.Envoy.AdminPort); ok {
+	if holder, ok := otherAgent(portClaim(cfg.Envoy.AdminPort)); ok {
 		return config.Problemf(cfg, "envoy.admin_port", "port %d (Envoy's admin) is already used by %s: give this instance an admin_port of its own, and the same port in its bootstrap's admin address (%s)",
 			cfg.Envoy.AdminPort, holder, cfg.Envoy.ConfigPath)
 	}

@@ -7,7 +7,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/envoy-agent/envoy-agent/service/config"
 )
 
 // TestReadClaim: a claim file is believed only while a process holds its
@@ -53,5 +56,27 @@ func TestReadClaim(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPortInUseNamesTheWholeHolder: the holder of a taken port reaches the
+// error whole. config.Problemf shortens string arguments to 64 bytes (they
+// are values echoed from the file); the holder's name, passed as a string,
+// was cut to "… (73 bytes)" (TestTwoAgentsClash caught it).
+func TestPortInUseNamesTheWholeHolder(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(EnvDir, dir)
+	const port = 19999
+	f, _, err := lockClaim(dir, portClaim(port))
+	if err != nil || f == nil {
+		t.Fatalf("lockClaim: %v", err)
+	}
+	defer f.Close()
+	holder := agentIdentity{Pid: 42, Config: "/etc/envoy-agent/" + strings.Repeat("x", 80) + ".toml"}
+	writeIdentity(f, holder)
+	cfg := &config.Config{File: filepath.Join(dir, "config.toml")}
+	err = portInUse(cfg, "agent.status_port", port, syscall.EADDRINUSE)
+	if err == nil || !strings.Contains(err.Error(), holder.String()) {
+		t.Fatalf("portInUse = %v; want it to name %s", err, holder)
 	}
 }

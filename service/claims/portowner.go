@@ -32,7 +32,7 @@ func Listen(cfg *config.Config, key, host string, port config.Port) (net.Listene
 // another envoy-agent holds the port, it is a configuration error naming it.
 func portInUse(cfg *config.Config, key string, port config.Port, err error) error {
 	if errors.Is(err, syscall.EADDRINUSE) {
-		if holder, ok := AgentOnPort(port); ok {
+		if holder, ok := otherAgent(portClaim(port)); ok {
 			return config.Problemf(cfg, key, "port %d is already used by %s: give this instance a %s of its own", port, holder, key)
 		}
 	}
