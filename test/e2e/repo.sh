@@ -157,6 +157,7 @@ client_start() {
 
 # client_stop NAME: stops the client; prints its counts and fails if any request failed.
 client_stop() {
+	wait_for 30 has_lines "$work/$1.client" 10 # as run.sh's client_stop
 	ct_sh "touch /run/e2e-client-stop"
 	wait_for 15 gone "$client_pid" || kill "$client_pid" 2>/dev/null
 	client_pid=

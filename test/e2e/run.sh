@@ -71,16 +71,6 @@ ct_sh() {
 	ct_run /bin/sh -c "$1"
 }
 
-# wait_for SECONDS CMD...: poll CMD every 0.2s until it succeeds; fail after SECONDS.
-wait_for() {
-	local deadline=$((SECONDS + $1))
-	shift
-	until "$@" >/dev/null 2>&1; do
-		[ $SECONDS -lt $deadline ] || return 1
-		sleep 0.2
-	done
-}
-
 prop() { # prop NAME: one property of the unit
 	ct_run systemctl show -p "$1" --value "$UNIT"
 }
@@ -239,6 +229,9 @@ client_start() {
 
 # client_stop NAME: stops the client; prints its counts and fails if any request failed.
 client_stop() {
+	# At least 10 answers before it stops: a step quicker than that (a dpkg -r on a busy
+	# machine) counted 9 and failed as "too few requests".
+	wait_for 30 has_lines "$work/$1.client" 10
 	ct_sh "touch /run/e2e-client-stop"
 	wait_for 15 gone "$client_pid" || kill "$client_pid" 2>/dev/null
 	local total bad
@@ -1082,6 +1075,7 @@ iclient_start() {
 
 # iclient_stop NAME: stops the client; fails if any request failed.
 iclient_stop() {
+	wait_for 30 has_lines "$work/iclient-$1" 10 # as client_stop
 	ct_sh "touch /run/e2e-iclient-$1-stop"
 	wait_for 15 gone "$(cat "$work/iclient-$1.pid")" || kill "$(cat "$work/iclient-$1.pid")" 2>/dev/null
 	local total bad

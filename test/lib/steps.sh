@@ -52,3 +52,8 @@ wait_for() {
 		sleep 0.2
 	done
 }
+
+# has_lines FILE N: FILE has at least N lines (a load client's answers).
+has_lines() {
+	[ "$(wc -l <"$1")" -ge "$2" ]
+}
