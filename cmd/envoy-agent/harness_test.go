@@ -198,8 +198,11 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(envoykit.Ports
 			_ = syscall.Kill(p.envoyPid, syscall.SIGCONT)
 		}
 		p.proc.Kill()
-		if p.envoyPid > 0 && !envoykit.Eventually(5*time.Second, func() bool { return !envoykit.Alive(p.envoyPid) }) {
-			t.Errorf("envoy pid %d outlived the test's agent", p.envoyPid)
+		// Envoy dies by its parent-death signal (SIGKILL); on a machine busy with
+		// other suites one took more than 5 s to be gone.
+		if p.envoyPid > 0 && !envoykit.Eventually(20*time.Second, func() bool { return !envoykit.Alive(p.envoyPid) }) {
+			stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.envoyPid))
+			t.Errorf("envoy pid %d outlived the test's agent by 20 s (/proc/PID/stat: %s)", p.envoyPid, stat)
 		}
 		if t.Failed() {
 			t.Logf("agent stderr:\n%s", p.stderr)
