@@ -82,8 +82,8 @@ func (e *Envoy) DrainAndRestartFrom(ctx context.Context, cfg ProxyConfig, copied
 	defer e.restartMu.Unlock()
 	// Run must not end when the serving Envoy exits: a new one takes its
 	// place (see Run).
-	e.restarting.Store(true)
-	defer e.restarting.Store(false)
+	e.replacing.Store(true)
+	defer e.replacing.Store(false)
 	prev := e.config()
 	if err := sameIdentity(prev, cfg); err != nil {
 		return 0, 0, err

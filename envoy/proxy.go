@@ -56,8 +56,8 @@ type Envoy struct {
 	switched chan struct{}          // a hot restart changed cur
 	replaced map[*process]time.Time // epochs a hot restart replaced: when Envoy ends them at the latest
 
-	restartMu  sync.Mutex  // serializes hot restarts
-	restarting atomic.Bool // a new process is being started in place of the serving one: a hot restart, or a drain and restart
+	restartMu sync.Mutex  // serializes hot restarts
+	replacing atomic.Bool // a new process is being started in place of the serving one: a hot restart, or a drain and restart
 
 	snapshots atomic.Uint64 // numbers each bootstrap copy, so no two epochs share a file
 
@@ -171,7 +171,7 @@ func (e *Envoy) Run(abort <-chan error) error {
 		case <-p.done:
 			// A hot restart under way may be about to make its new
 			// epoch the serving one: let it end first.
-			for e.restarting.Load() && e.serving() == p {
+			for e.replacing.Load() && e.serving() == p {
 				time.Sleep(switchSettle)
 			}
 			if p == e.serving() {
