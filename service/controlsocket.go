@@ -12,6 +12,9 @@ import (
 	"github.com/envoy-agent/envoy-agent/service/control"
 )
 
+// controlMaxConns: operators' commands, one at a time as a rule.
+const controlMaxConns = 16
+
 // newControl binds the control socket of the running configuration; the
 // caller sets quit.
 func (s *supervisor) newControl() (*control.Server, *net.UnixListener, error) {

@@ -3,22 +3,12 @@
 package service
 
 import (
-	"io"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
-
 	"github.com/envoy-agent/envoy-agent/service/config"
 )
-
-// testLogger is a logger whose output goes nowhere.
-func testLogger() *logrus.Logger {
-	l := logrus.New()
-	l.SetOutput(io.Discard)
-	return l
-}
 
 // TestProxyConfigOf: every key of the [envoy] table reaches the envoy
 // package's ProxyConfig, with the run directory and localhost, and

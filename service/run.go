@@ -22,6 +22,7 @@ import (
 	"github.com/envoy-agent/envoy-agent/service/claims"
 	"github.com/envoy-agent/envoy-agent/service/config"
 	"github.com/envoy-agent/envoy-agent/service/control"
+	"github.com/envoy-agent/envoy-agent/service/httpserver"
 	"github.com/envoy-agent/envoy-agent/service/reloadqueue"
 	"github.com/envoy-agent/envoy-agent/service/systemd"
 )
@@ -247,11 +248,12 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	ctl.Report = s.handleStatus
 	ctl.Reopen = s.reopenLogs
 	ctl.Upgrade = s.upgradeHandler()
-	status := &statusServer{log: log, ready: s.ready, draining: s.agent.Draining}
-	go serveHTTP(serveCtx, statusLn, status.handler(), serverLimits{maxConns: statusMaxConns, write: statusWriteTimeout, evict: true}, log)
-	go serveHTTP(serveCtx, controlLn, ctl.Handler(), serverLimits{maxConns: controlMaxConns, context: control.WithPeerCred}, log)
+	status := &httpserver.Status{Log: log, Ready: s.ready, Draining: s.agent.Draining}
+	go status.Serve(serveCtx, statusLn)
+	go httpserver.Serve(serveCtx, controlLn, ctl.Handler(), httpserver.Limits{MaxConns: controlMaxConns, Context: control.WithPeerCred}, log)
 	if promLn != nil {
-		go serveHTTP(serveCtx, promLn, s.metrics.mergedHandler(s.proxy.Admin(), log), serverLimits{maxConns: metricsMaxConns, write: metricsWriteTimeout, evict: true}, log)
+		prom := &httpserver.Metrics{Log: log, Admin: s.proxy.Admin(), Agent: s.metrics.writeTo}
+		go prom.Serve(serveCtx, promLn)
 	}
 
 	log.Infof("envoy-agent %s starting envoy %s with %s (admin %s, status %s, control %s)", version, cfg.Envoy.BinaryPath,
@@ -278,7 +280,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 		s.recordExit(err)
 		return err
 	}
-	status.cache.put(true, "LIVE")
+	status.Seed(true, "LIVE")
 	go s.watchInstalledEnvoy(serveCtx)
 	done := ctx.Done()
 	for {

@@ -29,18 +29,4 @@ const (
 	// serverInfoTimeout bounds the /server_info read after the first LIVE
 	// (Envoy's version and hot-restart version, for the log and reloads).
 	serverInfoTimeout = 5 * time.Second
-
-	// metricsScrapeTimeout bounds the read of Envoy's /stats/prometheus for
-	// one scrape: a large Envoy renders tens of megabytes, and Prometheus's
-	// own default scrape timeout is 10 s.
-	metricsScrapeTimeout = 10 * time.Second
-
-	// metricsCacheTTL is how long one read of Envoy's metrics serves every
-	// scrape: Prometheus scrapes every 15 s or more, and a render of a
-	// large Envoy costs its main thread, which also answers /ready.
-	metricsCacheTTL = time.Second
-
-	// serverShutdownGrace is how long the agent's HTTP servers get to
-	// finish answering when the agent exits.
-	serverShutdownGrace = time.Second
 )

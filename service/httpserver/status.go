@@ -1,10 +1,9 @@
 //go:build linux
 
-package service
+package httpserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,21 +11,24 @@ import (
 	"sync"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/service/connlimit"
 	"github.com/sirupsen/logrus"
 )
 
-// statusServer is the agent's loopback HTTP port, for local probes and load
+// Status is the agent's loopback HTTP port, for local probes and load
 // balancers: GET /healthz/ready answers 200 while Envoy is LIVE and not
 // draining, else 503. Peers that are not on loopback get 403. Everything
 // that changes the service (quit, drain, reload) is on the control socket
 // (control.Server), which only the service's operators can use.
-type statusServer struct {
-	log   *logrus.Logger
-	ready func(context.Context) (bool, string)
-	// draining, when set, is asked on every probe, before the cached
+type Status struct {
+	// Log gets why the server stopped early (Serve).
+	Log *logrus.Logger
+	// Ready is asked whether Envoy is ready, and the answer's text: the
+	// supervisor's question to Envoy's admin. Its answer is reused for
+	// readyCacheTTL (readyCache).
+	Ready func(context.Context) (bool, string)
+	// Draining, when set, is asked on every probe, before the cached
 	// answer: a drain shows at once.
-	draining func() bool
+	Draining func() bool
 	cache    readyCache
 }
 
@@ -40,7 +42,15 @@ const readyCacheTTL = 100 * time.Millisecond
 // /healthz/ready; a wedged Envoy is then "not ready" within it.
 const readyQueryTimeout = 2 * time.Second
 
-func (s *statusServer) handler() http.Handler {
+// Serve serves s on ln, a listener already bound, within the status
+// port's limits, until ctx ends.
+func (s *Status) Serve(ctx context.Context, ln net.Listener) {
+	Serve(ctx, ln, s.Handler(), Limits{MaxConns: statusMaxConns, Write: statusWriteTimeout, Evict: true}, s.Log)
+}
+
+// Handler answers GET /healthz/ready to loopback peers, 404 with where to
+// go instead on the control routes, and 403 to everyone else.
+func (s *Status) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz/ready", s.handleReady)
 	for _, p := range []string{"/quitquitquit", "/drain", "/reload"} {
@@ -51,17 +61,24 @@ func (s *statusServer) handler() http.Handler {
 	return loopbackOnly(mux)
 }
 
-func (s *statusServer) handleReady(w http.ResponseWriter, _ *http.Request) {
-	if s.draining != nil && s.draining() {
+func (s *Status) handleReady(w http.ResponseWriter, _ *http.Request) {
+	if s.Draining != nil && s.Draining() {
 		http.Error(w, "draining", http.StatusServiceUnavailable)
 		return
 	}
-	ok, why := s.cache.get(s.ready)
+	ok, why := s.cache.get(s.Ready)
 	if !ok {
 		http.Error(w, why, http.StatusServiceUnavailable)
 		return
 	}
 	fmt.Fprintln(w, why)
+}
+
+// Seed gives /healthz/ready an answer learnt elsewhere (the start's own wait
+// for LIVE) unless it has one already: the first probe is then answered at
+// once (readyCache.put).
+func (s *Status) Seed(ok bool, why string) {
+	s.cache.put(ok, why)
 }
 
 // readyCache holds the last answer of /healthz/ready for readyCacheTTL. One
@@ -155,77 +172,4 @@ func isLoopbackPeer(remote string) bool {
 		return false
 	}
 	return ap.Addr().Unmap().IsLoopback()
-}
-
-// serverLimits bound what one HTTP server of the agent holds, so that
-// clients that open connections and leave them idle cannot grow the agent
-// (5,000 idle keep-alive connections once took it from 13 to 180 MB).
-type serverLimits struct {
-	// maxConns is the most connections open at once: a new one closes
-	// the one that has waited longest for a request (service/connlimit), and
-	// waits in the kernel's accept queue only while every one is being
-	// answered.
-	maxConns int
-	// write bounds writing one answer; 0 for none (a reload's answer
-	// comes when the reload ends, bounded by start_timeout instead).
-	write time.Duration
-	// evict closes the longest-waiting connection for a new one when
-	// maxConns are open (service/connlimit); without it the new one waits.
-	evict bool
-	// context gives each connection its context (the control socket's peer
-	// credentials); nil for none.
-	context func(context.Context, net.Conn) context.Context
-}
-
-const (
-	// httpReadHeaderTimeout and httpReadTimeout: the agent's requests are
-	// a line and a few headers, with no body worth waiting for.
-	httpReadHeaderTimeout = 5 * time.Second
-	httpReadTimeout       = 10 * time.Second
-	// httpIdleTimeout closes a keep-alive connection with no request for
-	// this long: probes and scrapes come every few seconds, so they still
-	// reuse theirs.
-	httpIdleTimeout = 30 * time.Second
-	// statusMaxConns: load balancers and local probes hold a few each.
-	statusMaxConns = 64
-	// statusWriteTimeout: /healthz/ready answers within readyQueryTimeout.
-	statusWriteTimeout = 10 * time.Second
-	// metricsMaxConns: Prometheus scrapes with one connection per target.
-	metricsMaxConns = 16
-	// metricsWriteTimeout is above the 10 s the merged metrics give Envoy.
-	metricsWriteTimeout = 30 * time.Second
-	// controlMaxConns: operators' commands, one at a time as a rule.
-	controlMaxConns = 16
-)
-
-// serveHTTP serves h on a listener that is already bound, within lim, until
-// ctx ends.
-func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, lim serverLimits, log *logrus.Logger) {
-	limited := connlimit.Listen(ln, lim.maxConns, lim.evict)
-	srv := &http.Server{
-		Handler:           limited.Handler(h),
-		ReadHeaderTimeout: httpReadHeaderTimeout,
-		ReadTimeout:       httpReadTimeout,
-		WriteTimeout:      lim.write,
-		IdleTimeout:       httpIdleTimeout,
-		ConnState:         limited.ConnState,
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			ctx = connlimit.ConnContext(ctx, c)
-			if lim.context != nil {
-				ctx = lim.context(ctx, c)
-			}
-			return ctx
-		},
-	}
-	go func() {
-		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), serverShutdownGrace)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
-	}()
-	// net.ErrClosed: the control socket is closed at exit before the
-	// shutdown, to remove its file.
-	if err := srv.Serve(limited); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-		log.Errorf("http server on %s: %v", ln.Addr(), err)
-	}
 }
