@@ -23,7 +23,7 @@ import (
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
-// statusMaxConns is the agent's cap on status connections (service).
+// statusMaxConns is the agent's cap on status connections (service/httpserver).
 const statusMaxConns = 64
 
 // TestStatusPortFloodIsBounded: many keep-alive connections that each ask
@@ -251,7 +251,7 @@ func TestProbesAnswerUnderALocalFlood(t *testing.T) {
 }
 
 // stallers is how many clients TestMetricsPortStall sends: as many as the
-// metrics port's connection cap (service's metricsMaxConns).
+// metrics port's connection cap (service/httpserver's metricsMaxConns).
 const stallers = 16
 
 // TestMetricsPortStall: 16 connections, each pipelining 100 scrapes with a
