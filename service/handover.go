@@ -219,7 +219,7 @@ func (s *supervisor) listen(cfg *config.Config) (statusLn, promLn net.Listener, 
 		}
 		return statusLn, promLn, nil
 	}
-	return bindListeners(cfg)
+	return bindPorts(cfg)
 }
 
 // newProxy is the Envoy this agent supervises: a new one, or the one the

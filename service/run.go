@@ -222,8 +222,8 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	// up; they do not depend on each other, so they are taken side by side
 	// and a start waits for the slower, not for both. A claim's error comes
 	// first: it names the other instance.
-	sockets := make(chan ownSockets, 1)
-	go func() { sockets <- s.bindOwn(ctx, cfg, adopting) }()
+	sockets := make(chan agentSockets, 1)
+	go func() { sockets <- s.openSockets(ctx, cfg, adopting) }()
 	held, err := claims.Take(cfg, claims.Self{Config: absPath(cfg.File), Instance: os.Getenv(EnvInstance)}, log, s.handover.claims())
 	own := <-sockets
 	if err == nil && own.err != nil {

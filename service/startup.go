@@ -48,8 +48,8 @@ const (
 	readyPollBrisk = 3 * time.Second
 )
 
-// bindListeners binds the status server's listener and the metrics one.
-func bindListeners(cfg *config.Config) (statusLn, promLn net.Listener, err error) {
+// bindPorts binds the status server's listener and the metrics one.
+func bindPorts(cfg *config.Config) (statusLn, promLn net.Listener, err error) {
 	a := cfg.Agent
 	statusLn, err = claims.Listen(cfg, "agent.status_port", a.Localhost, a.StatusPort)
 	if err != nil {
@@ -65,9 +65,9 @@ func bindListeners(cfg *config.Config) (statusLn, promLn net.Listener, err error
 	return statusLn, promLn, nil
 }
 
-// ownSockets are the agent's own listeners: the status port, the metrics
+// agentSockets are the agent's own listeners: the status port, the metrics
 // port (nil when off) and the control socket with its server.
-type ownSockets struct {
+type agentSockets struct {
 	statusLn, promLn net.Listener
 	ctl              *control.Server
 	controlLn        *net.UnixListener
@@ -75,7 +75,7 @@ type ownSockets struct {
 }
 
 // close closes whichever of the sockets were bound.
-func (o ownSockets) close() {
+func (o agentSockets) close() {
 	for _, ln := range []net.Listener{o.statusLn, o.promLn} {
 		if ln != nil {
 			ln.Close()
@@ -86,14 +86,14 @@ func (o ownSockets) close() {
 	}
 }
 
-// bindOwn binds the agent's own sockets (an adopting agent takes over the
+// openSockets binds the agent's own sockets (an adopting agent takes over the
 // listeners handed to it) and, on a fresh start, checks that nothing answers
 // on Envoy's admin port yet. On an error it closes what it had bound.
-func (s *supervisor) bindOwn(ctx context.Context, cfg *config.Config, adopting bool) (o ownSockets) {
+func (s *supervisor) openSockets(ctx context.Context, cfg *config.Config, adopting bool) (o agentSockets) {
 	defer func() {
 		if o.err != nil {
 			o.close()
-			o = ownSockets{err: o.err}
+			o = agentSockets{err: o.err}
 		}
 	}()
 	if o.statusLn, o.promLn, o.err = s.listen(cfg); o.err != nil {
