@@ -7,7 +7,7 @@
 // metrics, and the control socket (package control) for reload (a hot
 // restart of Envoy), drain, quit, status, log reopening and the live upgrade,
 // in which the agent re-executes its new binary and hands the running Envoy
-// over. It also claims its base_id and ports against other agents on the
+// over (package handover). It also claims its base_id and ports against other agents on the
 // host (package claims) and watches the installed Envoy binary for
 // replacement.
 package service

@@ -22,6 +22,7 @@ import (
 	"github.com/envoy-agent/envoy-agent/service/claims"
 	"github.com/envoy-agent/envoy-agent/service/config"
 	"github.com/envoy-agent/envoy-agent/service/control"
+	"github.com/envoy-agent/envoy-agent/service/handover"
 	"github.com/envoy-agent/envoy-agent/service/httpserver"
 	"github.com/envoy-agent/envoy-agent/service/reloadqueue"
 	"github.com/envoy-agent/envoy-agent/service/systemd"
@@ -59,13 +60,13 @@ func Run(ctx context.Context, opts Options) error {
 	// An agent that re-executed into this one (a live upgrade) handed over
 	// its Envoys and the settings they run with: the file may have been
 	// edited since, and is only read at the next reload.
-	closeExecFD()
-	handover, err := takeHandover()
+	handover.CloseExecFD()
+	handed, err := handover.Take()
 	if err != nil {
 		fmt.Fprintf(stderr, "envoy-agent: upgrade: cannot adopt the running Envoy: %v\n", err)
 		return err
 	}
-	cfg := handover.config()
+	cfg := handed.ServingConfig()
 	if cfg == nil {
 		if cfg, err = config.LoadConfig(opts.ConfigPath); err != nil {
 			return err
@@ -84,7 +85,7 @@ func Run(ctx context.Context, opts Options) error {
 	for _, w := range cfg.Warnings() {
 		log.Warn(w)
 	}
-	s := &supervisor{state: state{cfg: cfg}, log: log, notify: systemd.NewNotifier(log), metrics: newMetrics(), sigs: sigs, handover: handover, version: opts.Version, certs: certs.NewManager(log)}
+	s := &supervisor{state: state{cfg: cfg}, log: log, notify: systemd.NewNotifier(log), metrics: newMetrics(), sigs: sigs, handover: handed, version: opts.Version, certs: certs.NewManager(log)}
 	s.selfPath, _ = os.Executable()
 	s.certs.OnChange = s.metrics.certificatesChanged(s.certs)
 	return s.run(ctx, opts.Version, stderr)
@@ -107,8 +108,8 @@ type supervisor struct {
 	lastExtend time.Duration // drain time of the last EXTEND_TIMEOUT_USEC; the drain's goroutine only
 	report     statusRecord  // what GET /status reports of past events
 
-	// Live upgrades (handover.go, upgrade.go).
-	handover         *handoverState // what the agent before the exec handed over, nil on a fresh start
+	// Live upgrades (upgrade.go, adopt.go, package handover).
+	handover         *handover.State // what the agent before the exec handed over, nil on a fresh start
 	version          string
 	selfPath         string // the agent's binary, re-executed on an upgrade
 	statusLn, promLn net.Listener
@@ -224,7 +225,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 	// first: it names the other instance.
 	sockets := make(chan agentSockets, 1)
 	go func() { sockets <- s.openSockets(ctx, cfg, adopting) }()
-	held, err := claims.Take(cfg, claims.Self{Config: absPath(cfg.File), Instance: os.Getenv(EnvInstance)}, log, s.handover.claims())
+	held, err := claims.Take(cfg, claims.Self{Config: absPath(cfg.File), Instance: os.Getenv(EnvInstance)}, log, s.handover.ClaimFiles())
 	own := <-sockets
 	if err == nil && own.err != nil {
 		held.Close()

@@ -9,16 +9,18 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/envoy/reexec"
 	"github.com/envoy-agent/envoy-agent/service/control"
+	"github.com/envoy-agent/envoy-agent/service/handover"
 )
+
+// The old agent's side of a live upgrade: it re-executes the new binary in
+// its own process and hands over a state file (package handover, which
+// also probes the new binary). adopt.go is the new agent's side; README.md
+// "Upgrading envoy-agent".
 
 // upgradeState guards the live upgrade: one at a time.
 type upgradeState struct {
@@ -35,10 +37,6 @@ type upgradeState struct {
 
 // imageStarted is when this program image started (a re-exec starts anew).
 var imageStarted = time.Now().UnixNano()
-
-// errCannotHandOver marks a new binary that predates the handover or speaks
-// no handover version this agent writes.
-var errCannotHandOver = errors.New("cannot hand over")
 
 // upgradeHandler is the /upgrade route, mountable on any router: GET says
 // what runs; POST checks the agent's binary (as installed now) and, when it
@@ -109,7 +107,7 @@ func (s *supervisor) prepareUpgrade(ctx context.Context) control.UpgradeAnswer {
 	var to string
 	var check bool
 	if err == nil {
-		to, check, err = probeBinary(ctx, s.selfPath, fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), bin.Fd()))
+		to, check, err = handover.ProbeBinary(ctx, s.selfPath, fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), bin.Fd()))
 		if err != nil {
 			bin.Close()
 		}
@@ -127,7 +125,7 @@ func (s *supervisor) prepareUpgrade(ctx context.Context) control.UpgradeAnswer {
 	s.up.lastErr = err.Error()
 	s.up.mu.Unlock()
 	ans.Error = err.Error()
-	if errors.Is(err, errCannotHandOver) {
+	if errors.Is(err, handover.ErrCannotHandOver) {
 		ans.Fallback = true
 		s.log.Warnf("upgrade: %v; falling back to a drained restart", err)
 		return ans
@@ -155,110 +153,55 @@ func (s *supervisor) runUpgrade(to string) {
 	s.notify.Ready(fmt.Sprintf("%s; upgrade failed: %s", s.liveStatus(), firstLine(err.Error())))
 }
 
-// probeBinary runs `EXE version --handover` (exe is the new binary's file,
-// named binary in messages) and returns the binary's version when it reads
-// this agent's handover format. The probe runs in a process group of its
-// own, killed whole at ctx's end and once it has answered, so a probe that
-// hangs, or leaves a child holding its output, is refused within
-// control.UpgradeCheckTimeout (it once took 100 s, until the child exited).
-func probeBinary(ctx context.Context, binary, exe string) (version string, check bool, err error) {
-	text, err := runProbe(ctx, exe, "version", "--handover")
-	if ctx.Err() != nil {
-		return "", false, fmt.Errorf("the new %s does not run: `version --handover` did not answer within %s", binary, control.UpgradeCheckTimeout)
-	}
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && ee.ExitCode() == ExitUsage && strings.Contains(text, "-handover") {
-			return "", false, fmt.Errorf("%w: the new %s predates live upgrades (no version --handover)", errCannotHandOver, binary)
+// execHandover re-executes the agent's binary with the running Envoys and
+// listeners kept. It returns only when that failed; then everything is as
+// before and the caller reports why.
+func (s *supervisor) execHandover(to string, bin *os.File, check bool) error {
+	cfg := s.config()
+	return s.proxy.Handover(func(es reexec.HandoverState) error {
+		if s.agent.Draining() {
+			// A stop came in meanwhile: it wins, and the drain goes on here.
+			return errors.New("a stop began: not handing over a draining Envoy")
 		}
-		return "", false, fmt.Errorf("the new %s does not run: `version --handover`: %w: %s", binary, err, truncateText(text, 200))
-	}
-	version, versions, err := parseHandoverVersions(text)
-	if err != nil {
-		return "", false, fmt.Errorf("the new %s: `version --handover`: %w", binary, err)
-	}
-	if !slices.Contains(versions, handoverVersion) {
-		return "", false, fmt.Errorf("%w: the new %s (envoy-agent %s) reads handover versions %v, this agent writes %d", errCannotHandOver, binary, version, versions, handoverVersion)
-	}
-	return version, strings.Contains(text, "\n"+handoverCheckLine), nil
-}
-
-// checkBinary runs `EXE version --handover-check STATE`: the new binary
-// reads the state it is about to be handed, as it will after the exec.
-func checkBinary(ctx context.Context, binary, exe, state string) error {
-	text, err := runProbe(ctx, exe, "version", "--handover-check", state)
-	if ctx.Err() != nil {
-		return fmt.Errorf("the new %s cannot take over: `version --handover-check` did not answer within %s", binary, control.UpgradeCheckTimeout)
-	}
-	if err != nil {
-		return fmt.Errorf("the new %s cannot take over: `version --handover-check`: %w: %s", binary, err, truncateText(text, 200))
-	}
-	return nil
-}
-
-// runProbe runs exe with args and returns its output, trimmed. It runs in
-// a process group of its own, killed whole at ctx's end and once it has
-// answered.
-func runProbe(ctx context.Context, exe string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, exe, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = probeWaitDelay
-	out, err := cmd.CombinedOutput()
-	if cmd.Process != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what it left behind
-	}
-	return strings.TrimSpace(string(out)), err
-}
-
-// probeWaitDelay is how long a probe's output may stay open after the
-// probe was killed or exited (a child outside its group holding it).
-const probeWaitDelay = time.Second
-
-// ExitUsage is envoy-agent's exit status for a command-line error (an
-// unknown flag): cmd/envoy-agent exits with it, and so an agent older than
-// the handover answers --handover.
-const ExitUsage = 2
-
-// HandoverVersionText is what `envoy-agent version --handover` prints.
-func HandoverVersionText(version string) string {
-	vs := make([]string, len(handoverVersions))
-	for i, v := range handoverVersions {
-		vs[i] = strconv.Itoa(v)
-	}
-	return fmt.Sprintf("envoy-agent %s\nhandover %s\n%s\n", version, strings.Join(vs, " "), handoverCheckLine)
-}
-
-// handoverCheckLine in `version --handover` says the binary answers
-// `version --handover-check STATE` (older agents ignore the line).
-const handoverCheckLine = "check --handover-check"
-
-// parseHandoverVersions reads HandoverVersionText's output.
-func parseHandoverVersions(text string) (version string, versions []int, err error) {
-	for _, line := range strings.Split(text, "\n") {
-		fields := strings.Fields(line)
-		switch {
-		case len(fields) == 2 && fields[0] == "envoy-agent":
-			version = fields[1]
-		case len(fields) >= 2 && fields[0] == "handover":
-			for _, f := range fields[1:] {
-				v, err := strconv.Atoi(f)
-				if err != nil {
-					return "", nil, fmt.Errorf("bad handover version %q", f)
-				}
-				versions = append(versions, v)
+		st := handover.New(s.version, cfg, s.hotRestartVersion(), es)
+		undoListeners, err := st.KeepListeners(s.statusLn, s.promLn)
+		defer undoListeners() // only reached when the exec failed
+		if err != nil {
+			return err
+		}
+		handed, undo, err := s.held.HandOver()
+		if err != nil {
+			return err
+		}
+		defer undo() // only reached when the exec failed
+		st.Claims = handed
+		path, err := handover.Write(es.RunDir, st)
+		if err != nil {
+			return err
+		}
+		// The new binary reads this very state before the exec, when it
+		// says it can (a binary that passes the probe but cannot run on is
+		// refused here, with Envoy still ours).
+		if check {
+			ctx, cancel := context.WithTimeout(context.Background(), control.UpgradeCheckTimeout)
+			err := handover.CheckBinary(ctx, s.selfPath, fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), bin.Fd()), path)
+			cancel()
+			if err != nil {
+				_ = os.Remove(path)
+				return err
 			}
 		}
-	}
-	if version == "" || len(versions) == 0 {
-		return "", nil, fmt.Errorf("unexpected answer %q", truncateText(text, 200))
-	}
-	return version, versions, nil
-}
-
-func truncateText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
+		// The fd probed is the file run. It stays open across the exec (a
+		// script's interpreter reads it by /proc/self/fd/N); the new agent
+		// closes it (handover.CloseExecFD).
+		fd, undoFD, err := handover.InheritBinary(bin)
+		if err != nil {
+			return err
+		}
+		defer undoFD()
+		s.log.Infof("upgrade: handing Envoy pid %d (epoch %d) over to envoy-agent %s: exec %s (the file probed, fd %d)", s.proxy.Pid(), s.proxy.Epoch(), to, s.selfPath, fd)
+		err = handover.Exec(fd, path)
+		_ = os.Remove(path)
+		return err
+	})
 }

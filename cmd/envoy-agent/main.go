@@ -17,6 +17,7 @@ import (
 
 	"github.com/envoy-agent/envoy-agent/service/config"
 	"github.com/envoy-agent/envoy-agent/service/control"
+	"github.com/envoy-agent/envoy-agent/service/handover"
 	"github.com/envoy-agent/envoy-agent/service/systemd"
 
 	"github.com/envoy-agent/envoy-agent/service"
@@ -29,10 +30,10 @@ var version = "dev"
 // Exit codes, documented in README.md.
 const (
 	exitOK        = 0
-	exitFailure   = 1                 // Envoy exited by itself, was never LIVE, or the agent failed
-	exitUsage     = service.ExitUsage // the command line is wrong (2)
-	exitBadConfig = 3                 // the configuration is invalid; nothing was started
-	exitFallback  = 4                 // upgrade: the running agent cannot hand over; restart the unit to switch
+	exitFailure   = 1                  // Envoy exited by itself, was never LIVE, or the agent failed
+	exitUsage     = handover.ExitUsage // the command line is wrong (2)
+	exitBadConfig = 3                  // the configuration is invalid; nothing was started
+	exitFallback  = 4                  // upgrade: the running agent cannot hand over; restart the unit to switch
 )
 
 // Exit codes of `envoy-agent status`, as LSB init scripts' status action
@@ -98,7 +99,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "version":
 		fs := flag.NewFlagSet("version", flag.ContinueOnError)
 		fs.SetOutput(stderr)
-		handover := fs.Bool("handover", false, "also print the handover state versions this binary reads (for live upgrades)")
+		versions := fs.Bool("handover", false, "also print the handover state versions this binary reads (for live upgrades)")
 		check := fs.String("handover-check", "", "read the handover state `file` a running agent wrote, as after a live upgrade's exec, and say whether this binary can adopt it")
 		fs.Usage = func() {
 			fmt.Fprintf(fs.Output(), "Usage: envoy-agent version [--handover] [--handover-check FILE]\n\n%s\n\nFlags:\n", describe("version"))
@@ -108,14 +109,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return helpOrUsage(err)
 		}
 		if *check != "" {
-			if err := service.CheckHandover(*check, stdout); err != nil {
+			if err := handover.CheckState(*check, stdout); err != nil {
 				fmt.Fprintf(stderr, "envoy-agent: %v\n", err)
 				return exitFailure
 			}
 			return exitOK
 		}
-		if *handover {
-			fmt.Fprint(stdout, service.HandoverVersionText(version))
+		if *versions {
+			fmt.Fprint(stdout, handover.VersionText(version))
 			return exitOK
 		}
 		fmt.Fprintf(stdout, "envoy-agent %s\n", version)

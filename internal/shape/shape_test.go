@@ -22,6 +22,7 @@ var cmdImports = []string{
 	"github.com/envoy-agent/envoy-agent/service",
 	"github.com/envoy-agent/envoy-agent/service/config",
 	"github.com/envoy-agent/envoy-agent/service/control",
+	"github.com/envoy-agent/envoy-agent/service/handover",
 	"github.com/envoy-agent/envoy-agent/service/systemd",
 }
 

@@ -76,8 +76,8 @@ type AgentConfig struct {
 	ControlSocket               string   `toml:"control_socket"`
 	// ReloadMethod is "" (the default: ReloadAuto), ReloadAuto or
 	// ReloadHotRestart (InPlace says which). Left out of the JSON when "":
-	// a live upgrade's state (handover.go) then stays readable by an agent
-	// that predates the key.
+	// a live upgrade's state (package handover) then stays readable by an
+	// agent that predates the key.
 	ReloadMethod string `toml:"reload_method" json:",omitempty"`
 }
 

@@ -1,6 +1,6 @@
 //go:build linux
 
-package service
+package handover
 
 import (
 	"os"
@@ -9,20 +9,20 @@ import (
 	"testing"
 )
 
-func TestParseHandoverVersions(t *testing.T) {
+func TestParseVersionText(t *testing.T) {
 	for _, tc := range []struct {
 		name, text, version string
 		versions            []int
 		wantErr             string
 	}{
-		{name: "ours", text: HandoverVersionText("1.2.3"), version: "1.2.3", versions: handoverVersions},
+		{name: "ours", text: VersionText("1.2.3"), version: "1.2.3", versions: formatVersions},
 		{name: "several", text: "envoy-agent 2.0.0\nhandover 1 2\n", version: "2.0.0", versions: []int{1, 2}},
 		{name: "no handover line", text: "envoy-agent 0.9.0\n", wantErr: "unexpected answer"},
 		{name: "garbage", text: "Segmentation fault\n", wantErr: "unexpected answer"},
 		{name: "bad number", text: "envoy-agent 2.0.0\nhandover one\n", wantErr: `bad handover version "one"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v, vs, err := parseHandoverVersions(tc.text)
+			v, vs, err := parseVersionText(tc.text)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
@@ -36,7 +36,7 @@ func TestParseHandoverVersions(t *testing.T) {
 	}
 }
 
-func TestTakeHandover(t *testing.T) {
+func TestTake(t *testing.T) {
 	dir := t.TempDir()
 	good := `{"version":1,"from_agent_version":"a","config":{"envoy":{},"agent":{}},"status_fd":3,"prometheus_fd":-1,"envoy":{"run_dir":"/x","epochs":[{"epoch":0,"pid":1,"serving":true}]}}`
 	for _, tc := range []struct {
@@ -53,13 +53,13 @@ func TestTakeHandover(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tc.text), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			t.Setenv(handoverEnv, path)
-			st, err := takeHandover()
+			t.Setenv(stateEnv, path)
+			st, err := Take()
 			if _, serr := os.Stat(path); serr == nil {
 				t.Errorf("the state file was not removed")
 			}
-			if os.Getenv(handoverEnv) != "" {
-				t.Errorf("%s still set", handoverEnv)
+			if os.Getenv(stateEnv) != "" {
+				t.Errorf("%s still set", stateEnv)
 			}
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -72,15 +72,15 @@ func TestTakeHandover(t *testing.T) {
 			}
 		})
 	}
-	t.Setenv(handoverEnv, "")
-	if st, err := takeHandover(); st != nil || err != nil {
+	t.Setenv(stateEnv, "")
+	if st, err := Take(); st != nil || err != nil {
 		t.Fatalf("without the variable: %v, %v", st, err)
 	}
 }
 
-func TestWriteHandoverStateIsPrivate(t *testing.T) {
+func TestWriteIsPrivate(t *testing.T) {
 	dir := t.TempDir()
-	path, err := writeHandoverState(dir, &handoverState{Version: handoverVersion})
+	path, err := Write(dir, &State{Version: formatVersion})
 	if err != nil {
 		t.Fatal(err)
 	}

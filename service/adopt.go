@@ -1,0 +1,42 @@
+//go:build linux
+
+package service
+
+import (
+	"fmt"
+	"net"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/service/config"
+)
+
+// The new agent's side of a live upgrade: what it adopts from the agent
+// that re-executed into it (s.handover, package handover). The old agent's
+// side is upgrade.go; README.md "Upgrading envoy-agent".
+
+// listen binds the status and metrics listeners, or takes them over from
+// the agent that handed over (no moment without them).
+func (s *supervisor) listen(cfg *config.Config) (statusLn, promLn net.Listener, err error) {
+	if st := s.handover; st != nil {
+		return st.AdoptListeners()
+	}
+	return bindPorts(cfg)
+}
+
+// newProxy is the Envoy this agent supervises: a new one, or the one the
+// agent that handed over was running.
+func (s *supervisor) newProxy(cfg *config.Config) (*envoy.Envoy, error) {
+	if st := s.handover; st != nil {
+		s.setHotRestartVersion(st.HotRestartVersion) // before proxyConfig, which reads it
+		return envoy.AdoptEnvoy(s.proxyConfig(cfg), st.Envoy)
+	}
+	return envoy.NewEnvoy(s.proxyConfig(cfg)), nil
+}
+
+// adoptedNote is what READY's STATUS= adds after a handover.
+func (s *supervisor) adoptedNote() string {
+	if st := s.handover; st != nil {
+		return fmt.Sprintf("; adopted epoch %d from envoy-agent %s", s.proxy.Epoch(), st.FromAgentVersion)
+	}
+	return ""
+}
