@@ -89,3 +89,12 @@ func TestWriteIsPrivate(t *testing.T) {
 		t.Fatalf("state file %s: %v, mode %v; want 0600", path, err, fi.Mode().Perm())
 	}
 }
+
+func TestExecEnv(t *testing.T) {
+	environ := []string{"PATH=/bin", stateEnv + "=/old.json", "INVOCATION_ID=x", execFDEnv + "=9"}
+	got := strings.Join(execEnv(environ, 7, "/run/handover-1.json"), " ")
+	want := stateEnv + "=/run/handover-1.json PATH=/bin INVOCATION_ID=x " + execFDEnv + "=7"
+	if got != want {
+		t.Fatalf("execEnv = %q, want %q", got, want)
+	}
+}
