@@ -35,15 +35,15 @@ var formatVersions = []int{1, 2}
 // the old one was. Its JSON is read by agents other than the one that wrote
 // it: fields and tags are never renamed.
 type State struct {
-	Version           int                  `json:"version"`
-	FromAgentVersion  string               `json:"from_agent_version"`
-	Written           time.Time            `json:"written"`
-	Config            *config.Config       `json:"config"` // the settings that were serving (the file may have been edited since)
-	HotRestartVersion string               `json:"hot_restart_version"`
-	StatusFD          int                  `json:"status_fd"`     // the status server's listening socket
-	PrometheusFD      int                  `json:"prometheus_fd"` // the metrics listener's, -1 when off
-	Claims            []claims.FD          `json:"claims"`        // the locked claim files (version 2)
-	Envoy             reexec.HandoverState `json:"envoy"`
+	Version           int                  `json:"version"`             // the format (formatVersion when this agent wrote it)
+	FromAgentVersion  string               `json:"from_agent_version"`  // the version of the agent that handed over
+	Written           time.Time            `json:"written"`             // when it was written
+	Config            *config.Config       `json:"config"`              // the settings that were serving (the file may have been edited since)
+	HotRestartVersion string               `json:"hot_restart_version"` // the running Envoys' --hot-restart-version
+	StatusFD          int                  `json:"status_fd"`           // the status server's listening socket
+	PrometheusFD      int                  `json:"prometheus_fd"`       // the metrics listener's, -1 when off
+	Claims            []claims.FD          `json:"claims"`              // the locked claim files (version 2)
+	Envoy             reexec.HandoverState `json:"envoy"`               // the running Envoys, as package envoy handed them over
 }
 
 // New is the state an agent of version from hands over, in the format this
