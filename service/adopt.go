@@ -14,9 +14,9 @@ import (
 // that re-executed into it (s.handover, package handover). The old agent's
 // side is upgrade.go; README.md "Upgrading envoy-agent".
 
-// listen binds the status and metrics listeners, or takes them over from
+// openPorts binds the status and metrics ports, or takes them over from
 // the agent that handed over (no moment without them).
-func (s *supervisor) listen(cfg *config.Config) (statusLn, promLn net.Listener, err error) {
+func (s *supervisor) openPorts(cfg *config.Config) (statusLn, promLn net.Listener, err error) {
 	if st := s.handover; st != nil {
 		return st.AdoptListeners()
 	}

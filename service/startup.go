@@ -96,7 +96,7 @@ func (s *supervisor) openSockets(ctx context.Context, cfg *config.Config, adopti
 			o = agentSockets{err: o.err}
 		}
 	}()
-	if o.statusLn, o.promLn, o.err = s.listen(cfg); o.err != nil {
+	if o.statusLn, o.promLn, o.err = s.openPorts(cfg); o.err != nil {
 		return o
 	}
 	if !adopting {
