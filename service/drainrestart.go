@@ -56,18 +56,18 @@ func (s *supervisor) reloadingStatus() string {
 // and its bootstrap copy are validated: the serving Envoy drains as in a
 // stop (at least min_drain_duration, then until no connection is left, at
 // most termination_drain_duration), is stopped, and a new Envoy runs cfg
-// from copied, with --disable-hot-restart when next, the new binary's
-// hot-restart version, says hot restart is compiled out. It returns the
-// serving epoch and a sentence for the reload's answer; the caller takes
-// cfg (takeReloadedConfig).
-func (s *supervisor) drainAndRestart(cfg *config.Config, copied, next string) (int, string, error) {
+// from the plan's copy, with --disable-hot-restart when next, the new
+// binary's hot-restart version, says hot restart is compiled out. It
+// returns the serving epoch and a sentence for the reload's answer; the
+// caller takes cfg (takeReloadedConfig).
+func (s *supervisor) drainAndRestart(cfg *config.Config, reload envoy.ReloadPlan, next string) (int, string, error) {
 	a := cfg.Agent
 	old := s.proxy.Pid()
 	s.notify.ExtendTimeout(a.TerminationDrainDuration.D() + cfg.ReloadBound())
 	s.beginReload(true) // nothing serves until the new Envoy is LIVE; applyReload ends it
-	pc := s.proxyConfig(cfg)
-	pc.DisableHotRestart = next == envoy.HotRestartDisabled
-	plan := envoy.RestartPlan{MinDrain: a.MinDrainDuration.D(), MaxDrain: a.TerminationDrainDuration.D(), StartTimeout: a.StartTimeout.D(),
+	reload.Config = s.proxyConfig(cfg)
+	reload.Config.DisableHotRestart = next == envoy.HotRestartDisabled
+	reload.Restart = envoy.RestartPlan{MinDrain: a.MinDrainDuration.D(), MaxDrain: a.TerminationDrainDuration.D(), StartTimeout: a.StartTimeout.D(),
 		Progress: func(p envoy.DrainProgress) {
 			s.metrics.drainEnded(s.metrics.drainsIncompleteRestart, p)
 			if !p.Done {
@@ -75,11 +75,11 @@ func (s *supervisor) drainAndRestart(cfg *config.Config, copied, next string) (i
 					old, p.ActiveConnections, p.Remaining.Round(time.Second), control.HotRestartOffNote))
 			}
 		}}
-	pid, drained, err := s.proxy.DrainAndRestartFrom(context.Background(), pc, copied, plan)
+	out, err := s.proxy.Reload(context.Background(), reload)
 	if err != nil {
 		return 0, "", err
 	}
-	note := fmt.Sprintf("%s: Envoy pid %d drained for %s, pid %d serves the new configuration", control.HotRestartOffNote, old, drained.Round(time.Millisecond), pid)
-	s.log.WithFields(logrus.Fields{"event": "reload_restart", "old_pid": old, "pid": pid, "drained_ms": drained.Milliseconds()}).Infof("reload: %s", note)
-	return s.proxy.Epoch(), note, nil
+	note := fmt.Sprintf("%s: Envoy pid %d drained for %s, pid %d serves the new configuration", control.HotRestartOffNote, old, out.Drained.Round(time.Millisecond), out.Pid)
+	s.log.WithFields(logrus.Fields{"event": "reload_restart", "old_pid": old, "pid": out.Pid, "drained_ms": out.Drained.Milliseconds()}).Infof("reload: %s", note)
+	return out.Epoch, note, nil
 }

@@ -32,19 +32,17 @@ type preparedReload struct {
 	start   time.Time
 	from    int // the serving epoch when it was prepared
 	cfg     *config.Config
-	copied  string
 	version string
-	// path is how the reload reaches cfg, decided once by checkReload:
-	// control.PathInPlace (the serving epoch takes inPlace),
-	// control.PathHotRestart (a new epoch), or control.PathDrainRestart
-	// (hot restart is compiled out of the serving Envoy or the new binary:
-	// drainrestart.go).
-	path  string
+	// plan is the reload as checkReload decided it, once: its path (in
+	// place, with reload_method "auto", when the serving epoch can take the
+	// change; a hot restart; a drain and restart when hot restart is
+	// compiled out of the serving Envoy or the new binary: drainrestart.go)
+	// and what that path needs. applyReload completes the new epoch's
+	// settings and hands it to Envoy.Reload.
+	plan  envoy.ReloadPlan
 	steps reloadSteps
-	// inPlace, with reload_method "auto", is the change the serving epoch
-	// takes in place; nil for a new epoch, and why says why then.
-	inPlace *envoy.InPlacePlan
-	why     string
+	// why says, with reload_method "auto", why a new epoch is needed.
+	why string
 }
 
 // reloadSteps is how long each part of one reload took, for the log (the
@@ -152,7 +150,7 @@ func (s *supervisor) checkReload() (*preparedReload, error) {
 		<-hr
 		return nil, err
 	}
-	p.copied = copied
+	p.plan.Copied = copied // the path is decided below
 	v := <-hr
 	p.steps.versions = v.took
 	if v.err != nil {
@@ -162,11 +160,11 @@ func (s *supervisor) checkReload() (*preparedReload, error) {
 		if s.hotRestartVersion() == "" {
 			s.learnVersion() // a reload asked for right at READY=1
 		}
-		p.path = control.PathHotRestart
+		p.plan = envoy.ReloadPlan{Path: envoy.HotRestart, Copied: copied}
 		if s.restartsInstead(v.version) {
-			p.path = control.PathDrainRestart
+			p.plan.Path = envoy.DrainRestart
 		}
-		if running := s.hotRestartVersion(); p.path == control.PathHotRestart && v.version != running {
+		if running := s.hotRestartVersion(); p.plan.Path == envoy.HotRestart && v.version != running {
 			err = errConfig{fmt.Errorf("envoy.binary_path: %s has hot-restart version %s, the running Envoy %s: they cannot hot restart into each other; restart the service to switch", cfg.Envoy.BinaryPath, v.version, running)}
 		}
 	}
@@ -177,10 +175,11 @@ func (s *supervisor) checkReload() (*preparedReload, error) {
 	p.version = v.version
 	if cfg.Agent.InPlace() {
 		t := time.Now()
-		p.inPlace, p.why = s.planInPlace(old, cfg, copied, p.path == control.PathDrainRestart)
+		var inPlace *envoy.InPlacePlan
+		inPlace, p.why = s.planInPlace(old, cfg, copied, p.plan.Path == envoy.DrainRestart)
 		p.steps.plan = time.Since(t)
-		if p.inPlace != nil {
-			p.path = control.PathInPlace
+		if inPlace != nil {
+			p.plan.Path, p.plan.InPlace = envoy.InPlace, inPlace
 		}
 	}
 	return p, nil
@@ -247,7 +246,7 @@ func (s *supervisor) planInPlace(old, cfg *config.Config, copied string, drainRe
 	}
 	// Without hot restart, the other path closes every connection at once.
 	if why := cutsRequests(plan.Change.Listeners, cfg); why != "" && !drainRestart {
-		return nil, why // the plan's copy is p.copied, which the hot restart runs
+		return nil, why // the plan's copy is p.plan.Copied, which the hot restart runs
 	}
 	return plan, ""
 }
@@ -273,13 +272,13 @@ func cutsRequests(d inplace.Delta, cfg *config.Config) string {
 // discardReload removes the bootstrap copy of a prepared reload that will
 // not run (a later one replaced it, or a stop came).
 func (s *supervisor) discardReload(p *preparedReload) {
-	_ = os.Remove(p.copied)
+	_ = os.Remove(p.plan.Copied)
 }
 
 // applyReload is a reload's second half: take the prepared configuration
 // by the path its plan chose, READY=1 whatever happened.
 func (s *supervisor) applyReload(p *preparedReload) control.ReloadResult {
-	if p.path == control.PathInPlace {
+	if p.plan.Path == envoy.InPlace {
 		return s.applyInPlace(p)
 	}
 	cfg := p.cfg
@@ -289,11 +288,15 @@ func (s *supervisor) applyReload(p *preparedReload) control.ReloadResult {
 	var epoch int
 	var note string
 	var err error
-	if p.path == control.PathDrainRestart {
-		epoch, note, err = s.drainAndRestart(cfg, p.copied, p.version)
+	if p.plan.Path == envoy.DrainRestart {
+		epoch, note, err = s.drainAndRestart(cfg, p.plan, p.version)
 	} else {
+		plan := p.plan
+		plan.Config = s.proxyConfig(cfg)
 		startCtx, cancelStart := context.WithTimeout(context.Background(), cfg.Agent.StartTimeout.D())
-		epoch, err = s.proxy.HotRestartFrom(startCtx, s.proxyConfig(cfg), p.copied)
+		var out envoy.ReloadOutcome
+		out, err = s.proxy.Reload(startCtx, plan)
+		epoch = out.Epoch
 		cancelStart()
 	}
 	if err == nil {
@@ -305,7 +308,7 @@ func (s *supervisor) applyReload(p *preparedReload) control.ReloadResult {
 	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
 	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds(), Note: note}
 	if cfg.Agent.InPlace() {
-		res.Path, res.Changed = p.path, p.why
+		res.Path, res.Changed = p.plan.Path.String(), p.why
 	}
 	if err != nil {
 		res.Error = err.Error()
@@ -333,12 +336,12 @@ func (s *supervisor) applyInPlace(p *preparedReload) control.ReloadResult {
 	cfg := p.cfg
 	t := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Agent.StartTimeout.D())
-	err := s.proxy.ApplyInPlace(ctx, p.inPlace)
+	out, err := s.proxy.Reload(ctx, p.plan)
 	cancel()
 	p.steps.inPlace = time.Since(t)
 	took := p.steps.took()
 	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds(),
-		Path: control.PathInPlace, Changed: p.inPlace.Change.String()}
+		Path: control.PathInPlace, Changed: out.Change.String()}
 	if err != nil {
 		s.metrics.reloadsInPlaceFailed.Inc()
 		res.Error = err.Error()

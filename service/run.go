@@ -203,7 +203,7 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 		},
 		Wait: s.waitForDrainingEpochs,
 		// An in-place reload starts no epoch: it cuts none.
-		NeedsWait: func(p *preparedReload) bool { return p.path != control.PathInPlace },
+		NeedsWait: func(p *preparedReload) bool { return p.plan.Path != envoy.InPlace },
 		Apply:     s.applyReload,
 		Discard:   s.discardReload,
 	})
