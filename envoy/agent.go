@@ -66,7 +66,9 @@ func (a *Agent) drainSettings() (termination, minDrain time.Duration, exitOnZero
 // here. Istio serves them through Envoy listeners and leaves those out of
 // the drain's connection count; envoy-agent serves both itself, so Envoy
 // never holds a connection on them, and the count (every epoch's sockets
-// on Envoy's listening addresses) has nothing of theirs to leave out.
+// on Envoy's listening addresses) has nothing of theirs to leave out
+// (cmd/envoy-agent's TestStopDrainsWithRequestInFlight holds kept-alive
+// connections to both through a stop that ends at zero connections).
 func NewAgent(proxy Proxy, terminationDrainDuration, minDrainDuration time.Duration, localhost string,
 	adminPort, _, _ int, exitOnZeroActiveConnections bool) *Agent {
 	return &Agent{

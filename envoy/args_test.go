@@ -96,3 +96,28 @@ func TestStrictResources(t *testing.T) {
 		}
 	}
 }
+
+// Istio's fields that have no effect here (the package doc, Istio
+// compatibility) change neither Envoy's command line nor what a reload
+// compares: OutlierLogPath feeds a bootstrap Istio generates, TestOnly and
+// AgentIsRoot its own process handling.
+func TestIstioFieldsWithoutEffect(t *testing.T) {
+	base := ProxyConfig{ConfigPath: "/etc/envoy/envoy.yaml", BaseID: 7, LogLevel: "info"}
+	for _, tc := range []struct {
+		name string
+		set  func(c *ProxyConfig)
+	}{
+		{"OutlierLogPath", func(c *ProxyConfig) { c.OutlierLogPath = "/var/log/envoy/outlier.log" }},
+		{"TestOnly", func(c *ProxyConfig) { c.TestOnly = true }},
+		{"AgentIsRoot", func(c *ProxyConfig) { c.AgentIsRoot = true }},
+	} {
+		c := base
+		tc.set(&c)
+		if got, want := strings.Join(c.args(1, "/run/x/a", "/run/x/hot-restart"), " "), strings.Join(base.args(1, "/run/x/a", "/run/x/hot-restart"), " "); got != want {
+			t.Errorf("%s changes Envoy's command line:\n%s\nwant\n%s", tc.name, got, want)
+		}
+		if !SameCommandLine(base, c) {
+			t.Errorf("%s makes a reload see another command line", tc.name)
+		}
+	}
+}

@@ -6,7 +6,11 @@ package main
 // with a real unix datagram socket as NOTIFY_SOCKET.
 
 import (
+	"bufio"
+	"io"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -133,6 +137,30 @@ func TestStopDrainsWithRequestInFlight(t *testing.T) {
 	}()
 	if !envoykit.Eventually(10*time.Second, func() bool { return p.upstream.SlowInFlight() == 1 }) {
 		t.Fatalf("the slow request never reached the upstream")
+	}
+	// Kept-alive connections to the agent's own ports (NewAgent's
+	// statusPort and prometheusPort): the agent serves them, not Envoy, so
+	// the drain's count leaves them out and they do not hold the stop to
+	// termination_drain_duration (the bound on took below).
+	for _, port := range []int{p.ports.Status, p.ports.Prometheus} {
+		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, "GET /healthz/ready HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("port %d: %v", port, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.Close {
+			t.Fatalf("port %d closed the connection after its answer; the check needs it kept alive", port)
+		}
 	}
 	sent := p.signal(syscall.SIGTERM)
 	p.ns.WaitFor(t, "STOPPING=1", 2*time.Second)
