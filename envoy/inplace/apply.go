@@ -161,7 +161,7 @@ func Write(dir string, b *Bootstrap) (string, error) {
 	}
 	var files []file
 	for _, r := range b.secrets {
-		data, err := secretFile(r)
+		data, err := secretFile(r, dir)
 		if err != nil {
 			return "", err
 		}
@@ -268,16 +268,12 @@ func Apply(ctx context.Context, dir string, old, new *Bootstrap, admin Admin) (C
 				both = append(both, r)
 			}
 		}
-		data, err := resourceFile(clusterType, both)
-		if err == nil {
-			data, err = inFolder(data, dir)
-		}
+		data, err := resourceFile(clusterType, both, dir)
 		if err != nil {
 			return c, err
 		}
 		steps = append(steps, step{cds, data, oldCDS})
 	}
-	routeFileIn := func(r resource) ([]byte, error) { return routeFile(r, dir) }
 	// An added secret's or route's file is read when the listener or
 	// cluster that names it arrives: it is written, not confirmed, and
 	// removed on a rejection.
@@ -286,13 +282,13 @@ func Apply(ctx context.Context, dir string, old, new *Bootstrap, admin Admin) (C
 		rs    []resource
 		names []string
 		file  func(string) string
-		data  func(resource) ([]byte, error)
-	}{{new.secrets, c.Secrets.Added, SecretFile, secretFile}, {new.routes, c.Routes.Added, RouteFile, routeFileIn}} {
+		data  func(resource, string) ([]byte, error)
+	}{{new.secrets, c.Secrets.Added, SecretFile, secretFile}, {new.routes, c.Routes.Added, RouteFile, routeFile}} {
 		for _, r := range f.rs {
 			if !slices.Contains(f.names, r.name) {
 				continue
 			}
-			data, err := f.data(r)
+			data, err := f.data(r, dir)
 			if err == nil {
 				err = replace(dir, f.file(r.name), data)
 			}
@@ -305,17 +301,17 @@ func Apply(ctx context.Context, dir string, old, new *Bootstrap, admin Admin) (C
 	}
 	// An updated secret or route is one file each, confirmed: secrets
 	// first, as a listener updated beside one reads it.
-	updated := func(olds, news []resource, names []string, k func(string) kind, file func(resource) ([]byte, error)) error {
+	updated := func(olds, news []resource, names []string, k func(string) kind, file func(resource, string) ([]byte, error)) error {
 		for _, r := range news {
 			if !slices.Contains(names, r.name) {
 				continue
 			}
 			i := slices.IndexFunc(olds, func(o resource) bool { return o.name == r.name })
-			data, err := file(r)
+			data, err := file(r, dir)
 			if err != nil {
 				return err
 			}
-			undo, err := file(olds[i])
+			undo, err := file(olds[i], dir)
 			if err != nil {
 				return err
 			}
@@ -328,7 +324,7 @@ func Apply(ctx context.Context, dir string, old, new *Bootstrap, admin Admin) (C
 		return c, err
 	}
 	routeOf := func(name string) kind { return routeKind(name, new.prefixes[name]) }
-	if err := updated(old.routes, new.routes, c.Routes.Updated, routeOf, routeFileIn); err != nil {
+	if err := updated(old.routes, new.routes, c.Routes.Updated, routeOf, routeFile); err != nil {
 		removeFiles(dir, added)
 		return c, err
 	}

@@ -227,8 +227,9 @@ func (b *Bootstrap) Runnable(dir string) ([]byte, error) {
 }
 
 // resourceFile is a DiscoveryResponse of rs, typed typ, whose version is a
-// digest of the resources.
-func resourceFile(typ string, rs []resource) ([]byte, error) {
+// digest of the resources, with the resource folder dir in the RDS and SDS
+// sources that read from it (inFolder).
+func resourceFile(typ string, rs []resource, dir string) ([]byte, error) {
 	h := sha256.New()
 	seq := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
 	for _, r := range rs {
@@ -241,27 +242,22 @@ func resourceFile(typ string, rs []resource) ([]byte, error) {
 	}
 	version := hex.EncodeToString(h.Sum(nil))[:16]
 	out, err := encode(mapping("version_info", str(version), "resources", seq))
-	return []byte(out), err
-}
-
-// ListenerFile is the LDS file of b's listeners, whose RDS sources read
-// from the resource folder dir.
-func (b *Bootstrap) ListenerFile(dir string) ([]byte, error) {
-	data, err := resourceFile(listenerType, b.listeners)
 	if err != nil {
 		return nil, err
 	}
-	return inFolder(data, dir)
+	return inFolder([]byte(out), dir)
+}
+
+// ListenerFile is the LDS file of b's listeners, whose RDS and SDS sources
+// read from the resource folder dir.
+func (b *Bootstrap) ListenerFile(dir string) ([]byte, error) {
+	return resourceFile(listenerType, b.listeners, dir)
 }
 
 // ClusterFile is the CDS file of b's dynamic clusters, whose SDS sources
 // read from the resource folder dir.
 func (b *Bootstrap) ClusterFile(dir string) ([]byte, error) {
-	data, err := resourceFile(clusterType, b.clusters)
-	if err != nil {
-		return nil, err
-	}
-	return inFolder(data, dir)
+	return resourceFile(clusterType, b.clusters, dir)
 }
 
 // resources takes the named sequence of static (nil: none) apart.

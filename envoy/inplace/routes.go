@@ -153,14 +153,10 @@ func (b *Bootstrap) Routes() []string { return names(b.routes) }
 // routeFile is the RDS file of one route configuration, whose SDS sources
 // (a filter's per-route secret) read from the resource folder dir.
 func routeFile(r resource, dir string) ([]byte, error) {
-	data, err := resourceFile(routeType, []resource{r})
-	if err != nil {
-		return nil, err
-	}
-	return inFolder(data, dir)
+	return resourceFile(routeType, []resource{r}, dir)
 }
 
-// inFolder puts the resource folder dir into a listener file's RDS
+// inFolder puts the resource folder dir into a resource file's RDS and SDS
 // sources.
 func inFolder(data []byte, dir string) ([]byte, error) {
 	if strings.ContainsAny(dir, "\"\\\n") || !filepath.IsAbs(dir) {

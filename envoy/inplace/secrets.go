@@ -38,8 +38,11 @@ func SecretFile(name string) string {
 	return "sds-" + hex.EncodeToString(sum[:8]) + ".yaml"
 }
 
-// secretFile is the SDS file of one secret.
-func secretFile(r resource) ([]byte, error) { return resourceFile(secretType, []resource{r}) }
+// secretFile is the SDS file of one secret (dir as for the other files:
+// a secret reads nothing from it).
+func secretFile(r resource, dir string) ([]byte, error) {
+	return resourceFile(secretType, []resource{r}, dir)
+}
 
 // secretKind is the SDS file of the secret name and the stats of its
 // subscription (sds.<name>.*). Envoy's config_dump keeps no error state
