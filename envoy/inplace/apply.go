@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -15,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/envoy-agent/envoy-agent/envoy/output"
 )
@@ -584,32 +585,24 @@ func cmpOr(a, b string) string {
 // Envoy's reason.
 func Accepted(ctx context.Context, dir string, admin Admin) error {
 	files := map[string][]byte{}
-	for _, f := range []string{ListenersFile, ClustersFile} {
-		data, err := os.ReadFile(filepath.Join(dir, f))
-		if err != nil {
-			return err
-		}
-		files[f] = data
-	}
 	kinds := []kind{cds, lds}
-	routes, err := routeKinds(files[ListenersFile], dir)
-	if err != nil {
-		return err
-	}
-	kinds = append(kinds, routes...)
-	for _, k := range routes {
-		data, err := os.ReadFile(filepath.Join(dir, k.file))
+	// Every file read once, and what each names from the folder: the
+	// listener file's routes and secrets, the cluster file's secrets, the
+	// route files' secrets.
+	for i := 0; i < len(kinds); i++ {
+		data, err := os.ReadFile(filepath.Join(dir, kinds[i].file))
 		if err != nil {
 			return err
 		}
-		files[k.file] = data
-	}
-	for _, f := range slices.Sorted(maps.Keys(files)) {
-		secrets, err := secretKinds(files[f], dir)
-		if err != nil {
-			return fmt.Errorf("%s: %w", f, err)
+		files[kinds[i].file] = data
+		if kinds[i].what == secretWhat {
+			continue // a secret names nothing
 		}
-		for _, k := range secrets {
+		subs, err := subscriptions(data, dir)
+		if err != nil {
+			return fmt.Errorf("%s: %w", kinds[i].file, err)
+		}
+		for _, k := range subs {
 			if !slices.ContainsFunc(kinds, func(o kind) bool { return o.file == k.file }) {
 				kinds = append(kinds, k)
 			}
@@ -620,17 +613,11 @@ func Accepted(ctx context.Context, dir string, admin Admin) error {
 		if i >= 2 && len(reasons) > 0 {
 			break // a listener or cluster refused has no route or secret subscription
 		}
-		data, ok := files[k.file]
-		if !ok { // a secret's
-			if data, err = os.ReadFile(filepath.Join(dir, k.file)); err != nil {
-				return err
-			}
-		}
 		st, err := readState(ctx, admin, k)
 		if err != nil {
 			return err
 		}
-		if want := fileVersion(data); st.version != want {
+		if want := fileVersion(files[k.file]); st.version != want {
 			reason, ok := rejection(ctx, admin, k, time.Time{})
 			if !ok {
 				reason = fmt.Sprintf("Envoy has not taken %s whole (its version is %q, the file's %q; its log says why)", k.file, st.version, want)
@@ -642,4 +629,37 @@ func Accepted(ctx context.Context, dir string, admin Admin) error {
 		return fmt.Errorf("envoy rejected part of its configuration: %s", strings.Join(reasons, "; "))
 	}
 	return nil
+}
+
+// subscriptions are the route configurations and secrets that the
+// resource file data reads from the resource folder dir: each connection
+// manager's RDS source there (with its stat prefix) and each SDS source
+// there, in the order the file names them.
+func subscriptions(data []byte, dir string) ([]kind, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, err
+	}
+	var kinds []kind
+	var walk func(*yaml.Node)
+	walk = func(n *yaml.Node) {
+		if n.Kind == yaml.MappingNode {
+			rds := value(n, "rds")
+			route := scalar(value(rds, "route_config_name"))
+			path := scalar(value(value(value(rds, "config_source"), "path_config_source"), "path"))
+			if prefix := scalar(value(n, "stat_prefix")); route != "" && prefix != "" && filepath.Dir(path) == dir {
+				kinds = append(kinds, routeKind(route, prefix))
+			}
+			secret := scalar(value(n, "name"))
+			path = scalar(value(value(value(n, "sds_config"), "path_config_source"), "path"))
+			if secret != "" && path == dir+"/"+SecretFile(secret) {
+				kinds = append(kinds, secretKind(secret))
+			}
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(&doc)
+	return kinds, nil
 }

@@ -173,29 +173,3 @@ func inFolder(data []byte, dir string) ([]byte, error) {
 func routeKind(name, statPrefix string) kind {
 	return kind{file: RouteFile(name), stats: "http." + statPrefix + ".rds." + name, what: "route configuration"}
 }
-
-// routeKinds are the route configurations that the listener file lds
-// reads from the resource folder dir, found in its connection managers.
-func routeKinds(lds []byte, dir string) ([]kind, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(lds, &doc); err != nil {
-		return nil, fmt.Errorf("%s: %w", ListenersFile, err)
-	}
-	var kinds []kind
-	var walk func(n *yaml.Node)
-	walk = func(n *yaml.Node) {
-		if n.Kind == yaml.MappingNode {
-			rds := value(n, "rds")
-			name := scalar(value(rds, "route_config_name"))
-			path := scalar(value(value(value(rds, "config_source"), "path_config_source"), "path"))
-			if prefix := scalar(value(n, "stat_prefix")); name != "" && prefix != "" && filepath.Dir(path) == dir {
-				kinds = append(kinds, routeKind(name, prefix))
-			}
-		}
-		for _, c := range n.Content {
-			walk(c)
-		}
-	}
-	walk(&doc)
-	return kinds, nil
-}

@@ -18,7 +18,11 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-const secretType = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+const (
+	secretType = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+	// secretWhat is a secret kind's what.
+	secretWhat = "secret"
+)
 
 // MaxSecretFiles bounds how many static secrets get an SDS file, as
 // MaxRouteFiles does for route files (each is one of Envoy's inotify
@@ -48,7 +52,7 @@ func secretFile(r resource, dir string) ([]byte, error) {
 // subscription (sds.<name>.*). Envoy's config_dump keeps no error state
 // for a secret: its log says why it rejected one.
 func secretKind(name string) kind {
-	return kind{file: SecretFile(name), stats: "sds." + name, what: "secret"}
+	return kind{file: SecretFile(name), stats: "sds." + name, what: secretWhat}
 }
 
 // secretRefs calls f with every reference to a secret by name alone (an
@@ -173,28 +177,3 @@ func moveSecrets(rest, static *yaml.Node, listeners, clusters []resource, budget
 
 // Secrets are the names of the static secrets served from SDS files.
 func (b *Bootstrap) Secrets() []string { return names(b.secrets) }
-
-// secretKinds are the secrets that the resource file data (LDS or CDS)
-// reads from SDS files in the resource folder dir.
-func secretKinds(data []byte, dir string) ([]kind, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, err
-	}
-	var kinds []kind
-	var walk func(*yaml.Node)
-	walk = func(n *yaml.Node) {
-		if n.Kind == yaml.MappingNode {
-			name := scalar(value(n, "name"))
-			path := scalar(value(value(value(n, "sds_config"), "path_config_source"), "path"))
-			if name != "" && path == dir+"/"+SecretFile(name) {
-				kinds = append(kinds, secretKind(name))
-			}
-		}
-		for _, c := range n.Content {
-			walk(c)
-		}
-	}
-	walk(&doc)
-	return kinds, nil
-}

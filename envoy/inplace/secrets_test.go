@@ -75,7 +75,7 @@ func TestSecretsMoveOutOfStatic(t *testing.T) {
 		file, secret string
 		data         []byte
 	}{{"lds", "srv.cert", lds}, {"cds", "upstream-ca", cds}} {
-		kinds, err := secretKinds(c.data, "/run/x")
+		kinds, err := subscriptions(c.data, "/run/x")
 		if err != nil {
 			t.Fatal(err)
 		}
