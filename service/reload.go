@@ -150,7 +150,6 @@ func (s *supervisor) checkReload() (*preparedReload, error) {
 		<-hr
 		return nil, err
 	}
-	p.plan.Copied = copied // the path is decided below
 	v := <-hr
 	p.steps.versions = v.took
 	if v.err != nil {
