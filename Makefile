@@ -60,8 +60,8 @@ FUZZN      ?= 50000
 FUZZN_TOML ?= 20000
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzLoadConfig$$' -fuzztime $(FUZZN_TOML)x ./service/config
-	$(GO) test -run '^$$' -fuzz '^FuzzParseActiveConnections$$' -fuzztime $(FUZZN)x ./envoy
-	$(GO) test -run '^$$' -fuzz '^FuzzParseServerInfo$$' -fuzztime $(FUZZN)x ./envoy
+	$(GO) test -run '^$$' -fuzz '^FuzzParseActiveConnections$$' -fuzztime $(FUZZN)x ./envoy/adminapi
+	$(GO) test -run '^$$' -fuzz '^FuzzParseServerInfo$$' -fuzztime $(FUZZN)x ./envoy/adminapi
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckAdminAddress$$' -fuzztime $(FUZZN)x ./envoy
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHexAddrPort$$' -fuzztime $(FUZZN)x ./envoy/conncount
 

@@ -178,7 +178,7 @@ type GrowthRow struct {
 	StatsRounds int     `json:"stats_rounds"` // stats counts timed (fewer at 10,000 listeners)
 	Held        int     `json:"held_connections"`
 	Get         Dist    `json:"stats_get"`  // GET /stats?filter=... on a fresh connection
-	Parse       Dist    `json:"parse"`      // envoy.ParseActiveConnections
+	Parse       Dist    `json:"parse"`      // adminapi.ParseActiveConnections
 	Poll        Dist    `json:"stats_poll"` // both: one stats count (the drain poll once also read it)
 	Kernel      Dist    `json:"drain_poll"` // conncount.Counter.Count: one drain poll
 	FullCount   Dist    `json:"full_count"` // a count with nothing remembered (a fresh DownstreamCounter)

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/envoy/adminapi"
 	"github.com/envoy-agent/envoy-agent/envoy/conncount"
 )
 
@@ -27,7 +27,7 @@ var (
 const drainPollPath = `/stats?filter=^listener\..*downstream_cx_active$`
 
 // scenarioGrowth is scenario 5: what one drain poll (the kernel's count,
-// conncount.Counter, and a full count with nothing remembered), the stats query with envoy.ParseActiveConnections
+// conncount.Counter, and a full count with nothing remembered), the stats query with adminapi.ParseActiveConnections
 // (the poll's fallback, and once half the poll) and one GET
 // /ready cost with 10, 1,000 and 10,000 listeners. Every listener has had a connection, so that every gauge
 // is "used" and shows up in the answer; growthHeld stay open.
@@ -80,7 +80,7 @@ func (b *bench) growthOne(ctx context.Context, n int) (*GrowthRow, error) {
 			c.Close()
 		}
 	}
-	admc := envoy.NewAdminClient("127.0.0.1", admin)
+	admc := adminapi.New("127.0.0.1", admin)
 	// Envoy counts a connection once its worker accepted it: wait for all.
 	for i := 0; i < 200; i++ {
 		got, err := admc.ActiveConnections(ctx)
@@ -110,7 +110,7 @@ func (b *bench) growthOne(ctx context.Context, n int) (*GrowthRow, error) {
 			if err != nil || code != http.StatusOK {
 				return nil, fmt.Errorf("stats count: status %d, %v", code, err)
 			}
-			got, err := envoy.ParseActiveConnections(body)
+			got, err := adminapi.ParseActiveConnections(body)
 			t2 = time.Now()
 			if err != nil {
 				return nil, fmt.Errorf("parse the stats count: %w", err)

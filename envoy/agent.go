@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy/adminapi"
 )
 
 // errAbort is what the agent sends Proxy.Run to stop Envoy after (or instead
@@ -24,7 +26,7 @@ type Agent struct {
 	localhost                   string
 	adminPort                   int
 
-	admin *AdminClient
+	admin *adminapi.Client
 	log   Logger
 
 	abortCh  chan error
@@ -159,4 +161,13 @@ func (a *Agent) exitErr(err error, stopping bool) error {
 		a.log.Errorf("%v", err)
 	}
 	return err
+}
+
+// adminFor is the admin client an Agent uses: its Envoy's own (which knows
+// a unix socket admin), else one for localhost:adminPort.
+func adminFor(proxy Proxy, localhost string, adminPort int) *adminapi.Client {
+	if e, ok := proxy.(*Envoy); ok {
+		return e.Admin()
+	}
+	return adminapi.New(localhost, adminPort)
 }

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/envoy-agent/envoy-agent/envoy/adminapi"
 	"github.com/envoy-agent/envoy-agent/envoy/cli"
 )
 
@@ -161,9 +162,9 @@ func (c ProxyConfig) localHost() string {
 }
 
 // newAdmin returns the client for the admin API the configuration names.
-func (c ProxyConfig) newAdmin() *AdminClient {
+func (c ProxyConfig) newAdmin() *adminapi.Client {
 	if c.AdminSocket != "" {
-		return NewAdminClientUnix(c.AdminSocket)
+		return adminapi.NewUnix(c.AdminSocket)
 	}
-	return NewAdminClient(c.localHost(), int(c.AdminPort))
+	return adminapi.New(c.localHost(), int(c.AdminPort))
 }

@@ -7,8 +7,11 @@ package envoy
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy/adminapi"
 )
 
 // DefaultDrainPollInterval is how often a drain reads Envoy's active
@@ -153,4 +156,15 @@ func (a *Agent) connections() int {
 		return -1
 	}
 	return n
+}
+
+// DrainListeners starts a graceful drain of the Envoy whose admin API is on
+// localhost:adminPort, as Istio's does: all listeners, or only inbound ones
+// with inboundonly; skipExit keeps the listeners open with no end.
+func DrainListeners(adminPort uint32, inboundonly, skipExit bool) error {
+	c := adminapi.New("localhost", int(adminPort))
+	if err := c.DrainListeners(context.Background(), inboundonly, true, skipExit); err != nil {
+		return fmt.Errorf("drain listeners: %w", err)
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/envoy/adminapi"
 	"github.com/envoy-agent/envoy-agent/envoy/conncount"
 	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
@@ -38,7 +39,7 @@ type Proxy interface {
 type Envoy struct {
 	cfg   ProxyConfig
 	log   Logger
-	admin *AdminClient
+	admin *adminapi.Client
 
 	runDirOnce sync.Once
 	runDir     string
@@ -81,7 +82,7 @@ func NewEnvoy(cfg ProxyConfig) *Envoy {
 }
 
 // Admin returns the client for this Envoy's admin API.
-func (e *Envoy) Admin() *AdminClient { return e.admin }
+func (e *Envoy) Admin() *adminapi.Client { return e.admin }
 
 // Pid is the serving Envoy's process id, 0 before it started.
 func (e *Envoy) Pid() int {
@@ -350,7 +351,7 @@ func (e *Envoy) stop(p *process) {
 // Drain fails health checks, then starts a graceful drain of the listeners
 // (inbound only for a sidecar).
 func (e *Envoy) Drain(skipExit bool) error {
-	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), adminapi.DefaultTimeout)
 	defer cancel()
 	return errors.Join(
 		e.admin.HealthcheckFail(ctx),

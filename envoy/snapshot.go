@@ -11,10 +11,10 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 
+	"github.com/envoy-agent/envoy-agent/envoy/adminapi"
 	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
@@ -228,15 +228,11 @@ func (e *Envoy) ApplyInPlace(ctx context.Context, plan *InPlacePlan) error {
 // applied.
 func (e *Envoy) DiscardPlan(plan *InPlacePlan) { _ = os.Remove(plan.copied) }
 
-// adminBodies is inplace.Admin over an AdminClient.
-type adminBodies struct{ c *AdminClient }
+// adminBodies is inplace.Admin over an admin client.
+type adminBodies struct{ c *adminapi.Client }
 
 func (a adminBodies) Get(ctx context.Context, path string) ([]byte, error) {
-	code, body, err := a.c.do(ctx, http.MethodGet, path)
-	if err == nil && code != http.StatusOK {
-		err = fmt.Errorf("envoy admin GET %s: %s", path, statusText(code, body))
-	}
-	return body, err
+	return a.c.Read(ctx, path)
 }
 
 // ResourcesAccepted checks, for a serving epoch that runs from resource

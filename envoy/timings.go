@@ -26,11 +26,6 @@ const (
 	// kernel's socket tables takes tens of milliseconds.
 	drainPollTimeoutFloor = 200 * time.Millisecond
 
-	// adminIdleConnTimeout is how long the kept /ready connection may idle:
-	// longer than the watchdog's ping period, so that the watchdog probes
-	// reuse one connection.
-	adminIdleConnTimeout = 30 * time.Second
-
 	// switchSettle is how often Run looks whether a hot restart under way
 	// made its new epoch the serving one, when the serving one exited.
 	switchSettle = 10 * time.Millisecond

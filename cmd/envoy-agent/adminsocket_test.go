@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/envoy/adminapi"
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
@@ -55,7 +55,7 @@ func TestAdminOnAUnixSocketEndToEnd(t *testing.T) {
 	}
 	sock := filepath.Join(sockDir, "admin.sock")
 	p := startAgent(t, adminSocketOptions(sock))
-	admin := envoy.NewAdminClientUnix(sock)
+	admin := adminapi.NewUnix(sock)
 	ctx := context.Background()
 
 	fi, err := os.Stat(sock)
@@ -234,7 +234,7 @@ func TestAdminDefaultsToAUnixSocket(t *testing.T) {
 	if err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("admin socket %s: %v %v; want a socket, mode 0600", sock, fi, err)
 	}
-	if r, err := envoy.NewAdminClientUnix(sock).Ready(context.Background()); err != nil || !r.Live {
+	if r, err := adminapi.NewUnix(sock).Ready(context.Background()); err != nil || !r.Live {
 		t.Fatalf("/ready on the default socket: %+v %v", r, err)
 	}
 	if strings.Contains(p.stderr.String(), "admin API is on TCP") {

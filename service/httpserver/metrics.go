@@ -32,7 +32,7 @@ const (
 )
 
 // Admin is what the metrics port asks of Envoy's admin API:
-// *envoy.AdminClient is one.
+// *adminapi.Client is one.
 type Admin interface {
 	// Get sends GET path to Envoy's admin API; the caller closes the
 	// answer's body.

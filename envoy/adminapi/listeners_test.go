@@ -1,6 +1,6 @@
 //go:build linux
 
-package envoy
+package adminapi
 
 import (
 	"reflect"

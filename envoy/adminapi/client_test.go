@@ -1,9 +1,8 @@
 //go:build linux
 
-package envoy
+package adminapi
 
 import (
-	"errors"
 	"strings"
 	"testing"
 )
@@ -55,47 +54,5 @@ func TestParseServerInfo(t *testing.T) {
 	}
 	if _, err := ParseServerInfo([]byte("{")); err == nil {
 		t.Fatal("no error for truncated JSON")
-	}
-}
-
-func TestCheckAdminAddress(t *testing.T) {
-	tests := []struct {
-		addr        string
-		port        int32
-		socket      string
-		allowRemote bool
-		wrongPort   bool
-		notLocal    bool
-		wrongKind   bool
-		wrongSocket bool
-	}{
-		{addr: "127.0.0.1:15000", port: 15000},
-		{addr: "[::1]:15000", port: 15000},
-		{addr: "127.0.0.1:9901", port: 15000, wrongPort: true},
-		{addr: "0.0.0.0:15000", port: 15000, notLocal: true},
-		{addr: "0.0.0.0:15000", port: 15000, allowRemote: true},
-		{addr: "10.0.0.1:9901", port: 15000, wrongPort: true, notLocal: true},
-		{addr: "/run/envoy-agent/admin.sock", socket: "/run/envoy-agent/admin.sock"},
-		{addr: "/run/envoy-agent/admin.sock", port: 15000, wrongKind: true},
-		{addr: "127.0.0.1:15000", socket: "/run/envoy-agent/admin.sock", wrongKind: true},
-		{addr: "/tmp/other.sock", socket: "/run/envoy-agent/admin.sock", wrongSocket: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.addr, func(t *testing.T) {
-			err := checkAdminAddress(tt.addr, ProxyConfig{AdminPort: tt.port, AdminSocket: tt.socket, AllowRemoteAdmin: tt.allowRemote})
-			var ae *AdminAddressError
-			if !tt.wrongPort && !tt.notLocal && !tt.wrongKind && !tt.wrongSocket {
-				if err != nil {
-					t.Fatalf("err = %v, want nil", err)
-				}
-				return
-			}
-			if !errors.As(err, &ae) || ae.WrongPort != tt.wrongPort || ae.NotLocal != tt.notLocal || ae.WrongKind != tt.wrongKind {
-				t.Fatalf("err = %#v, want WrongPort=%v NotLocal=%v WrongKind=%v", err, tt.wrongPort, tt.notLocal, tt.wrongKind)
-			}
-			if ae.Error() == "" {
-				t.Fatal("empty message")
-			}
-		})
 	}
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package envoy
+package adminapi
 
 import (
 	"context"
@@ -18,7 +18,7 @@ type Listener struct {
 }
 
 // Listeners asks GET /listeners?format=json for Envoy's active listeners.
-func (c *AdminClient) Listeners(ctx context.Context) ([]Listener, error) {
+func (c *Client) Listeners(ctx context.Context) ([]Listener, error) {
 	code, body, err := c.do(ctx, http.MethodGet, "/listeners?format=json")
 	if err != nil {
 		return nil, err

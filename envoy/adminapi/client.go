@@ -1,6 +1,10 @@
 //go:build linux
 
-package envoy
+// Package adminapi is the client of one Envoy's admin API, on TCP or on a
+// unix socket: readiness, server info, stats, listeners, and the drain,
+// health-check, quit and log-reopening calls. It knows nothing of
+// processes or epochs: package envoy owns the client of the Envoy it runs.
+package adminapi
 
 import (
 	"context"
@@ -15,15 +19,21 @@ import (
 	"time"
 )
 
-// adminTimeout bounds one admin call made without a deadline of its own.
-const adminTimeout = 5 * time.Second
+// DefaultTimeout bounds one admin call made without a deadline of its
+// own: Envoy's admin answers in milliseconds.
+const DefaultTimeout = 5 * time.Second
+
+// idleConnTimeout is how long the kept /ready connection may idle: longer
+// than the watchdog's ping period, so that the watchdog probes reuse one
+// connection.
+const idleConnTimeout = 30 * time.Second
 
 // maxAdminBody bounds what is read of an admin answer.
 const maxAdminBody = 64 << 20
 
-// AdminClient talks to one Envoy's admin API over HTTP, on TCP or on a
+// Client talks to one Envoy's admin API over HTTP, on TCP or on a
 // unix socket.
-type AdminClient struct {
+type Client struct {
 	base   string
 	dial   func(ctx context.Context, network, addr string) (net.Conn, error) // nil: TCP to base's host
 	client *http.Client                                                      // a fresh connection for every call but /ready
@@ -32,42 +42,42 @@ type AdminClient struct {
 	probe *http.Client // GET /ready, kept alive: the probes repeat it
 }
 
-// NewAdminClient returns a client for the admin API at host:port. Only
+// New returns a client for the admin API at host:port. Only
 // GET /ready reuses a connection (the readiness and watchdog probes repeat
 // it every few milliseconds or seconds); every other call takes a fresh
 // one, so that it reaches whichever Envoy owns the admin port now: after a
 // hot restart, a kept connection still talks to the old epoch. Reconnect
 // drops the kept one. A frozen Envoy shows as timeouts either way.
-func NewAdminClient(host string, port int) *AdminClient {
-	return newAdminClient("http://"+net.JoinHostPort(host, strconv.Itoa(port)), nil)
+func New(host string, port int) *Client {
+	return newClient("http://"+net.JoinHostPort(host, strconv.Itoa(port)), nil)
 }
 
-// NewAdminClientUnix returns a client for the admin API on the unix socket
+// NewUnix returns a client for the admin API on the unix socket
 // at path (the bootstrap's admin.address.pipe), with the same connection
-// rules as NewAdminClient: a new epoch binds the path afresh, and a fresh
+// rules as New: a new epoch binds the path afresh, and a fresh
 // connection reaches it.
-func NewAdminClientUnix(path string) *AdminClient {
+func NewUnix(path string) *Client {
 	var d net.Dialer
-	return newAdminClient("http://envoy-admin", func(ctx context.Context, _, _ string) (net.Conn, error) {
+	return newClient("http://envoy-admin", func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return d.DialContext(ctx, "unix", path)
 	})
 }
 
-func newAdminClient(base string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *AdminClient {
-	c := &AdminClient{base: base, dial: dial}
+func newClient(base string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *Client {
+	c := &Client{base: base, dial: dial}
 	c.client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil, DialContext: dial}}
 	c.probe = c.newProbeClient()
 	return c
 }
 
-func (c *AdminClient) newProbeClient() *http.Client {
+func (c *Client) newProbeClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: c.dial, MaxIdleConns: 1, MaxIdleConnsPerHost: 1,
-		IdleConnTimeout: adminIdleConnTimeout}}
+		IdleConnTimeout: idleConnTimeout}}
 }
 
 // Reconnect drops the kept connection, so that the next /ready reaches the
 // Envoy that owns the admin port now (after a hot restart).
-func (c *AdminClient) Reconnect() {
+func (c *Client) Reconnect() {
 	c.mu.Lock()
 	old := c.probe
 	c.probe = c.newProbeClient()
@@ -82,7 +92,7 @@ type Ready struct {
 }
 
 // Ready asks GET /ready. A nil error means the admin API answered, live or not.
-func (c *AdminClient) Ready(ctx context.Context) (Ready, error) {
+func (c *Client) Ready(ctx context.Context) (Ready, error) {
 	code, body, err := c.do(ctx, http.MethodGet, "/ready")
 	if err != nil {
 		return Ready{}, err
@@ -91,14 +101,14 @@ func (c *AdminClient) Ready(ctx context.Context) (Ready, error) {
 }
 
 // HealthcheckFail makes Envoy fail inbound health checks (POST /healthcheck/fail).
-func (c *AdminClient) HealthcheckFail(ctx context.Context) error {
+func (c *Client) HealthcheckFail(ctx context.Context) error {
 	return c.post(ctx, "/healthcheck/fail")
 }
 
 // DrainListeners starts a drain (POST /drain_listeners). graceful keeps the
 // listeners accepting for Envoy's drain time while connections are told to
 // close; skipExit keeps them open after it.
-func (c *AdminClient) DrainListeners(ctx context.Context, inboundOnly, graceful, skipExit bool) error {
+func (c *Client) DrainListeners(ctx context.Context, inboundOnly, graceful, skipExit bool) error {
 	var q []string
 	if inboundOnly {
 		q = append(q, "inboundonly")
@@ -118,12 +128,12 @@ func (c *AdminClient) DrainListeners(ctx context.Context, inboundOnly, graceful,
 
 // Quit asks Envoy to exit at once, flushing its logs and stats
 // (POST /quitquitquit).
-func (c *AdminClient) Quit(ctx context.Context) error {
+func (c *Client) Quit(ctx context.Context) error {
 	return c.post(ctx, "/quitquitquit")
 }
 
 // ReopenLogs is POST /reopen_logs: Envoy reopens its access logs (and --log-path).
-func (c *AdminClient) ReopenLogs(ctx context.Context) error {
+func (c *Client) ReopenLogs(ctx context.Context) error {
 	return c.post(ctx, "/reopen_logs")
 }
 
@@ -136,7 +146,7 @@ const activeConnectionsPath = `/stats?filter=^listener\..*downstream_cx_active$`
 
 // ActiveConnections sums the active downstream connections of Envoy's
 // listeners, leaving out the admin listener and the per-worker copies.
-func (c *AdminClient) ActiveConnections(ctx context.Context) (int, error) {
+func (c *Client) ActiveConnections(ctx context.Context) (int, error) {
 	code, body, err := c.do(ctx, http.MethodGet, activeConnectionsPath)
 	if err != nil {
 		return 0, err
@@ -191,7 +201,7 @@ type ServerInfo struct {
 }
 
 // ServerInfo asks GET /server_info.
-func (c *AdminClient) ServerInfo(ctx context.Context) (ServerInfo, error) {
+func (c *Client) ServerInfo(ctx context.Context) (ServerInfo, error) {
 	code, body, err := c.do(ctx, http.MethodGet, "/server_info")
 	if err != nil {
 		return ServerInfo{}, err
@@ -213,7 +223,7 @@ func ParseServerInfo(body []byte) (ServerInfo, error) {
 
 // Get issues GET path and returns the open response; the caller closes its
 // body. It is how the agent relays /stats/prometheus.
-func (c *AdminClient) Get(ctx context.Context, path string) (*http.Response, error) {
+func (c *Client) Get(ctx context.Context, path string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
 	if err != nil {
 		return nil, fmt.Errorf("envoy admin GET %s: %w", path, err)
@@ -225,7 +235,17 @@ func (c *AdminClient) Get(ctx context.Context, path string) (*http.Response, err
 	return resp, nil
 }
 
-func (c *AdminClient) post(ctx context.Context, path string) error {
+// Read issues GET path and returns the body of a 200 answer; any other
+// status is an error that quotes the start of the body.
+func (c *Client) Read(ctx context.Context, path string) ([]byte, error) {
+	code, body, err := c.do(ctx, http.MethodGet, path)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("envoy admin GET %s: %s", path, statusText(code, body))
+	}
+	return body, err
+}
+
+func (c *Client) post(ctx context.Context, path string) error {
 	code, body, err := c.do(ctx, http.MethodPost, path)
 	if err != nil {
 		return err
@@ -236,10 +256,10 @@ func (c *AdminClient) post(ctx context.Context, path string) error {
 	return nil
 }
 
-func (c *AdminClient) do(ctx context.Context, method, path string) (int, []byte, error) {
+func (c *Client) do(ctx context.Context, method, path string) (int, []byte, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, adminTimeout)
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
 		defer cancel()
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, nil)
@@ -273,24 +293,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
-}
-
-// DrainListeners starts a graceful drain of the Envoy whose admin API is on
-// localhost:adminPort, as Istio's does: all listeners, or only inbound ones
-// with inboundonly; skipExit keeps the listeners open with no end.
-func DrainListeners(adminPort uint32, inboundonly, skipExit bool) error {
-	c := NewAdminClient("localhost", int(adminPort))
-	if err := c.DrainListeners(context.Background(), inboundonly, true, skipExit); err != nil {
-		return fmt.Errorf("drain listeners: %w", err)
-	}
-	return nil
-}
-
-// adminFor is the admin client an Agent uses: its Envoy's own (which knows
-// a unix socket admin), else one for localhost:adminPort.
-func adminFor(proxy Proxy, localhost string, adminPort int) *AdminClient {
-	if e, ok := proxy.(*Envoy); ok {
-		return e.Admin()
-	}
-	return NewAdminClient(localhost, adminPort)
 }
