@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/envoy/epochfiles"
 	"github.com/envoy-agent/envoy-agent/envoy/output"
 	"github.com/envoy-agent/envoy-agent/envoy/reexec"
 )
@@ -29,7 +30,7 @@ func (e *Envoy) Handover(execute func(reexec.HandoverState) error) error {
 		e.mu.Unlock()
 		return errors.New("envoy is not running (starting or stopping): nothing to hand over")
 	}
-	st := reexec.HandoverState{RunDir: e.runDir, OwnRunDir: e.ownRunDir, Snapshots: e.snapshots.Load(), HotRestartSocket: e.hotRestartSocket}
+	st := reexec.HandoverState{RunDir: e.runDir, OwnRunDir: e.ownRunDir, Snapshots: e.copies.Count(), HotRestartSocket: e.hotRestartSocket}
 	var procs []*process
 	for p := range e.procs {
 		if !p.exited() {
@@ -46,7 +47,7 @@ func (e *Envoy) Handover(execute func(reexec.HandoverState) error) error {
 	}()
 	for _, p := range procs {
 		es := reexec.EpochState{Epoch: p.epoch, Pid: p.pid, Serving: p == cur, StartedUnixNano: p.started.UnixNano(),
-			AdminAddressPath: p.adminAddressPath, Snapshot: p.snapshot}
+			AdminAddressPath: p.adminAddressPath, Snapshot: p.files.Copy}
 		for _, o := range p.outputs {
 			fd, err := reexec.Inheritable(o.r, true)
 			if err != nil {
@@ -69,12 +70,12 @@ func AdoptEnvoy(cfg ProxyConfig, st reexec.HandoverState) (*Envoy, error) {
 	e.runDirOnce.Do(func() {
 		e.runDir, e.ownRunDir, e.hotRestartSocket = st.RunDir, st.OwnRunDir, st.HotRestartSocket
 	})
-	e.snapshots.Store(st.Snapshots)
+	e.copies.Resume(st.Snapshots)
 	stdout, stderr := cfg.outputs()
 	for _, es := range st.Epochs {
 		p := &process{
 			epoch: es.Epoch, pid: es.Pid, started: time.Unix(0, es.StartedUnixNano),
-			adminAddressPath: es.AdminAddressPath, snapshot: es.Snapshot,
+			adminAddressPath: es.AdminAddressPath, files: epochfiles.Adopted(es.Snapshot),
 			relay: output.NewRelay(stdout, stderr), done: make(chan struct{}),
 		}
 		for _, o := range es.Outputs {
@@ -98,9 +99,6 @@ func AdoptEnvoy(cfg ProxyConfig, st reexec.HandoverState) (*Envoy, error) {
 			return nil, fmt.Errorf("adopt envoy pid %d: %w", es.Pid, err)
 		}
 		p.proc = proc
-		if fi, err := os.Lstat(resourceDir(p.snapshot)); err == nil && fi.IsDir() {
-			p.resources = resourceDir(p.snapshot) // it ran with ProxyConfig.ResourceFiles
-		}
 		go p.reap()
 		e.track(p)
 		if es.Serving {

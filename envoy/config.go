@@ -32,7 +32,8 @@ type ProxyConfig struct {
 	// LogAsJSON makes Envoy write its own log lines as JSON (--log-format).
 	LogAsJSON bool
 	// OutlierLogPath is kept for API compatibility with Istio, where it feeds
-	// a generated bootstrap. envoy-agent runs the operator's bootstrap as is,
+	// a generated bootstrap. envoy-agent generates no bootstrap (it runs the
+	// operator's, rewritten only as RewriteBootstrap and ResourceFiles say),
 	// so it is not used here (the package doc, Istio compatibility).
 	OutlierLogPath string
 
@@ -65,10 +66,11 @@ type ProxyConfig struct {
 	// DisableHotRestart passes --disable-hot-restart instead of
 	// --base-id/--restart-epoch.
 	DisableHotRestart bool
-	// ResourceFiles runs each epoch with the bootstrap's static listeners
-	// and clusters moved to LDS and CDS files of its own (envoy/inplace),
-	// so that PlanInPlace and ApplyInPlace can change them in the serving
-	// Envoy. A bootstrap that cannot be rewritten runs as it is.
+	// ResourceFiles runs each epoch with the bootstrap's static listeners,
+	// routes, clusters and secrets moved to resource files of its own
+	// (envoy/epochfiles, envoy/inplace), so that a reload can change them
+	// in the serving Envoy (ReloadPlan's InPlace path). A bootstrap that
+	// cannot be rewritten runs as it is.
 	ResourceFiles bool
 	// ExtraArgs are appended to Envoy's command line, last.
 	ExtraArgs []string

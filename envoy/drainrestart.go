@@ -20,10 +20,11 @@ import (
 // binary built without hot restart (Istio's and AWS's builds turn it off),
 // and what /server_info reports for an Envoy run with --disable-hot-restart.
 // Such an Envoy must run with --disable-hot-restart (ProxyConfig's
-// DisableHotRestart), and it can only be replaced by DrainAndRestartFrom.
+// DisableHotRestart), and a reload can only drain and restart it
+// (ReloadPlan's DrainRestart path).
 const HotRestartDisabled = cli.HotRestartDisabled
 
-// RestartPlan is how DrainAndRestartFrom drains the serving Envoy and how
+// RestartPlan is how a drain and restart drains the serving Envoy and how
 // long each start may take.
 type RestartPlan struct {
 	// MinDrain is the least the drain waits; it then ends as soon as no
@@ -38,16 +39,16 @@ type RestartPlan struct {
 	Progress func(DrainProgress)
 }
 
-// RestartError is a drain-and-restart whose new Envoy did not become LIVE.
-// The serving Envoy had been drained and stopped by then; Recovery says
-// whether the previous configuration serves again.
-type RestartError struct {
+// DrainRestartError is a drain and restart whose new Envoy did not become
+// LIVE. The serving Envoy had been drained and stopped by then; Recovery
+// says whether the previous configuration serves again.
+type DrainRestartError struct {
 	Err       error
 	LastLines []string // the failed Envoy's last log lines
 	Recovery  string
 }
 
-func (e *RestartError) Error() string {
+func (e *DrainRestartError) Error() string {
 	msg := fmt.Sprintf("the new Envoy did not start: %v", e.Err)
 	if len(e.LastLines) > 0 {
 		msg += " (its last log line: " + e.LastLines[len(e.LastLines)-1] + ")"
@@ -55,9 +56,9 @@ func (e *RestartError) Error() string {
 	return msg + "; " + e.Recovery
 }
 
-func (e *RestartError) Unwrap() error { return e.Err }
+func (e *DrainRestartError) Unwrap() error { return e.Err }
 
-// DrainAndRestartFrom replaces the serving Envoy with one that runs cfg from
+// drainAndRestart replaces the serving Envoy with one that runs cfg from
 // copied (a copy that CopyBootstrap made, validated by the caller), without
 // hot restart: it fails Envoy's health checks and drains its listeners as a
 // stop does (plan), stops it and every epoch left, then starts a new Envoy
@@ -66,17 +67,17 @@ func (e *RestartError) Unwrap() error { return e.Err }
 // listener accepts between the old Envoy's exit and the new one's start.
 //
 // When the new Envoy does not come up, the previous configuration is started
-// again (a *RestartError says how that went); when that fails too, no Envoy
-// serves and Run returns the stopped Envoy's exit. It returns the new
-// Envoy's pid and how long the drain took.
-func (e *Envoy) DrainAndRestartFrom(ctx context.Context, cfg ProxyConfig, copied string, plan RestartPlan) (pid int, drained time.Duration, err error) {
+// again (a *DrainRestartError says how that went); when that fails too, no
+// Envoy serves and Run returns the stopped Envoy's exit. It returns how
+// long the drain took.
+func (e *Envoy) drainAndRestart(ctx context.Context, cfg ProxyConfig, copied string, plan RestartPlan) (drained time.Duration, err error) {
 	defer func() {
 		if copied != "" { // refused before an Envoy took it
 			_ = os.Remove(copied)
 		}
 	}()
 	if copied == "" {
-		return 0, 0, errors.New("restart: no bootstrap copy given")
+		return 0, errors.New("restart: no bootstrap copy given")
 	}
 	e.restartMu.Lock()
 	defer e.restartMu.Unlock()
@@ -86,17 +87,17 @@ func (e *Envoy) DrainAndRestartFrom(ctx context.Context, cfg ProxyConfig, copied
 	defer e.replacing.Store(false)
 	prev := e.config()
 	if err := sameIdentity(prev, cfg); err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	old := e.serving()
 	if old == nil || old.exited() {
-		return 0, 0, errors.New("no serving envoy to restart")
+		return 0, errors.New("no serving envoy to restart")
 	}
 	// The serving configuration, kept to start it again if the new one
 	// does not come up (the serving Envoy's own copy goes with it).
-	keep, err := e.snapshotBootstrap(old.snapshot, prev.ConfigPath, 0)
+	keep, err := e.copyBootstrap(prev, old.files.Copy, 0)
 	if err != nil {
-		return 0, 0, fmt.Errorf("keep the serving configuration: %w", err)
+		return 0, fmt.Errorf("keep the serving configuration: %w", err)
 	}
 	defer func() {
 		if keep != "" {
@@ -130,9 +131,9 @@ func (e *Envoy) DrainAndRestartFrom(ctx context.Context, cfg ProxyConfig, copied
 		e.mu.Unlock()
 		e.setServing(p)
 		e.log.Infof("restart: envoy pid %d is LIVE in place of pid %d", p.pid, old.pid)
-		return p.pid, drained, nil
+		return drained, nil
 	}
-	rerr := &RestartError{Err: err}
+	rerr := &DrainRestartError{Err: err}
 	var se *startLiveError
 	if errors.As(err, &se) {
 		rerr.Err, rerr.LastLines = se.err, se.lastLines
@@ -142,11 +143,11 @@ func (e *Envoy) DrainAndRestartFrom(ctx context.Context, cfg ProxyConfig, copied
 	keep = ""
 	if err != nil {
 		rerr.Recovery = fmt.Sprintf("starting the previous configuration again failed too (%v): no Envoy is serving", err)
-		return 0, drained, rerr
+		return drained, rerr
 	}
 	e.setServing(rp)
 	rerr.Recovery = fmt.Sprintf("the previous configuration serves again (pid %d)", rp.pid)
-	return 0, drained, rerr
+	return drained, rerr
 }
 
 // waitRestartDrain waits while the serving Envoy drains before a restart:

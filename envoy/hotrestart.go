@@ -67,16 +67,10 @@ func (e *Envoy) HotRestart(ctx context.Context, cfg ProxyConfig) (int, error) {
 	return e.hotRestart(ctx, cfg, "")
 }
 
-// HotRestartFrom is HotRestart running the copy that CopyBootstrap made
-// (cfg.ConfigPath stays the operator's file). The copy is the new epoch's
-// from then on: it is removed when the epoch ends, or at once on a failure.
-func (e *Envoy) HotRestartFrom(ctx context.Context, cfg ProxyConfig, copied string) (int, error) {
-	if copied == "" {
-		return 0, errors.New("hot restart: no bootstrap copy given")
-	}
-	return e.hotRestart(ctx, cfg, copied)
-}
-
+// hotRestart is HotRestart; with copied, it runs that copy (one that
+// CopyBootstrap made; cfg.ConfigPath stays the operator's file), which is
+// the new epoch's from then on: it is removed when the epoch ends, or at
+// once on a failure.
 func (e *Envoy) hotRestart(ctx context.Context, cfg ProxyConfig, copied string) (int, error) {
 	defer func() {
 		if copied != "" { // refused before an epoch took it
@@ -304,7 +298,7 @@ func (e *Envoy) recover(ctx context.Context, old *process, epoch int) string {
 		return fmt.Sprintf("epoch %d keeps serving traffic but lost its admin API, and it cannot be restored: %v", old.epoch, err)
 	}
 	e.log.Warnf("envoy epoch %d lost its admin listener to the failed epoch; restoring it by hot restarting the serving configuration as epoch %d", old.epoch, epoch)
-	p, err := e.startEpoch(cfg, old.snapshot, epoch)
+	p, err := e.startEpoch(cfg, old.files.Copy, epoch)
 	if err == nil {
 		if err = e.waitEpochLive(ctx, p, cfg); err == nil {
 			e.setServing(p)

@@ -9,13 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/envoy-agent/envoy-agent/envoy/inplace"
+	"github.com/envoy-agent/envoy-agent/envoy/epochfiles"
 	"github.com/envoy-agent/envoy-agent/envoy/output"
 	"github.com/envoy-agent/envoy-agent/envoy/reexec"
 )
@@ -28,14 +27,12 @@ type process struct {
 	started          time.Time
 	replaced         time.Time // when a newer epoch took over serving; guarded by Envoy.mu
 	adminAddressPath string
-	snapshot         string                            // the copy of the operator's bootstrap this epoch runs
-	binary           os.FileInfo                       // the binary file as it was when this epoch started (nil: adopted)
-	resources        string                            // with ProxyConfig.ResourceFiles: the folder of the bootstrap Envoy runs and its LDS and CDS files; "" when it runs snapshot as is
-	layout           atomic.Pointer[inplace.Bootstrap] // snapshot parsed, once resources are written or changed in place (nil: parse it)
-	relay            *output.Relay                     // where outputs are copied; it keeps stderr's last lines
-	outputs          []*outputPipe                     // Envoy's output that the agent copies (kept across a re-exec)
-	done             chan struct{}                     // closed once Wait returned
-	waitErr          error                             // set before done is closed
+	files            *epochfiles.Files // the bootstrap copy it runs from, and its resource files
+	binary           os.FileInfo       // the binary file as it was when this epoch started (nil: adopted)
+	relay            *output.Relay     // where outputs are copied; it keeps stderr's last lines
+	outputs          []*outputPipe     // Envoy's output that the agent copies (kept across a re-exec)
+	done             chan struct{}     // closed once Wait returned
+	waitErr          error             // set before done is closed
 }
 
 // outputPipe is the read end of a pipe Envoy writes its stdout or stderr

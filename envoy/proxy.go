@@ -16,7 +16,7 @@ import (
 
 	"github.com/envoy-agent/envoy-agent/envoy/adminapi"
 	"github.com/envoy-agent/envoy-agent/envoy/conncount"
-	"github.com/envoy-agent/envoy-agent/envoy/inplace"
+	"github.com/envoy-agent/envoy-agent/envoy/epochfiles"
 	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 )
 
@@ -60,7 +60,7 @@ type Envoy struct {
 	restartMu sync.Mutex  // serializes hot restarts
 	replacing atomic.Bool // a new process is being started in place of the serving one: a hot restart, or a drain and restart
 
-	snapshots atomic.Uint64 // numbers each bootstrap copy, so no two epochs share a file
+	copies epochfiles.Copier // the bootstrap copies every epoch runs from
 
 	conns *conncount.Counter // counts the downstream connections (package conncount)
 }
@@ -209,6 +209,12 @@ func (e *Envoy) setServing(p *process) {
 	}
 }
 
+// copyBootstrap copies the bootstrap at source for epoch of cfg
+// (epochfiles.Copier.Copy), in the run folder.
+func (e *Envoy) copyBootstrap(cfg ProxyConfig, source string, epoch int) (string, error) {
+	return e.copies.Copy(e.runDir, source, cfg.ConfigPath, epoch, cfg.RewriteBootstrap)
+}
+
 // startEpoch starts Envoy with cfg as the given epoch and tracks it until
 // it is reaped. Envoy runs a private copy of the bootstrap at source, so that
 // the file can be edited (or be broken) while it runs, and a failed reload
@@ -220,50 +226,59 @@ func (e *Envoy) startEpoch(cfg ProxyConfig, source string, epoch int) (*process,
 	if closed {
 		return nil, errors.New("envoy is being stopped")
 	}
-	snapshot, err := e.snapshotBootstrap(source, cfg.ConfigPath, epoch)
+	copied, err := e.copyBootstrap(cfg, source, epoch)
 	if err != nil {
 		return nil, err
 	}
-	return e.startEpochFrom(cfg, snapshot, epoch)
+	return e.startEpochFrom(cfg, copied, epoch)
 }
 
-// startEpochFrom starts epoch from snapshot, a private copy of the
-// bootstrap that the epoch then owns (it is removed when the epoch ends,
-// or now if it cannot start).
-func (e *Envoy) startEpochFrom(cfg ProxyConfig, snapshot string, epoch int) (*process, error) {
+// startEpochFrom starts epoch from copied, a private copy of the bootstrap
+// that the epoch then owns (it is removed when the epoch ends, or now if
+// it cannot start), with its resource files when cfg asks for them.
+func (e *Envoy) startEpochFrom(cfg ProxyConfig, copied string, epoch int) (*process, error) {
 	path := e.adminAddressPath(epoch)
 	if err := createAdminAddressFile(path); err != nil {
-		_ = os.Remove(snapshot)
+		_ = os.Remove(copied)
 		return nil, err
 	}
-	runCfg := cfg
-	runCfg.ConfigPath = snapshot
-	var resources string
-	var layout *inplace.Bootstrap
-	if cfg.ResourceFiles {
-		if resources, runCfg.ConfigPath, layout = e.writeResources(snapshot, cfg.ConfigPath, epoch); resources == "" {
-			runCfg.ConfigPath = snapshot
-		}
+	files, run, why := epochfiles.ForEpoch(copied, cfg.ConfigPath, cfg.ResourceFiles)
+	if why != nil {
+		e.log.Warnf("envoy epoch %d runs %s as it is (a reload will hot restart it): %v", epoch, cfg.ConfigPath, why)
 	}
+	runCfg := cfg
+	runCfg.ConfigPath = run
 	args := runCfg.args(epoch, path, e.hotRestartSocket)
-	if resources != "" {
+	if files.Resources != "" {
 		args = strictResources(args)
 	}
 	stdout, stderr := cfg.outputs()
 	binary, _ := os.Stat(cfg.BinaryPath)
 	p, err := startProcess(cfg.BinaryPath, args, cfg.Env, epoch, path, stdout, stderr)
 	if err != nil {
-		_ = os.Remove(snapshot)
-		if resources != "" {
-			_ = os.RemoveAll(resources)
-		}
+		files.Remove()
 		return nil, err
 	}
-	p.snapshot, p.resources, p.binary = snapshot, resources, binary
-	p.layout.Store(layout)
+	p.files, p.binary = files, binary
 	e.log.Infof("started envoy epoch %d, pid %d: %s %s", epoch, p.pid, cfg.BinaryPath, strings.Join(args, " "))
 	e.track(p)
 	return p, nil
+}
+
+// ResourcesAccepted checks, for a serving epoch that runs from resource
+// files, that Envoy took every listener and cluster in them (it reports
+// LIVE without one it rejected); nil for an epoch that runs its bootstrap
+// as it is.
+func (e *Envoy) ResourcesAccepted(ctx context.Context) error {
+	p := e.serving()
+	if p == nil {
+		return nil
+	}
+	return e.resourcesAccepted(ctx, p)
+}
+
+func (e *Envoy) resourcesAccepted(ctx context.Context, p *process) error {
+	return p.files.Accepted(ctx, adminBodies{e.admin})
 }
 
 // track adds an epoch, started or adopted, to those the Envoy supervises
@@ -275,10 +290,7 @@ func (e *Envoy) track(p *process) {
 	e.mu.Unlock()
 	go func() {
 		<-p.done
-		_ = os.Remove(p.snapshot)
-		if p.resources != "" {
-			_ = os.RemoveAll(p.resources)
-		}
+		p.files.Remove()
 		e.mu.Lock()
 		delete(e.procs, p)
 		e.mu.Unlock()

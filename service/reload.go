@@ -6,18 +6,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/envoy-agent/envoy-agent/envoy/versions"
 	"os"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/service/config"
-	"github.com/envoy-agent/envoy-agent/service/control"
+	"github.com/sirupsen/logrus"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/envoy/epochfiles"
 	"github.com/envoy-agent/envoy-agent/envoy/inplace"
-	"github.com/sirupsen/logrus"
+	"github.com/envoy-agent/envoy-agent/envoy/versions"
+	"github.com/envoy-agent/envoy-agent/service/config"
+	"github.com/envoy-agent/envoy-agent/service/control"
 )
 
 // errConfig marks reload errors that are about the configuration itself.
@@ -174,7 +175,7 @@ func (s *supervisor) checkReload() (*preparedReload, error) {
 	p.version = v.version
 	if cfg.Agent.InPlace() {
 		t := time.Now()
-		var inPlace *envoy.InPlacePlan
+		var inPlace *epochfiles.Plan
 		inPlace, p.why = s.planInPlace(old, cfg, copied, p.plan.Path == envoy.DrainRestart)
 		p.steps.plan = time.Since(t)
 		if inPlace != nil {
@@ -209,7 +210,7 @@ func (s *supervisor) copyAndValidate(ctx context.Context, cfg *config.Config, st
 		// file's.
 		if changed := c.SourceUnchanged(); changed != nil {
 			_ = os.Remove(c.Path)
-			if errors.Is(changed, envoy.ErrBootstrapChanged) && read < bootstrapReads {
+			if errors.Is(changed, epochfiles.ErrBootstrapChanged) && read < bootstrapReads {
 				s.log.Warnf("reload: %v; reading it again", changed)
 				continue
 			}
@@ -228,7 +229,7 @@ func (s *supervisor) copyAndValidate(ctx context.Context, cfg *config.Config, st
 // binary changed, the bootstrap outside its listeners, routes, clusters
 // and moved secrets, or a listener beside its routes while Envoy can hot restart
 // (drainRestart false).
-func (s *supervisor) planInPlace(old, cfg *config.Config, copied string, drainRestart bool) (*envoy.InPlacePlan, string) {
+func (s *supervisor) planInPlace(old, cfg *config.Config, copied string, drainRestart bool) (*epochfiles.Plan, string) {
 	if !envoy.SameCommandLine(s.proxyConfig(old), s.proxyConfig(cfg)) {
 		return nil, "Envoy's command line changes"
 	}
@@ -335,12 +336,12 @@ func (s *supervisor) applyInPlace(p *preparedReload) control.ReloadResult {
 	cfg := p.cfg
 	t := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Agent.StartTimeout.D())
-	out, err := s.proxy.Reload(ctx, p.plan)
+	_, err := s.proxy.Reload(ctx, p.plan)
 	cancel()
 	p.steps.inPlace = time.Since(t)
 	took := p.steps.took()
 	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), TookMs: took.Milliseconds(),
-		Path: control.PathInPlace, Changed: out.Change.String()}
+		Path: control.PathInPlace, Changed: p.plan.InPlace.Change.String()}
 	if err != nil {
 		s.metrics.reloadsInPlaceFailed.Inc()
 		res.Error = err.Error()

@@ -3,7 +3,6 @@
 package service
 
 import (
-	"context"
 	"testing"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
@@ -20,14 +19,5 @@ func TestReloadPathNames(t *testing.T) {
 		if got := tc.path.String(); got != tc.want {
 			t.Errorf("%d.String() = %q, want %q", tc.path, got, tc.want)
 		}
-	}
-}
-
-// A plan in place without its InPlacePlan is refused, not run as a hot
-// restart.
-func TestReloadInPlaceNeedsItsPlan(t *testing.T) {
-	e := envoy.NewEnvoy(envoy.ProxyConfig{})
-	if _, err := e.Reload(context.Background(), envoy.ReloadPlan{Path: envoy.InPlace}); err == nil {
-		t.Error("Reload in place with no plan: no error")
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/envoy-agent/envoy-agent/envoy/certs"
+	"github.com/envoy-agent/envoy-agent/envoy/epochfiles"
 	"github.com/envoy-agent/envoy-agent/envoy/versions"
 	"github.com/envoy-agent/envoy-agent/internal/childenv"
 	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
@@ -169,7 +170,7 @@ func (s *supervisor) proxyConfig(cfg *config.Config) envoy.ProxyConfig {
 func (s *supervisor) watchCertificates(ctx context.Context, adopting bool) {
 	if adopting {
 		cfg := s.config()
-		if data, err := safefile.ReadRegular(cfg.Envoy.ConfigPath, envoy.MaxBootstrapSize); err == nil {
+		if data, err := safefile.ReadRegular(cfg.Envoy.ConfigPath, epochfiles.MaxBootstrapSize); err == nil {
 			if _, err := s.certs.RewriteBootstrap(data, cfg.Envoy.ConfigPath, cfg.RunDir()); err != nil {
 				s.log.Errorf("%v", err)
 			}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package envoy
+package epochfiles
 
 import (
 	"errors"
@@ -22,15 +22,16 @@ func TestBootstrapCopiesNeverShareAFile(t *testing.T) {
 	if err := os.WriteFile(src, []byte("admin: {}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e := NewEnvoy(ProxyConfig{RunDir: filepath.Join(dir, "run")})
-	if _, err := e.ensureRunDir(); err != nil {
+	run := filepath.Join(dir, "run")
+	if err := os.Mkdir(run, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	failed, err := e.snapshotBootstrap(src, "/etc/envoy/envoy.yaml", 1)
+	var c Copier
+	failed, err := c.Copy(run, src, "/etc/envoy/envoy.yaml", 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	restore, err := e.snapshotBootstrap(src, "/etc/envoy/envoy.yaml", 1)
+	restore, err := c.Copy(run, src, "/etc/envoy/envoy.yaml", 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,53 +54,15 @@ func TestBootstrapCopiesNeverShareAFile(t *testing.T) {
 	if err := os.WriteFile(target, []byte("keep"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	next := filepath.Join(e.runDir, "epoch-2-3-envoy.yaml")
+	next := filepath.Join(run, "epoch-2-3-envoy.yaml")
 	if err := os.Symlink(target, next); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.snapshotBootstrap(src, "/etc/envoy/envoy.yaml", 2); !errors.Is(err, os.ErrExist) {
+	if _, err := c.Copy(run, src, "/etc/envoy/envoy.yaml", 2, nil); !errors.Is(err, os.ErrExist) {
 		t.Fatalf("copy over a planted link: %v, want a refusal (file exists)", err)
 	}
 	if b, _ := os.ReadFile(target); string(b) != "keep" {
 		t.Fatalf("the link's target was overwritten: %q", b)
-	}
-}
-
-// TestUpdateConfig: Proxy.UpdateConfig (Istio's API, no caller in the agent) replaces the
-// bootstrap atomically with the new bytes, keeps the file's mode, and leaves no temporary file.
-func TestUpdateConfig(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "envoy.yaml")
-	if err := os.WriteFile(path, []byte("old: 1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := NewProxy(ProxyConfig{ConfigPath: path})
-	if err := p.UpdateConfig([]byte("new: 2\n")); err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got) != "new: 2\n" {
-		t.Errorf("the bootstrap holds %q, want the new bytes", got)
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi.Mode().Perm() != 0o600 {
-		t.Errorf("mode %v, want the old file's 0600", fi.Mode().Perm())
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(entries) != 1 {
-		t.Errorf("the folder holds %d files, want only the bootstrap (no temporary left)", len(entries))
-	}
-	if err := NewProxy(ProxyConfig{ConfigPath: filepath.Join(dir, "missing", "envoy.yaml")}).UpdateConfig([]byte("x")); err == nil {
-		t.Error("UpdateConfig into a folder that does not exist succeeded")
 	}
 }
 
@@ -148,8 +111,11 @@ func TestBootstrapCopySourceUnchanged(t *testing.T) {
 			if err := os.WriteFile(src, full, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			e := NewEnvoy(ProxyConfig{RunDir: filepath.Join(dir, "run")})
-			c, err := e.CopyBootstrap(src)
+			run := filepath.Join(dir, "run")
+			if err := os.Mkdir(run, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			c, err := new(Copier).Checked(run, src, 1, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
