@@ -11,17 +11,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/envoy/versions"
+	"github.com/envoy-agent/envoy-agent/envoy/cli"
 	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 )
-
-// HotRestartVersion asks an Envoy binary for its hot-restart compatibility
-// string (--hot-restart-version), without a cache (versions.Cache keeps the
-// answers). Two Envoys can hot restart into each other only when theirs
-// are equal.
-func HotRestartVersion(ctx context.Context, binary string) (string, error) {
-	return new(versions.Cache).HotRestartVersion(ctx, binary)
-}
 
 // HotRestartError is a hot restart whose new epoch did not become LIVE. The
 // epoch that was serving still serves; Recovery says what was done to keep
@@ -130,11 +122,6 @@ func (e *Envoy) hotRestart(ctx context.Context, cfg ProxyConfig, copied string) 
 // /proc per poll).
 const drainingEpochPoll = 100 * time.Millisecond
 
-// replacedExitGrace is how long past its parent_shutdown_duration a
-// replaced epoch may take to exit before a reload stops waiting for it
-// (Envoy tells it to exit then; it flushes its logs and stats first).
-const replacedExitGrace = 5 * time.Second
-
 // DrainingEpoch is an epoch that a hot restart replaced and that still
 // holds downstream connections, or still accepts new ones.
 type DrainingEpoch struct {
@@ -157,7 +144,7 @@ func (e *Envoy) markReplaced(old *process, cfg ProxyConfig) {
 			delete(e.replaced, p)
 		}
 	}
-	e.replaced[old] = time.Now().Add(durationOr(cfg.ParentShutdownDuration, DefaultParentShutdownDuration) + replacedExitGrace)
+	e.replaced[old] = time.Now().Add(durationOr(cfg.ParentShutdownDuration, DefaultParentShutdownDuration) + cli.ReplacedExitGrace)
 }
 
 // WaitForDrainingEpochs waits until no epoch that a hot restart replaced
@@ -169,7 +156,7 @@ func (e *Envoy) markReplaced(old *process, cfg ProxyConfig) {
 // Call it before HotRestart: Envoy keeps two generations at most, so
 // starting epoch N+2 ends epoch N at once, cutting whatever it still
 // serves. The wait for an epoch ends at the latest when Envoy itself ends
-// it (its parent_shutdown_duration, plus replacedExitGrace), or when ctx
+// it (its parent_shutdown_duration, plus cli.ReplacedExitGrace), or when ctx
 // ends (an error). report, when not nil, is called at every poll that
 // waits. It returns how long it waited.
 func (e *Envoy) WaitForDrainingEpochs(ctx context.Context, report func(DrainingEpoch)) (time.Duration, error) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/envoy-agent/envoy-agent/service/config"
 )
 
@@ -21,16 +20,6 @@ func (s *supervisor) openPorts(cfg *config.Config) (statusLn, promLn net.Listene
 		return st.AdoptListeners()
 	}
 	return bindPorts(cfg)
-}
-
-// newProxy is the Envoy this agent supervises: a new one, or the one the
-// agent that handed over was running.
-func (s *supervisor) newProxy(cfg *config.Config) (*envoy.Envoy, error) {
-	if st := s.handover; st != nil {
-		s.setHotRestartVersion(st.HotRestartVersion) // before proxyConfig, which reads it
-		return envoy.AdoptEnvoy(s.proxyConfig(cfg), st.Envoy)
-	}
-	return envoy.NewEnvoy(s.proxyConfig(cfg)), nil
 }
 
 // adoptedNote is what READY's STATUS= adds after a handover.

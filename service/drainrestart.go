@@ -7,14 +7,14 @@
 package service
 
 import (
-	"context"
 	"fmt"
 	"time"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/envoy-agent/envoy-agent/service/config"
 	"github.com/envoy-agent/envoy-agent/service/control"
-	"github.com/sirupsen/logrus"
 )
 
 // noteHotRestartOff says, once Envoy's /server_info has told the agent that
@@ -36,13 +36,6 @@ func (s *supervisor) hotRestartOff() bool {
 	return s.hotRestartVersion() == envoy.HotRestartDisabled
 }
 
-// restartsInstead reports whether a reload from the serving Envoy to the
-// binary of hot-restart version next must drain and restart: when either
-// has hot restart compiled out (an Envoy binary upgrade included).
-func (s *supervisor) restartsInstead(next string) bool {
-	return s.hotRestartOff() || next == envoy.HotRestartDisabled
-}
-
 // reloadingStatus is STATUS= with RELOADING=1.
 func (s *supervisor) reloadingStatus() string {
 	if s.hotRestartOff() {
@@ -52,34 +45,30 @@ func (s *supervisor) reloadingStatus() string {
 	return fmt.Sprintf("reloading: epoch %d serving, starting epoch %d", from, from+1)
 }
 
-// drainAndRestart is the reload of an Envoy without hot restart, once cfg
-// and its bootstrap copy are validated: the serving Envoy drains as in a
-// stop (at least min_drain_duration, then until no connection is left, at
-// most termination_drain_duration), is stopped, and a new Envoy runs cfg
-// from the plan's copy, with --disable-hot-restart when next, the new
-// binary's hot-restart version, says hot restart is compiled out. It
-// returns the serving epoch and a sentence for the reload's answer; the
-// caller takes cfg (takeReloadedConfig).
-func (s *supervisor) drainAndRestart(cfg *config.Config, reload envoy.ReloadPlan, next string) (int, string, error) {
+// restartPlan is how a reload to cfg drains and restarts the serving
+// Envoy, pid: as a stop drains (at least min_drain_duration, then until no
+// connection is left, at most termination_drain_duration), with STATUS=
+// saying so and the metric of drains cut counting it; then each start
+// within start_timeout.
+func (s *supervisor) restartPlan(cfg *config.Config, pid int) envoy.RestartPlan {
 	a := cfg.Agent
-	old := s.proxy.Pid()
-	s.notify.ExtendTimeout(a.TerminationDrainDuration.D() + cfg.ReloadBound())
-	s.beginReload(true) // nothing serves until the new Envoy is LIVE; applyReload ends it
-	reload.Config = s.proxyConfig(cfg)
-	reload.Config.DisableHotRestart = next == envoy.HotRestartDisabled
-	reload.Restart = envoy.RestartPlan{MinDrain: a.MinDrainDuration.D(), MaxDrain: a.TerminationDrainDuration.D(), StartTimeout: a.StartTimeout.D(),
+	return envoy.RestartPlan{MinDrain: a.MinDrainDuration.D(), MaxDrain: a.TerminationDrainDuration.D(), StartTimeout: a.StartTimeout.D(),
 		Progress: func(p envoy.DrainProgress) {
 			s.metrics.drainEnded(s.metrics.drainsIncompleteRestart, p)
 			if !p.Done {
 				s.notify.Status(fmt.Sprintf("reloading: draining Envoy pid %d before restarting it: %d active connections, at most %s left (%s)",
-					old, p.ActiveConnections, p.Remaining.Round(time.Second), control.HotRestartOffNote))
+					pid, p.ActiveConnections, p.Remaining.Round(time.Second), control.HotRestartOffNote))
 			}
 		}}
-	out, err := s.proxy.Reload(context.Background(), reload)
-	if err != nil {
-		return 0, "", err
+}
+
+// restartNote is, for a drain and restart that was carried out (out, err
+// nil), the sentence for the reload's answer, logged too; "" otherwise.
+func (s *supervisor) restartNote(p *reloadPlan, out envoy.ReloadOutcome, err error) string {
+	if p.envoy.Path != envoy.DrainRestart || err != nil {
+		return ""
 	}
-	note := fmt.Sprintf("%s: Envoy pid %d drained for %s, pid %d serves the new configuration", control.HotRestartOffNote, old, out.Drained.Round(time.Millisecond), out.Pid)
-	s.log.WithFields(logrus.Fields{"event": "reload_restart", "old_pid": old, "pid": out.Pid, "drained_ms": out.Drained.Milliseconds()}).Infof("reload: %s", note)
-	return out.Epoch, note, nil
+	note := fmt.Sprintf("%s: Envoy pid %d drained for %s, pid %d serves the new configuration", control.HotRestartOffNote, p.fromPid, out.Drained.Round(time.Millisecond), out.Pid)
+	s.log.WithFields(logrus.Fields{"event": "reload_restart", "old_pid": p.fromPid, "pid": out.Pid, "drained_ms": out.Drained.Milliseconds()}).Infof("reload: %s", note)
+	return note
 }

@@ -40,19 +40,19 @@ func (s *supervisor) liveStatus() string {
 	return status
 }
 
-// ready is /healthz/ready: Envoy answers LIVE and no drain has begun.
+// ready is /healthz/ready: Envoy answers LIVE and no stop has begun.
 func (s *supervisor) ready(ctx context.Context) (bool, string) {
-	if s.agent.Draining() {
+	if s.stopping() {
 		return false, "draining"
 	}
-	r, err := s.proxy.Admin().Ready(ctx)
+	r, err := s.admin.Ready(ctx)
 	if err != nil {
 		if s.drainRestarting() {
 			return false, "restarting: " + control.HotRestartOffNote
 		}
 		if s.reloading() {
-			// A starting epoch takes the admin port over early; the
-			// serving epoch keeps serving meanwhile.
+			// A hot restart's starting epoch takes the admin port over
+			// early; the serving epoch keeps serving meanwhile.
 			return true, "LIVE (reloading)"
 		}
 		return false, "envoy admin API not answering"
@@ -64,13 +64,13 @@ func (s *supervisor) ready(ctx context.Context) (bool, string) {
 }
 
 // watchdogCheck is nil before Envoy is first LIVE (the agent itself is
-// alive) and afterwards only while Envoy's admin API answers; its error
-// names what stopped answering.
+// alive) and during a reload, and otherwise (a stop's drain included) only
+// while Envoy's admin API answers; its error names what stopped answering.
 func (s *supervisor) watchdogCheck(ctx context.Context) error {
-	if (!s.live() && !s.agent.Draining()) || s.reloading() {
+	if s.now() == phaseStarting || s.reloading() {
 		return nil // the start timeout bounds both
 	}
-	if _, err := s.proxy.Admin().Ready(ctx); err != nil {
+	if _, err := s.admin.Ready(ctx); err != nil {
 		return fmt.Errorf("the admin API of Envoy pid %d (epoch %d, %s) does not answer GET /ready: %w",
 			s.proxy.Pid(), s.proxy.Epoch(), s.config().AdminAddress(), err)
 	}

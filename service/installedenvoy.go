@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/envoy-agent/envoy-agent/service/control"
 )
 
@@ -113,10 +114,13 @@ func (s *supervisor) installedNote(path string, running os.FileInfo) string {
 		return fmt.Sprintf("the installed Envoy %s differs from the running one (its versions are not known yet): the running one keeps serving", path)
 	}
 	release := envoyRelease(version)
-	if s.restartsInstead(hrVersion) {
+	// What a reload would do: the path a reload decides (reloadPath); a
+	// serving version not known yet is not held against the binary.
+	runningHR := s.hotRestartVersion()
+	switch how, err := reloadPath(runningHR, hrVersion); {
+	case how == envoy.DrainRestart:
 		return fmt.Sprintf("the installed Envoy %s (%s, hot-restart version %s) differs from the running one: a reload switches to it with a drain and a restart (%s)", path, release, hrVersion, control.HotRestartOffNote)
-	}
-	if runningHR := s.hotRestartVersion(); runningHR != "" && hrVersion != runningHR {
+	case err != nil && runningHR != "":
 		return fmt.Sprintf("the installed Envoy %s (%s, hot-restart version %s) differs from the running one (hot-restart version %s) and cannot hot restart from it: a restart switches to it with a drain", path, release, hrVersion, runningHR)
 	}
 	return fmt.Sprintf("the installed Envoy %s (%s) differs from the running one: a reload switches to it with no dropped connection", path, release)
@@ -194,7 +198,7 @@ func (s *supervisor) watchInstalledEnvoy(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if !s.live() || s.reloading() || s.agent.Draining() {
+		if !s.live() || s.reloading() {
 			continue
 		}
 		s.probeInstalledEnvoy(ctx)

@@ -10,7 +10,7 @@ import (
 
 // reopenLogs has every live Envoy epoch reopen its log files (SIGUSR1, POST /reopen_logs).
 func (s *supervisor) reopenLogs(ctx context.Context) control.ReopenResult {
-	if !s.live() || s.agent.Draining() {
+	if !s.live() {
 		res := control.ReopenResult{Error: "envoy is not serving (starting or stopping): no logs to reopen"}
 		s.log.Warnf("reopening logs refused: %s", res.Error)
 		return res

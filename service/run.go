@@ -6,21 +6,18 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/envoy-agent/envoy-agent/envoy/certs"
 	"github.com/envoy-agent/envoy-agent/envoy/epochfiles"
+	"github.com/envoy-agent/envoy-agent/envoy/reexec"
 	"github.com/envoy-agent/envoy-agent/envoy/versions"
-	"github.com/envoy-agent/envoy-agent/internal/childenv"
 	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
-	"github.com/envoy-agent/envoy-agent/service/claims"
 	"github.com/envoy-agent/envoy-agent/service/config"
 	"github.com/envoy-agent/envoy-agent/service/control"
 	"github.com/envoy-agent/envoy-agent/service/handover"
@@ -46,17 +43,15 @@ type Options struct {
 // *StartError when Envoy never became LIVE, or Envoy's *envoy.ExitError
 // when Envoy exited by itself.
 func Run(ctx context.Context, opts Options) error {
-	stderr := opts.Stderr
-	if stderr == nil {
-		stderr = os.Stderr
+	if opts.Stderr == nil {
+		opts.Stderr = os.Stderr
 	}
 	// Signals first: a SIGHUP or SIGTERM during start-up must not kill the
 	// agent with the default action and leave nothing drained.
-	sigs := opts.Signals
-	if sigs == nil {
-		sigs = &systemd.Signals{} // nil channels: no signal reaches this run but ctx's end
+	if opts.Signals == nil {
+		opts.Signals = &systemd.Signals{} // nil channels: no signal reaches this run but ctx's end
 	}
-	stderr = systemd.BestEffortWriter{W: stderr}
+	opts.Stderr = systemd.BestEffortWriter{W: opts.Stderr}
 
 	// An agent that re-executed into this one (a live upgrade) handed over
 	// its Envoys and the settings they run with: the file may have been
@@ -64,7 +59,7 @@ func Run(ctx context.Context, opts Options) error {
 	handover.CloseExecFD()
 	handed, err := handover.Take()
 	if err != nil {
-		fmt.Fprintf(stderr, "envoy-agent: upgrade: cannot adopt the running Envoy: %v\n", err)
+		fmt.Fprintf(opts.Stderr, "envoy-agent: upgrade: cannot adopt the running Envoy: %v\n", err)
 		return err
 	}
 	cfg := handed.ServingConfig()
@@ -82,14 +77,16 @@ func Run(ctx context.Context, opts Options) error {
 			}
 		}
 	}
-	log := systemd.NewLogger(stderr, cfg.Agent.LogLevel, cfg.Agent.LogFormat)
+	log := systemd.NewLogger(opts.Stderr, cfg.Agent.LogLevel, cfg.Agent.LogFormat)
 	for _, w := range cfg.Warnings() {
 		log.Warn(w)
 	}
-	s := &supervisor{state: state{cfg: cfg}, log: log, notify: systemd.NewNotifier(log), metrics: newMetrics(), sigs: sigs, handover: handed, version: opts.Version, certs: certs.NewManager(log)}
-	s.selfPath, _ = os.Executable()
-	s.certs.OnChange = s.metrics.certificatesChanged(s.certs)
-	return s.run(ctx, opts.Version, stderr)
+	s, err := newSupervisor(cfg, opts, handed, log, nil)
+	if err != nil {
+		log.Errorf("upgrade: cannot adopt the running Envoy: %v", err)
+		return err
+	}
+	return s.run(ctx)
 }
 
 // supervisor is one `envoy-agent run`.
@@ -97,70 +94,69 @@ type supervisor struct {
 	state // the configuration in force, the phase, the hot-restart version (state.go)
 
 	log     *logrus.Logger
+	stderr  io.Writer
 	notify  *systemd.Notifier
 	metrics *metrics
 	sigs    *systemd.Signals
+	version string // this agent's
 
-	proxy    *envoy.Envoy
-	agent    *envoy.Agent
-	reloader *reloadqueue.Queue[*preparedReload]
-	stderr   io.Writer
+	// The Envoy it runs, and where it got it (proxy.go).
+	envoys   envoys
+	proxy    envoyProcess
+	admin    envoyAdmin
+	runner   *envoy.Agent // Istio's Agent: runs the Envoy, drains and stops it when its context ends
+	reloader *reloadqueue.Queue[*reloadPlan]
+	versions versions.Cache // what the binaries at binary_path said of themselves, per file
 
-	lastExtend time.Duration // drain time of the last EXTEND_TIMEOUT_USEC; the drain's goroutine only
-	report     statusRecord  // what GET /status reports of past events
+	report statusRecord // what GET /status reports of past events
 
 	// Live upgrades (upgrade.go, adopt.go, package handover).
-	handover         *handover.State // what the agent before the exec handed over, nil on a fresh start
-	version          string
-	selfPath         string // the agent's binary, re-executed on an upgrade
-	statusLn, promLn net.Listener
-	held             *claims.Held // handed over with the listeners
-	up               upgradeState
+	handover *handover.State // what the agent before the exec handed over, nil on a fresh start
+	selfPath string          // the agent's binary, re-executed on an upgrade
+	up       upgradeState
 
 	certs     *certs.Manager // the bootstrap's certificates, served as secrets and watched
 	installed installedEnvoy // is the Envoy at binary_path the running one? (installedenvoy.go)
-	versions  versions.Cache // what the binaries at binary_path said of themselves, per file
 }
 
-// proxyConfigOf maps the configuration's [envoy] table (and the run
-// directory and localhost) onto the envoy package's ProxyConfig. It lives
-// here, not in the config package, so that the config package links
-// nothing of the envoy package.
-func proxyConfigOf(c *config.Config) envoy.ProxyConfig {
-	e := c.Envoy
-	return envoy.ProxyConfig{
-		LogLevel:               e.LogLevel,
-		ComponentLogLevel:      e.ComponentLogLevel,
-		NodeIPs:                e.NodeIPs,
-		Sidecar:                e.DrainInboundOnly,
-		LogAsJSON:              e.LogAsJSON,
-		BinaryPath:             e.BinaryPath,
-		ConfigPath:             e.ConfigPath,
-		AdminPort:              int32(e.AdminPort),
-		AdminSocket:            e.AdminSocket,
-		DrainDuration:          durationpb.New(e.DrainDuration.D()),
-		Concurrency:            e.Concurrency,
-		ParentShutdownDuration: durationpb.New(e.ParentShutdownDuration.D()),
-		BaseID:                 e.BaseID,
-		ExtraArgs:              e.ExtraArgs,
-		RunDir:                 c.RunDir(),
-		LocalHost:              c.Agent.Localhost,
-		AllowRemoteAdmin:       e.AllowRemoteAdmin,
-		ResourceFiles:          c.Agent.InPlace(),
+// newSupervisor assembles the supervisor of one run, every part of it in
+// this one place: cfg is the configuration in force, opts's Stderr and
+// Signals are set, handed is what a live upgrade handed over (nil on a
+// fresh start), and from are the Envoys it runs (nil: the real ones, a
+// unit test's fake otherwise).
+func newSupervisor(cfg *config.Config, opts Options, handed *handover.State, log *logrus.Logger, from envoys) (*supervisor, error) {
+	s := &supervisor{state: state{cfg: cfg}, log: log, stderr: opts.Stderr, notify: systemd.NewNotifier(log), metrics: newMetrics(),
+		sigs: opts.Signals, version: opts.Version, handover: handed, certs: certs.NewManager(log)}
+	s.selfPath, _ = os.Executable()
+	s.certs.OnChange = s.metrics.certificatesChanged(s.certs)
+	s.envoys = from
+	if s.envoys == nil {
+		s.envoys = realEnvoys{&s.versions}
 	}
-}
-
-// proxyConfig is cfg's ProxyConfig with the agent's logger and output.
-func (s *supervisor) proxyConfig(cfg *config.Config) envoy.ProxyConfig {
-	pc := proxyConfigOf(cfg)
-	pc.Logger = s.log
-	pc.Stderr = systemd.EnvoyOutputFor(s.stderr)
-	pc.Stdout = systemd.EnvoyOutputFor(s.stderr)
-	// Envoy must not answer on systemd's notify socket or take its sockets.
-	pc.Env = childenv.Clean(os.Environ())
-	pc.DisableHotRestart = s.hotRestartOff()
-	pc.RewriteBootstrap = s.certs.RewriteBootstrap
-	return pc
+	if handed != nil {
+		s.setHotRestartVersion(handed.HotRestartVersion) // before proxyConfig, which reads it
+	}
+	var err error
+	if s.proxy, s.admin, err = s.envoys.open(s.proxyConfig(cfg, s.hotRestartVersion()), handed); err != nil {
+		return nil, err
+	}
+	s.reloader = reloadqueue.New(reloadqueue.Funcs[*reloadPlan]{
+		Prepare: func(nested bool) (*reloadPlan, bool, control.ReloadResult) {
+			p, res := s.prepareReload(nested)
+			return p, p != nil, res
+		},
+		Wait: s.waitForDrainingEpochs,
+		// An in-place reload starts no epoch: it cuts none.
+		NeedsWait: func(p *reloadPlan) bool { return p.envoy.Path != envoy.InPlace },
+		Apply:     s.applyReload,
+		Discard:   s.discardReload,
+	})
+	a := cfg.Agent
+	s.runner = envoy.NewAgent(s.proxy, a.TerminationDrainDuration.D(), a.MinDrainDuration.D(), a.Localhost,
+		int(cfg.Envoy.AdminPort), int(a.StatusPort), int(a.PrometheusPort), a.ExitOnZeroActiveConnections)
+	s.runner.SetLogger(log)
+	s.runner.OnDrainProgress(s.drainProgress())
+	return s, nil
 }
 
 // watchCertificates keeps the secrets of the bootstrap's certificates up
@@ -188,83 +184,62 @@ func (s *supervisor) applyLogSettings(cfg *config.Config) {
 	s.log.SetFormatter(fresh.Formatter)
 }
 
-func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) (err error) {
-	cfg, log := s.config(), s.log
-	s.stderr = stderr
-	s.report.agentStarted(version)
+// run is the run, once assembled: open (the claims and the agent's own
+// sockets), serve (the agent's servers, the watchdog and Envoy's start),
+// the wait for Envoy to be LIVE (READY=1), then loop until Envoy exits or
+// a stop has stopped it.
+func (s *supervisor) run(ctx context.Context) error {
+	s.report.agentStarted(s.version)
 	s.noteLastExit()
-	if s.proxy, err = s.newProxy(cfg); err != nil {
-		log.Errorf("upgrade: cannot adopt the running Envoy: %v", err)
+	o, err := s.open(ctx)
+	if err != nil {
 		return err
 	}
-	s.reloader = reloadqueue.New(reloadqueue.Funcs[*preparedReload]{
-		Prepare: func(nested bool) (*preparedReload, bool, control.ReloadResult) {
-			p, res := s.prepareReload(nested)
-			return p, p != nil, res
-		},
-		Wait: s.waitForDrainingEpochs,
-		// An in-place reload starts no epoch: it cuts none.
-		NeedsWait: func(p *preparedReload) bool { return p.plan.Path != envoy.InPlace },
-		Apply:     s.applyReload,
-		Discard:   s.discardReload,
-	})
-	a := cfg.Agent
-	s.agent = envoy.NewAgent(s.proxy, a.TerminationDrainDuration.D(), a.MinDrainDuration.D(), a.Localhost,
-		int(cfg.Envoy.AdminPort), int(a.StatusPort), int(a.PrometheusPort), a.ExitOnZeroActiveConnections)
-	s.agent.SetLogger(log)
-	s.agent.OnDrainProgress(s.drainProgress)
+	defer o.close()
 
 	serveCtx, stopServing := context.WithCancel(context.Background())
 	defer stopServing()
-	// An agent that adopts a running Envoy (a live upgrade) holds its base
-	// id, its ports and its listeners already.
-	adopting := s.handover != nil
-	// The claims and the agent's own sockets are taken before Envoy starts,
-	// so that a clash or a taken port fails the start with nothing to clean
-	// up; they do not depend on each other, so they are taken side by side
-	// and a start waits for the slower, not for both. A claim's error comes
-	// first: it names the other instance.
-	sockets := make(chan agentSockets, 1)
-	go func() { sockets <- s.openSockets(ctx, cfg, adopting) }()
-	held, err := claims.Take(cfg, claims.Self{Config: absPath(cfg.File), Instance: os.Getenv(EnvInstance)}, log, s.handover.ClaimFiles())
-	own := <-sockets
-	if err == nil && own.err != nil {
-		held.Close()
-		err = own.err
-	}
-	if err != nil {
-		own.close()
+	// The runner's context: its end stops Envoy (after a drain, unless
+	// draining was disabled).
+	envoyCtx, stopEnvoy := context.WithCancel(context.Background())
+	defer stopEnvoy()
+	status, runErr, started := s.serve(serveCtx, envoyCtx, stopEnvoy, o)
+	if live, err := s.waitLive(ctx, started, runErr, stopEnvoy); !live {
+		s.recordExit(err)
 		return err
 	}
-	defer held.Close()
-	s.held = held
-	statusLn, promLn, ctl, controlLn := own.statusLn, own.promLn, own.ctl, own.controlLn
-	s.statusLn, s.promLn = statusLn, promLn
-	// Closed here, not only by the server's shutdown: the socket file goes
-	// with the agent's exit.
-	defer controlLn.Close()
+	status.Seed(true, "LIVE")
+	go s.watchInstalledEnvoy(serveCtx)
+	return s.loop(ctx, runErr, stopEnvoy)
+}
 
-	agentCtx, stopAgent := context.WithCancel(context.Background())
-	defer stopAgent()
-	ctl.Quit = func() { s.agent.DisableDraining(); stopAgent() }
+// serve starts what runs until the agent exits, until serveCtx ends: the
+// status port, the control socket and the metrics port on the sockets o
+// holds, Envoy (the runner, until envoyCtx ends), the certificates' watch
+// and the watchdog. It returns the status server, whose answer the caller
+// seeds at LIVE, where the runner's end comes, and when Envoy was started.
+func (s *supervisor) serve(serveCtx, envoyCtx context.Context, stopEnvoy context.CancelFunc, o *opened) (*httpserver.Status, <-chan error, time.Time) {
+	cfg, log := s.config(), s.log
+	ctl := o.ctl
+	ctl.Quit = func() { s.runner.DisableDraining(); stopEnvoy() }
 	ctl.Report = s.handleStatus
 	ctl.Reopen = s.reopenLogs
-	ctl.Upgrade = s.upgradeHandler()
-	status := &httpserver.Status{Log: log, Ready: s.ready, Draining: s.agent.Draining}
-	go status.Serve(serveCtx, statusLn)
-	go httpserver.Serve(serveCtx, controlLn, ctl.Handler(), httpserver.Limits{MaxConns: controlMaxConns, Context: control.WithPeerCred}, log)
-	if promLn != nil {
-		prom := &httpserver.Metrics{Log: log, Admin: s.proxy.Admin(), Agent: s.metrics.writeTo}
-		go prom.Serve(serveCtx, promLn)
+	ctl.Upgrade = s.upgradeHandler(o)
+	status := &httpserver.Status{Log: log, Ready: s.ready, Draining: s.stopping}
+	go status.Serve(serveCtx, o.statusLn)
+	go httpserver.Serve(serveCtx, o.controlLn, ctl.Handler(), httpserver.Limits{MaxConns: controlMaxConns, Context: control.WithPeerCred}, log)
+	if o.promLn != nil {
+		prom := &httpserver.Metrics{Log: log, Admin: s.admin, Agent: s.metrics.writeTo}
+		go prom.Serve(serveCtx, o.promLn)
 	}
 
-	log.Infof("envoy-agent %s starting envoy %s with %s (admin %s, status %s, control %s)", version, cfg.Envoy.BinaryPath,
-		cfg.Envoy.ConfigPath, cfg.AdminAddress(), statusLn.Addr(), controlLn.Addr())
+	log.Infof("envoy-agent %s starting envoy %s with %s (admin %s, status %s, control %s)", s.version, cfg.Envoy.BinaryPath,
+		cfg.Envoy.ConfigPath, cfg.AdminAddress(), o.statusLn.Addr(), o.controlLn.Addr())
 	s.notify.Status("starting Envoy")
 	started := time.Now()
 	runErr := make(chan error, 1)
-	go func() { runErr <- s.agent.Run(agentCtx) }()
-	go s.watchCertificates(serveCtx, adopting)
+	go func() { runErr <- s.runner.Run(envoyCtx) }()
+	go s.watchCertificates(serveCtx, s.handover != nil)
 
 	// The watchdog runs from the start: systemd arms it when it forks us,
 	// not at READY. Until Envoy is LIVE the agent vouches for itself (the
@@ -277,13 +252,12 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 		log.Infof("watchdog on: pinging every %s while Envoy's admin API answers", wd/2)
 		go systemd.RunWatchdog(serveCtx, wd, s.watchdogCheck, s.notify.Watchdog, log)
 	}
+	return status, runErr, started
+}
 
-	if live, err := s.waitLive(ctx, started, runErr, stopAgent); !live {
-		s.recordExit(err)
-		return err
-	}
-	status.Seed(true, "LIVE")
-	go s.watchInstalledEnvoy(serveCtx)
+// loop serves the signals and a stop while Envoy serves, until the runner
+// ends (Envoy exited, or a stop stopped it).
+func (s *supervisor) loop(ctx context.Context, runErr <-chan error, stopEnvoy context.CancelFunc) error {
 	done := ctx.Done()
 	for {
 		select {
@@ -291,18 +265,28 @@ func (s *supervisor) run(ctx context.Context, version string, stderr io.Writer) 
 			return s.finish(err)
 		case <-done:
 			done = nil
-			s.stop(systemd.StopReason(ctx)+": draining Envoy", stopAgent)
+			s.stop(systemd.StopReason(ctx)+": draining Envoy", stopEnvoy)
 		case sig := <-s.sigs.Again:
-			log.Infof("%s again: ending the drain now", sig)
-			s.agent.DisableDraining()
+			s.log.Infof("%s again: ending the drain now", sig)
+			s.runner.DisableDraining()
 		case <-s.sigs.Reload:
-			log.Infof("SIGHUP: reloading")
+			s.log.Infof("SIGHUP: reloading")
 			go s.requestReload(context.Background(), nil)
 		case <-s.sigs.Watchdog:
-			s.watchdogStop(stopAgent)
+			s.watchdogStop(stopEnvoy)
 		case <-s.sigs.Reopen:
-			log.Infof("SIGUSR1: reopening envoy's log files")
+			s.log.Infof("SIGUSR1: reopening envoy's log files")
 			go s.reopenLogs(context.Background())
 		}
 	}
 }
+
+// ServeForkerOnMainThread runs main on a goroutine while the calling
+// goroutine, which must be locked to the process's main thread, forks every
+// Envoy and re-executes the agent on an upgrade (envoy/reexec). It returns
+// main's result. The command's main calls it so that it needs service only.
+func ServeForkerOnMainThread(main func() int) int { return reexec.ServeForkerOnMainThread(main) }
+
+// AdminAddressError is a start that stopped because Envoy's admin bound an
+// address other than the configured one (an exit 3, like a bad file).
+type AdminAddressError = envoy.AdminAddressError

@@ -1,7 +1,8 @@
 //go:build linux
 
-// Start-up: bind the agent's listeners, wait for Envoy to be LIVE (READY=1),
-// learn its hot-restart version; or report why it never was.
+// Start-up: take the claims and bind the agent's own sockets (open), wait
+// for Envoy to be LIVE (READY=1), learn its hot-restart version; or report
+// why it never was.
 
 package service
 
@@ -10,15 +11,16 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/envoy-agent/envoy-agent/service/claims"
 	"github.com/envoy-agent/envoy-agent/service/config"
 	"github.com/envoy-agent/envoy-agent/service/control"
 	"github.com/envoy-agent/envoy-agent/service/systemd"
-
-	"github.com/envoy-agent/envoy-agent/envoy"
-	"github.com/sirupsen/logrus"
 )
 
 // StartError is an Envoy that did not come up: it exited, or it was not LIVE
@@ -74,6 +76,44 @@ type agentSockets struct {
 	err              error
 }
 
+// opened is what a run holds from its start to its end: its claims and its
+// own sockets (open). A live upgrade hands them over.
+type opened struct {
+	agentSockets
+	held *claims.Held
+}
+
+// open takes the claims and binds the agent's own sockets before Envoy
+// starts, so that a clash or a taken port fails the start with nothing to
+// clean up. They do not depend on each other, so they are taken side by
+// side and a start waits for the slower, not for both. A claim's error
+// comes first: it names the other instance. An agent that adopts a running
+// Envoy (a live upgrade) holds its base id, its ports and its listeners
+// already.
+func (s *supervisor) open(ctx context.Context) (*opened, error) {
+	cfg := s.config()
+	sockets := make(chan agentSockets, 1)
+	go func() { sockets <- s.openSockets(ctx, cfg, s.handover != nil) }()
+	held, err := claims.Take(cfg, claims.Self{Config: absPath(cfg.File), Instance: os.Getenv(EnvInstance)}, s.log, s.handover.ClaimFiles())
+	own := <-sockets
+	if err == nil && own.err != nil {
+		held.Close()
+		err = own.err
+	}
+	if err != nil {
+		own.close()
+		return nil, err
+	}
+	return &opened{agentSockets: own, held: held}, nil
+}
+
+// close lets go of the claims and closes the control socket (its file goes
+// with the agent's exit); the servers close the ports.
+func (o *opened) close() {
+	o.controlLn.Close()
+	o.held.Close()
+}
+
 // close closes whichever of the sockets were bound.
 func (o agentSockets) close() {
 	for _, ln := range []net.Listener{o.statusLn, o.promLn} {
@@ -111,7 +151,7 @@ func (s *supervisor) openSockets(ctx context.Context, cfg *config.Config, adopti
 // waitLive polls Envoy's /ready until it answers 200 LIVE, then sends
 // READY=1 and returns true. Otherwise Envoy is gone when it returns: it
 // exited or was not LIVE in time (an error), or a stop came first (nil).
-func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-chan error, stopAgent context.CancelFunc) (live bool, err error) {
+func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-chan error, stopEnvoy context.CancelFunc) (live bool, err error) {
 	startTimeout := s.config().Agent.StartTimeout.D()
 	deadline := time.NewTimer(startTimeout)
 	defer deadline.Stop()
@@ -137,12 +177,12 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 			s.log.WithFields(logrus.Fields{"event": "start_timeout", "pid": s.proxy.Pid(), "state": state, "start_timeout_ms": startTimeout.Milliseconds()}).
 				Errorf("envoy was not LIVE within start_timeout %s (state %s); stopping it", startTimeout, state)
 			lines := s.proxy.LastLines()
-			s.agent.DisableDraining()
-			stopAgent()
+			s.runner.DisableDraining()
+			stopEnvoy()
 			<-runErr
 			return false, &StartError{Reason: fmt.Sprintf("envoy was not LIVE within start_timeout %s (its state: %s)", startTimeout, state), LastLines: lines}
 		case <-ctx.Done():
-			return false, s.abortStart(systemd.StopReason(ctx), runErr, stopAgent)
+			return false, s.abortStart(systemd.StopReason(ctx), runErr, stopEnvoy)
 		case sig := <-s.sigs.Reload:
 			s.log.Warnf("%s during start-up: ignored", sig)
 		case sig := <-s.sigs.Reopen:
@@ -150,14 +190,14 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 		case <-timer.C:
 		}
 		pollCtx, cancel := context.WithTimeout(context.Background(), readyProbeTimeout)
-		r, err := s.proxy.Admin().Ready(pollCtx)
+		r, err := s.admin.Ready(pollCtx)
 		cancel()
 		if err == nil {
 			if r.Live {
 				if err := s.checkResources(); err != nil {
 					lines := s.proxy.LastLines()
-					s.agent.DisableDraining()
-					stopAgent()
+					s.runner.DisableDraining()
+					stopEnvoy()
 					<-runErr
 					return false, &StartError{Reason: err.Error(), LastLines: lines}
 				}
@@ -206,13 +246,13 @@ func (s *supervisor) learnVersion() {
 			s.noteHotRestartOff(s.config().Envoy.BinaryPath)
 		}
 	}()
-	si, err := s.proxy.Admin().ServerInfo(ctx)
+	si, err := s.admin.ServerInfo(ctx)
 	if err == nil && si.HotRestartVersion != "" {
 		s.setHotRestartVersion(si.HotRestartVersion)
 		s.log.Infof("envoy %s, hot-restart version %s", si.Version, si.HotRestartVersion)
 		return
 	}
-	v, verr := envoy.HotRestartVersion(ctx, s.config().Envoy.BinaryPath)
+	v, verr := s.envoys.HotRestartVersion(ctx, s.config().Envoy.BinaryPath)
 	if verr != nil {
 		s.log.Warnf("cannot learn Envoy's hot-restart version (%v; %v): reloads will be refused", err, verr)
 		return
@@ -221,11 +261,11 @@ func (s *supervisor) learnVersion() {
 }
 
 // abortStart stops an Envoy that is not LIVE yet: there is nothing to drain.
-func (s *supervisor) abortStart(why string, runErr <-chan error, stopAgent context.CancelFunc) error {
+func (s *supervisor) abortStart(why string, runErr <-chan error, stopEnvoy context.CancelFunc) error {
 	s.log.Infof("%s before Envoy was LIVE: stopping it without a drain", why)
 	s.notify.Stopping("stopping before Envoy was LIVE")
-	s.agent.DisableDraining()
-	stopAgent()
+	s.runner.DisableDraining()
+	stopEnvoy()
 	if err := <-runErr; err != nil {
 		var ee *envoy.ExitError
 		if errors.As(err, &ee) {

@@ -1,9 +1,10 @@
 //go:build linux
 
 // The supervisor's shared state, with one owner: the configuration in
-// force, where the supervisor is in its life (phase) and the serving
-// Envoy's hot-restart version. Every goroutine that reads them (the
-// health and status servers, the watchdog, the reloader, the stop) goes
+// force, where the supervisor is in its life (phase: a stop and its drain
+// included, which nothing else records) and the serving Envoy's
+// hot-restart version. Every goroutine that reads them (the health and
+// status servers, the watchdog, the reloader, the stop, the upgrade) goes
 // through state's methods; the transitions are the only way to change the
 // phase, and each says from which phases it may be taken.
 
@@ -12,6 +13,7 @@ package service
 import (
 	"sync"
 
+	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/envoy-agent/envoy-agent/service/config"
 )
 
@@ -23,14 +25,16 @@ const (
 	phaseStarting phase = iota
 	// phaseLive: Envoy serves, nothing else is under way.
 	phaseLive
-	// phaseReloading: a reload starts a new epoch (hot restart); the
-	// serving epoch keeps serving, and the admin API may be the new
-	// epoch's before it is LIVE.
+	// phaseReloading: a reload changes the serving epoch in place, or
+	// starts a new epoch by hot restart; the serving epoch keeps serving,
+	// and in a hot restart the admin API may be the new epoch's before it
+	// is LIVE.
 	phaseReloading
 	// phaseDrainRestarting: a reload drains and restarts an Envoy without
 	// hot restart; nothing serves until the new one is LIVE.
 	phaseDrainRestarting
-	// phaseDown: stopping, draining with no end, or stopped.
+	// phaseDown: a stop began (its drain, a drain with no end, a stop
+	// without a drain), or the agent stopped; Envoy is not ready.
 	phaseDown
 )
 
@@ -93,13 +97,15 @@ func (st *state) move(to phase, from ...phase) bool {
 // wentLive: Envoy is first LIVE.
 func (st *state) wentLive() bool { return st.move(phaseLive, phaseStarting) }
 
-// beginReload: a reload starts a new epoch, by hot restart or (drain) by
-// draining and restarting Envoy. Only a serving Envoy is reloaded.
-func (st *state) beginReload(drain bool) bool {
-	if drain {
-		return st.move(phaseDrainRestarting, phaseLive, phaseReloading)
+// beginReload: a reload by path begins, in one step: in place or by hot
+// restart (phaseReloading), or by a drain and restart. Only a serving
+// Envoy is reloaded.
+func (st *state) beginReload(path envoy.ReloadPath) bool {
+	to := phaseReloading
+	if path == envoy.DrainRestart {
+		to = phaseDrainRestarting
 	}
-	return st.move(phaseReloading, phaseLive)
+	return st.move(to, phaseLive)
 }
 
 // endReload: the reload's epoch is LIVE, or it failed and the serving one
@@ -124,7 +130,10 @@ func (st *state) live() bool {
 	return false
 }
 
-// reloading is whether a reload is starting a new epoch.
+// stopping is whether a stop has begun (or ended): the one record of it.
+func (st *state) stopping() bool { return st.now() == phaseDown }
+
+// reloading is whether a reload is under way.
 func (st *state) reloading() bool {
 	p := st.now()
 	return p == phaseReloading || p == phaseDrainRestarting

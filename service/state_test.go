@@ -2,7 +2,11 @@
 
 package service
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
+)
 
 // Each transition moves only from the phases it names; a reload that ends
 // after a stop began leaves the supervisor down.
@@ -16,9 +20,12 @@ func TestStateTransitions(t *testing.T) {
 	}{
 		{"first LIVE", phaseStarting, (*state).wentLive, phaseLive, true, false},
 		{"LIVE again after a stop", phaseDown, (*state).wentLive, phaseDown, false, false},
-		{"hot restart", phaseLive, func(st *state) bool { return st.beginReload(false) }, phaseReloading, true, true},
-		{"hot restart before LIVE", phaseStarting, func(st *state) bool { return st.beginReload(false) }, phaseStarting, false, false},
-		{"drain and restart in a reload", phaseReloading, func(st *state) bool { return st.beginReload(true) }, phaseDrainRestarting, true, true},
+		{"hot restart", phaseLive, func(st *state) bool { return st.beginReload(envoy.HotRestart) }, phaseReloading, true, true},
+		{"in place", phaseLive, func(st *state) bool { return st.beginReload(envoy.InPlace) }, phaseReloading, true, true},
+		{"hot restart before LIVE", phaseStarting, func(st *state) bool { return st.beginReload(envoy.HotRestart) }, phaseStarting, false, false},
+		{"drain and restart", phaseLive, func(st *state) bool { return st.beginReload(envoy.DrainRestart) }, phaseDrainRestarting, true, true},
+		{"a reload while one is under way", phaseReloading, func(st *state) bool { return st.beginReload(envoy.DrainRestart) }, phaseReloading, true, true},
+		{"a reload after a stop began", phaseDown, func(st *state) bool { return st.beginReload(envoy.HotRestart) }, phaseDown, false, false},
 		{"hot restart ends", phaseReloading, func(st *state) bool { st.endReload(); return true }, phaseLive, true, false},
 		{"drain and restart ends", phaseDrainRestarting, func(st *state) bool { st.endReload(); return true }, phaseLive, true, false},
 		{"reload ends after a stop", phaseDown, func(st *state) bool { st.endReload(); return false }, phaseDown, false, false},
@@ -35,6 +42,9 @@ func TestStateTransitions(t *testing.T) {
 			}
 			if st.live() != tc.live || st.reloading() != tc.reloading {
 				t.Errorf("live %v reloading %v, want %v %v", st.live(), st.reloading(), tc.live, tc.reloading)
+			}
+			if st.stopping() != (tc.want == phaseDown) {
+				t.Errorf("stopping %v in phase %d", st.stopping(), tc.want)
 			}
 			if st.drainRestarting() != (tc.want == phaseDrainRestarting) {
 				t.Errorf("drainRestarting %v in phase %d", st.drainRestarting(), tc.want)

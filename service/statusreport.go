@@ -14,9 +14,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/service/control"
-
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/service/control"
 )
 
 // EnvInstance is the variable through which envoy-agent@.service tells the
@@ -66,6 +65,14 @@ func systemdUnit() string {
 		}
 	}
 	return ""
+}
+
+// previousRun records the systemd unit the agent runs as and how the
+// previous run ended (nil: not known).
+func (r *statusRecord) previousRun(unit string, prev *control.PreviousExit) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.unit, r.prevExit = unit, prev
 }
 
 func (r *statusRecord) agentStarted(version string) {
@@ -118,21 +125,14 @@ func (r *statusRecord) drainProgress(p envoy.DrainProgress) {
 
 func seconds(d time.Duration) float64 { return float64(d.Milliseconds()) / 1000 }
 
-// statusReport builds the report at now.
-func (s *supervisor) statusReport(ctx context.Context) control.StatusReport {
-	cfg := s.config()
-	now := time.Now()
-	r := &s.report
+// fill puts into rep what the record holds at now: the agent's version,
+// start and previous run, the last reload and the counts, the drain.
+func (r *statusRecord) fill(rep *control.StatusReport, now time.Time) {
 	r.mu.Lock()
-	rep := control.StatusReport{
-		SchemaVersion: control.StatusSchemaVersion,
-		Agent: control.AgentStatus{Version: r.version, Pid: os.Getpid(), Instance: os.Getenv(EnvInstance), Config: absPath(cfg.File),
-			Started: r.started.UTC().Format(time.RFC3339Nano), UptimeSeconds: seconds(now.Sub(r.started)),
-			StatusAddress: net.JoinHostPort(cfg.Agent.Localhost, strconv.Itoa(int(cfg.Agent.StatusPort))),
-			Unit:          r.unit, PreviousExit: r.prevExit},
-		LastReload: r.lastReload,
-		Reloads:    r.counts,
-	}
+	defer r.mu.Unlock()
+	rep.Agent.Version, rep.Agent.Unit, rep.Agent.PreviousExit = r.version, r.unit, r.prevExit
+	rep.Agent.Started, rep.Agent.UptimeSeconds = r.started.UTC().Format(time.RFC3339Nano), seconds(now.Sub(r.started))
+	rep.LastReload, rep.Reloads = r.lastReload, r.counts
 	if r.drain != nil {
 		d := *r.drain
 		if !d.Done {
@@ -146,7 +146,18 @@ func (s *supervisor) statusReport(ctx context.Context) control.StatusReport {
 		}
 		rep.Drain = &d
 	}
-	r.mu.Unlock()
+}
+
+// statusReport builds the report at now.
+func (s *supervisor) statusReport(ctx context.Context) control.StatusReport {
+	cfg := s.config()
+	now := time.Now()
+	rep := control.StatusReport{
+		SchemaVersion: control.StatusSchemaVersion,
+		Agent: control.AgentStatus{Pid: os.Getpid(), Instance: os.Getenv(EnvInstance), Config: absPath(cfg.File),
+			StatusAddress: net.JoinHostPort(cfg.Agent.Localhost, strconv.Itoa(int(cfg.Agent.StatusPort)))},
+	}
+	s.report.fill(&rep, now)
 	for _, c := range s.certs.Certificates() {
 		rep.Certificates = append(rep.Certificates, control.CertificateStatus{File: c.File, KeyFile: c.KeyFile, CA: c.CA,
 			Subject: c.Subject, DNSNames: c.DNSNames, Serial: c.Serial, NotAfter: c.NotAfter.UTC().Format(time.RFC3339),
@@ -154,7 +165,7 @@ func (s *supervisor) statusReport(ctx context.Context) control.StatusReport {
 	}
 
 	switch {
-	case s.agent.Draining():
+	case s.stopping():
 		rep.State = control.StateDraining
 	case s.reloading():
 		rep.State = control.StateReloading
@@ -188,7 +199,7 @@ func (s *supervisor) statusReport(ctx context.Context) control.StatusReport {
 		ServingEpoch:      s.proxy.Epoch(),
 		Listeners:         []control.Listener{},
 	}
-	admin := s.proxy.Admin()
+	admin := s.admin
 	call := func(f func(context.Context) error) error {
 		c, cancel := context.WithTimeout(ctx, control.StatusAdminTimeout)
 		defer cancel()

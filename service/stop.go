@@ -13,13 +13,17 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/envoy-agent/envoy-agent/service/control"
 	"github.com/envoy-agent/envoy-agent/service/lastexit"
-	"github.com/sirupsen/logrus"
 )
 
-func (s *supervisor) stop(why string, stopAgent context.CancelFunc) {
+// stop is a stop's beginning (SIGTERM): the reload under way is let end
+// (start_timeout at most), the supervisor goes down, and the runner's
+// context ends, which drains Envoy and stops it.
+func (s *supervisor) stop(why string, stopEnvoy context.CancelFunc) {
 	s.log.WithFields(logrus.Fields{"event": "stop", "reason": why}).Infof("%s", why)
 	if s.reloading() {
 		s.log.Infof("waiting for the reload under way to end before draining")
@@ -31,7 +35,7 @@ func (s *supervisor) stop(why string, stopAgent context.CancelFunc) {
 	s.goDown()
 	s.metrics.draining.Set(1)
 	s.notify.Stopping("stopping: draining Envoy")
-	stopAgent()
+	stopEnvoy()
 }
 
 // watchdogStop is systemd's watchdog firing (SIGABRT, the unit's
@@ -41,12 +45,12 @@ func (s *supervisor) stop(why string, stopAgent context.CancelFunc) {
 // neither a health-check failure nor a drain, and systemd's stop timeout
 // would cut a drain anyway. systemd records the result "watchdog" and
 // Restart=on-failure restarts the unit, whatever the agent's exit status.
-func (s *supervisor) watchdogStop(stopAgent context.CancelFunc) {
+func (s *supervisor) watchdogStop(stopEnvoy context.CancelFunc) {
 	s.log.WithFields(logrus.Fields{"event": "stop", "reason": "watchdog"}).Warnf("SIGABRT (systemd's watchdog): stopping Envoy without a drain")
 	s.goDown()
 	s.notify.Stopping("stopping: systemd's watchdog fired; Envoy stopped without a drain")
-	s.agent.DisableDraining()
-	stopAgent()
+	s.runner.DisableDraining()
+	stopEnvoy()
 }
 
 func (s *supervisor) finish(err error) error {
@@ -68,12 +72,11 @@ func (s *supervisor) noteLastExit() {
 	if err != nil {
 		s.log.Warnf("%v", err)
 	}
-	s.report.mu.Lock()
-	defer s.report.mu.Unlock()
-	s.report.unit = systemdUnit()
+	var prev *control.PreviousExit
 	if rec != nil {
-		s.report.prevExit = &control.PreviousExit{At: rec.At, Pid: rec.Pid, Reason: rec.Reason}
+		prev = &control.PreviousExit{At: rec.At, Pid: rec.Pid, Reason: rec.Reason}
 	}
+	s.report.previousRun(systemdUnit(), prev)
 }
 
 // recordExit keeps why this run ends (err; nil for a clean stop) for the
@@ -88,29 +91,33 @@ func (s *supervisor) drainNow() {
 	s.report.drainBegan("endless", 0)
 	s.metrics.draining.Set(1)
 	s.goDown()
-	s.agent.DrainNow()
+	s.runner.DrainNow()
 	s.notify.Status("draining with no end (POST /drain); the next stop exits at once")
 }
 
-// drainProgress keeps STATUS= current during a drain and extends systemd's
-// stop timeout so that it never cuts a configured drain short.
-func (s *supervisor) drainProgress(p envoy.DrainProgress) {
-	s.report.drainProgress(p)
-	s.metrics.drainSeconds.Set(p.Elapsed.Seconds())
-	s.metrics.drainEnded(s.metrics.drainsIncompleteStop, p)
-	conns := "unknown"
-	if p.ActiveConnections >= 0 {
-		conns = strconv.Itoa(p.ActiveConnections)
-	}
-	if p.Done {
-		s.notify.Status(fmt.Sprintf("drained for %s (%s); stopping Envoy", p.Elapsed.Round(100*time.Millisecond), p.Reason))
-		s.notify.ExtendTimeout(envoy.DefaultQuitGrace + stopExtendMargin)
-		return
-	}
-	s.notify.Status(fmt.Sprintf("draining: %s active connections, %s left", conns, p.Remaining.Round(time.Second)))
-	// Once a second is plenty: each extension covers the whole rest.
-	if p.Elapsed-s.lastExtend >= drainExtendEvery || s.lastExtend == 0 {
-		s.lastExtend = max(p.Elapsed, 1)
-		s.notify.ExtendTimeout(p.Remaining + envoy.DefaultQuitGrace + stopExtendMargin)
+// drainProgress returns what keeps STATUS= current during a stop's drain
+// and extends systemd's stop timeout so that it never cuts a configured
+// drain short; the drain's goroutine calls it (envoy.Agent.OnDrainProgress).
+func (s *supervisor) drainProgress() func(envoy.DrainProgress) {
+	var lastExtend time.Duration // the drain time of the last EXTEND_TIMEOUT_USEC
+	return func(p envoy.DrainProgress) {
+		s.report.drainProgress(p)
+		s.metrics.drainSeconds.Set(p.Elapsed.Seconds())
+		s.metrics.drainEnded(s.metrics.drainsIncompleteStop, p)
+		conns := "unknown"
+		if p.ActiveConnections >= 0 {
+			conns = strconv.Itoa(p.ActiveConnections)
+		}
+		if p.Done {
+			s.notify.Status(fmt.Sprintf("drained for %s (%s); stopping Envoy", p.Elapsed.Round(100*time.Millisecond), p.Reason))
+			s.notify.ExtendTimeout(envoy.DefaultQuitGrace + stopExtendMargin)
+			return
+		}
+		s.notify.Status(fmt.Sprintf("draining: %s active connections, %s left", conns, p.Remaining.Round(time.Second)))
+		// Once a second is plenty: each extension covers the whole rest.
+		if p.Elapsed-lastExtend >= drainExtendEvery || lastExtend == 0 {
+			lastExtend = max(p.Elapsed, 1)
+			s.notify.ExtendTimeout(p.Remaining + envoy.DefaultQuitGrace + stopExtendMargin)
+		}
 	}
 }

@@ -2,7 +2,11 @@
 
 package service
 
-import "time"
+import (
+	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy"
+)
 
 // Timings of the service that have no better home beside their use, each
 // with why it has its value. The ones an operator sets are in the
@@ -25,6 +29,13 @@ const (
 	// readyProbeTimeout bounds one /ready poll while Envoy starts: the
 	// admin answers in milliseconds, and the poll runs again at once.
 	readyProbeTimeout = time.Second
+
+	// drainRestartStopBound is what the bound of a drain and restart
+	// (reloadTimeout) allows for stopping the drained Envoy between its
+	// drain and the new one's start: the quit grace of the serving epoch,
+	// then for an epoch left by a hot restart, its own exit and the grace
+	// after SIGTERM.
+	drainRestartStopBound = 3 * envoy.DefaultQuitGrace
 
 	// serverInfoTimeout bounds the /server_info read after the first LIVE
 	// (Envoy's version and hot-restart version, for the log and reloads).

@@ -27,8 +27,13 @@ type upgradeState struct {
 	mu      sync.Mutex
 	running bool
 	lastErr string // why the last upgrade was refused or failed
-	// binary is the new agent's file, opened before it was probed: what
-	// runUpgrade executes.
+}
+
+// preparedUpgrade is an upgrade whose new binary was probed and can take
+// over (prepareUpgrade): what runUpgrade executes.
+type preparedUpgrade struct {
+	to string // the new agent's version
+	// binary is the new agent's file, opened before it was probed.
 	binary *os.File
 	// check: the new binary can read the state before the exec
 	// (version --handover-check).
@@ -40,15 +45,16 @@ var imageStarted = time.Now().UnixNano()
 
 // upgradeHandler is the /upgrade route, mountable on any router: GET says
 // what runs; POST checks the agent's binary (as installed now) and, when it
-// can take over, answers 202 and re-executes it with Envoy kept.
-func (s *supervisor) upgradeHandler() http.Handler {
+// can take over, answers 202 and re-executes it with Envoy kept, and with
+// o, the claims and sockets the run holds.
+func (s *supervisor) upgradeHandler(o *opened) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		switch r.Method {
 		case http.MethodGet:
 			_ = json.NewEncoder(w).Encode(s.upgradeInfo())
 		case http.MethodPost:
-			ans := s.prepareUpgrade(r.Context())
+			ans, up := s.prepareUpgrade(r.Context())
 			if !ans.OK {
 				w.WriteHeader(http.StatusConflict)
 				_ = json.NewEncoder(w).Encode(ans)
@@ -59,7 +65,7 @@ func (s *supervisor) upgradeHandler() http.Handler {
 			if f, ok := w.(http.Flusher); ok {
 				f.Flush()
 			}
-			s.runUpgrade(ans.To)
+			s.runUpgrade(up, o)
 		default:
 			w.Header().Set("Allow", "GET, POST")
 			http.Error(w, "method not allowed: use GET or POST", http.StatusMethodNotAllowed)
@@ -72,7 +78,7 @@ func (s *supervisor) upgradeInfo() control.UpgradeAnswer {
 	lastErr := s.up.lastErr
 	s.up.mu.Unlock()
 	a := control.UpgradeAnswer{OK: true, Version: s.version, Pid: os.Getpid(), EnvoyPid: s.proxy.Pid(), Epoch: s.proxy.Epoch(),
-		Live: s.live() && !s.agent.Draining(), LastUpgradeError: lastErr, ImageStarted: imageStarted}
+		Live: s.live(), LastUpgradeError: lastErr, ImageStarted: imageStarted}
 	if s.handover != nil {
 		a.AdoptedFrom = s.handover.FromAgentVersion
 	}
@@ -80,20 +86,20 @@ func (s *supervisor) upgradeInfo() control.UpgradeAnswer {
 }
 
 // prepareUpgrade checks that a live upgrade can go ahead; with OK set, the
-// caller must call runUpgrade.
-func (s *supervisor) prepareUpgrade(ctx context.Context) control.UpgradeAnswer {
+// caller must call runUpgrade with the prepared upgrade.
+func (s *supervisor) prepareUpgrade(ctx context.Context) (control.UpgradeAnswer, preparedUpgrade) {
 	ans := s.upgradeInfo()
 	ans.OK, ans.LastUpgradeError = false, ""
 	if !ans.Live {
 		ans.Error = "envoy is not serving (starting or stopping): nothing to hand over"
 		s.log.Warnf("upgrade refused: %s", ans.Error)
-		return ans
+		return ans, preparedUpgrade{}
 	}
 	s.up.mu.Lock()
 	if s.up.running {
 		s.up.mu.Unlock()
 		ans.Error = "an upgrade is under way"
-		return ans
+		return ans, preparedUpgrade{}
 	}
 	s.up.running = true
 	s.up.mu.Unlock()
@@ -114,11 +120,10 @@ func (s *supervisor) prepareUpgrade(ctx context.Context) control.UpgradeAnswer {
 	}
 	if err == nil {
 		s.up.mu.Lock()
-		s.up.binary, s.up.check = bin, check
 		s.up.lastErr = "" // the client waits for this upgrade's outcome, not an earlier one's
 		s.up.mu.Unlock()
 		ans.OK, ans.To = true, to
-		return ans
+		return ans, preparedUpgrade{to: to, binary: bin, check: check}
 	}
 	s.up.mu.Lock()
 	s.up.running = false
@@ -128,23 +133,20 @@ func (s *supervisor) prepareUpgrade(ctx context.Context) control.UpgradeAnswer {
 	if errors.Is(err, handover.ErrCannotHandOver) {
 		ans.Fallback = true
 		s.log.Warnf("upgrade: %v; falling back to a drained restart", err)
-		return ans
+		return ans, preparedUpgrade{}
 	}
 	s.log.Errorf("upgrade refused, envoy-agent %s keeps serving: %v", s.version, err)
 	s.notify.Status(fmt.Sprintf("%s; upgrade refused: %s", s.liveStatus(), firstLine(err.Error())))
-	return ans
+	return ans, preparedUpgrade{}
 }
 
-// runUpgrade re-executes the agent's binary; it returns only when that
-// failed, with the old agent still in charge.
-func (s *supervisor) runUpgrade(to string) {
+// runUpgrade re-executes the agent's binary, up, handing over o; it
+// returns only when that failed, with the old agent still in charge.
+func (s *supervisor) runUpgrade(up preparedUpgrade, o *opened) {
+	to := up.to
 	s.notify.Reloading(fmt.Sprintf("upgrading: handing Envoy pid %d (epoch %d) over to envoy-agent %s", s.proxy.Pid(), s.proxy.Epoch(), to))
-	s.up.mu.Lock()
-	bin, check := s.up.binary, s.up.check
-	s.up.binary = nil
-	s.up.mu.Unlock()
-	err := s.execHandover(to, bin, check)
-	bin.Close()
+	err := s.execHandover(up, o)
+	up.binary.Close()
 	s.up.mu.Lock()
 	s.up.running = false
 	s.up.lastErr = err.Error()
@@ -154,22 +156,23 @@ func (s *supervisor) runUpgrade(to string) {
 }
 
 // execHandover re-executes the agent's binary with the running Envoys and
-// listeners kept. It returns only when that failed; then everything is as
-// before and the caller reports why.
-func (s *supervisor) execHandover(to string, bin *os.File, check bool) error {
+// o's listeners and claims kept. It returns only when that failed; then
+// everything is as before and the caller reports why.
+func (s *supervisor) execHandover(up preparedUpgrade, o *opened) error {
+	to, bin, check := up.to, up.binary, up.check
 	cfg := s.config()
 	return s.proxy.Handover(func(es reexec.HandoverState) error {
-		if s.agent.Draining() {
+		if s.stopping() {
 			// A stop came in meanwhile: it wins, and the drain goes on here.
 			return errors.New("a stop began: not handing over a draining Envoy")
 		}
 		st := handover.New(s.version, cfg, s.hotRestartVersion(), es)
-		undoListeners, err := st.KeepListeners(s.statusLn, s.promLn)
+		undoListeners, err := st.KeepListeners(o.statusLn, o.promLn)
 		defer undoListeners() // only reached when the exec failed
 		if err != nil {
 			return err
 		}
-		handed, undo, err := s.held.HandOver()
+		handed, undo, err := o.held.HandOver()
 		if err != nil {
 			return err
 		}

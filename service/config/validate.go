@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy/certs"
+	"github.com/envoy-agent/envoy-agent/envoy/cli"
 	"github.com/envoy-agent/envoy-agent/envoy/output"
 	"github.com/envoy-agent/envoy-agent/envoy/versions"
 	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
@@ -21,13 +22,33 @@ import (
 // ValidateTimeout bounds `envoy --mode validate`.
 const ValidateTimeout = 60 * time.Second
 
-// ReloadBound is the longest one reload takes once it has begun: the
+// ReloadBound is the longest a reload of c takes once it has begun, when
+// it waits wait before its new Envoy starts (for the epoch the previous
+// reload replaced, or a drain and restart's drain): the wait, the
 // validation (ValidateTimeout), the new epoch's start and, should that
 // fail, the start that restores the serving configuration (start_timeout
-// each). systemd's EXTEND_TIMEOUT_USEC during a reload and the reload
-// client's wait are made of it.
-func (c *Config) ReloadBound() time.Duration {
-	return 2*c.Agent.StartTimeout.D() + ValidateTimeout
+// each). Both systemd's EXTEND_TIMEOUT_USEC during a reload (with the wait
+// as far as the agent knows it) and the reload client's deadline
+// (ReloadClientTimeout, with the longest wait) are made of it.
+func (c *Config) ReloadBound(wait time.Duration) time.Duration {
+	return wait + 2*c.Agent.StartTimeout.D() + ValidateTimeout
+}
+
+// ReloadWaitBound is the longest a reload of c waits before its new Envoy
+// starts: for the epoch the previous reload replaced, until Envoy itself
+// ends it (parent_shutdown_duration, and the grace it has to exit), then,
+// for an Envoy without hot restart, for the serving Envoy's drain
+// (termination_drain_duration).
+func (c *Config) ReloadWaitBound() time.Duration {
+	return c.Envoy.ParentShutdownDuration.D() + cli.ReplacedExitGrace + c.Agent.TerminationDrainDuration.D()
+}
+
+// ReloadClientTimeout is how long `envoy-agent reload` waits for its
+// answer: the longest reload (ReloadBound with ReloadWaitBound), and one
+// validation more, for a request made while another reload's validation
+// is under way (it is checked once that ends).
+func (c *Config) ReloadClientTimeout() time.Duration {
+	return c.ReloadBound(c.ReloadWaitBound()) + ValidateTimeout
 }
 
 // Validate checks the configuration file at path and has Envoy validate its

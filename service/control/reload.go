@@ -44,9 +44,7 @@ func RequestReload(ctx context.Context, path string, out io.Writer) error {
 		return err
 	}
 	sock := cfg.ControlSocketPath()
-	// One validation more than a reload takes: a reload may wait behind one
-	// whose validation is under way.
-	ctx, cancel := context.WithTimeout(ctx, cfg.ReloadBound()+config.ValidateTimeout)
+	ctx, cancel := context.WithTimeout(ctx, cfg.ReloadClientTimeout())
 	defer cancel()
 	resp, server, err := controlRequest(ctx, sock, http.MethodPost, "/reload", reloadProgressType)
 	if ue := (*config.UntrustedControlError)(nil); errors.As(err, &ue) {

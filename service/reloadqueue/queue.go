@@ -16,8 +16,6 @@ package reloadqueue
 
 import (
 	"context"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -36,10 +34,20 @@ type Funcs[P any] struct {
 	// progress hears at once what it waits for.
 	Wait      func(ctx context.Context, progress func(string)) (time.Duration, string, error)
 	NeedsWait func(P) bool
-	// Apply carries the prepared reload out and returns the answer.
-	Apply func(P) control.ReloadResult
+	// Apply carries the prepared reload out and returns the answer, the
+	// whole of it: the queue only hands it to every request the run
+	// serves. run says when the run began and what it waited for.
+	Apply func(p P, run Run) control.ReloadResult
 	// Discard lets go of a prepared reload that will not run.
 	Discard func(P)
+}
+
+// Run is what a run did before it applied its reload: when it began (its
+// first Prepare) and how long it waited, with the wait's note.
+type Run struct {
+	Start  time.Time
+	Waited time.Duration
+	Note   string
 }
 
 // Queue runs reloads one at a time (see the package doc).
@@ -175,11 +183,7 @@ func (q *Queue[P]) run(batch []request) {
 			tellAll(later, said)
 		}
 	}
-	res = q.f.Apply(p)
-	res.TookMs = time.Since(start).Milliseconds()
-	res.WaitedMs = waited.Milliseconds()
-	res.Note = strings.Join(slices.DeleteFunc([]string{note, res.Note}, func(n string) bool { return n == "" }), "; ")
-	answerAll(batch, res)
+	answerAll(batch, q.f.Apply(p, Run{Start: start, Waited: waited, Note: note}))
 }
 
 func answerAll(batch []request, res control.ReloadResult) {

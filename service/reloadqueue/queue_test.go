@@ -44,13 +44,13 @@ func (f *fake) funcs(wait bool) Funcs[int] {
 			}
 			return f.prepared, true, control.ReloadResult{}
 		},
-		Apply: func(p int) control.ReloadResult {
+		Apply: func(p int, run Run) control.ReloadResult {
 			f.inApply <- struct{}{}
 			<-f.applyGo
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			f.applied = append(f.applied, p)
-			return control.ReloadResult{OK: true, Epoch: p}
+			return control.ReloadResult{OK: true, Epoch: p, Note: run.Note}
 		},
 		Discard: func(p int) {
 			f.mu.Lock()
