@@ -298,6 +298,7 @@ const hcm = `{name: envoy.filters.network.http_connection_manager, typed_config:
 
 func startLiveAgent(t *testing.T, dir string) *liveAgent {
 	t.Helper()
+	envoyBin := envoykit.Binary(t) // first: it skips in make test-unit, which builds no agent
 	a := &liveAgent{bin: agentBinary(t, dir), bootstrap: filepath.Join(dir, "envoy.yaml"), config: filepath.Join(dir, "config.toml")}
 	// The upstream: / answers 200, /fail 503, /healthz 200 unless failHealth (Envoy's health checks).
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -346,7 +347,7 @@ run_dir = %q
 termination_drain_duration = "2s"
 min_drain_duration = "0s"
 reload_method = "auto"
-`, envoykit.Binary(t), a.bootstrap, ports.Admin, baseID, ports.Status, ports.Prometheus, filepath.Join(dir, "run"))
+`, envoyBin, a.bootstrap, ports.Admin, baseID, ports.Status, ports.Prometheus, filepath.Join(dir, "run"))
 	if err := os.WriteFile(a.config, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}

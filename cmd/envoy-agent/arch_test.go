@@ -64,7 +64,7 @@ func TestAgentAndEnvoyRunAsTheTestsArchitecture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent, err := filepath.EvalSymlinks(agentBin)
+	agent, err := filepath.EvalSymlinks(agentBin(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,7 +104,7 @@ func TestBadInputNeverStartsEnvoy(t *testing.T) {
 }
 
 func TestValidateExampleConfig(t *testing.T) {
-	cmd := exec.Command(agentBin, "validate", "--config", filepath.Join(envoykit.RepoRoot(t), "config.example.toml"))
+	cmd := exec.Command(agentBin(t), "validate", "--config", filepath.Join(envoykit.RepoRoot(t), "config.example.toml"))
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(envoykit.Binary(t))+":"+os.Getenv("PATH"))
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "OK: ") {
@@ -128,7 +128,7 @@ func TestUnreadableConfigAsAnotherUser(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("[envoy]\nadmin_port = 15000\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(agentBin, "validate", "--config", cfg)
+	cmd := exec.Command(agentBin(t), "validate", "--config", cfg)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -242,7 +242,7 @@ func TestFakeAgentOnTheControlSocketIsNotBelieved(t *testing.T) {
 		{[]string{"validate", "--config", p.config}, 3, []string{"agent.control_socket", "belongs to uid 65534", "any local user could have made it"}},
 	}
 	for _, tt := range tests {
-		code, out := runBinary(t, nil, agentBin, tt.args...)
+		code, out := runBinary(t, nil, agentBin(t), tt.args...)
 		if strings.Contains(out, "epoch 7") || strings.Contains(out, "reloaded") {
 			t.Errorf("envoy-agent %s believed the fake: exit %d: %s", tt.args[0], code, out)
 		}
@@ -284,11 +284,11 @@ func TestFakeAgentInAFolderRootMadeIsNotBelieved(t *testing.T) {
 	startFakeAgent(t, sock, config)
 
 	// A folder anyone can write: refused by validate and the client alike.
-	code, out := runBinary(t, nil, agentBin, "validate", "--config", config)
+	code, out := runBinary(t, nil, agentBin(t), "validate", "--config", config)
 	if code != 3 || !strings.Contains(out, "writable by its group or by others (mode 0777)") {
 		t.Errorf("validate with a 0777 socket folder: exit %d: %s", code, out)
 	}
-	code, out = runBinary(t, nil, agentBin, "reload", "--config", config)
+	code, out = runBinary(t, nil, agentBin(t), "reload", "--config", config)
 	if code == 0 || !strings.Contains(out, "writable by its group or by others") {
 		t.Errorf("reload with a 0777 socket folder: exit %d: %s", code, out)
 	}
@@ -297,7 +297,7 @@ func TestFakeAgentInAFolderRootMadeIsNotBelieved(t *testing.T) {
 	if err := os.Chmod(sockDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	code, out = runBinary(t, nil, agentBin, "reload", "--config", config)
+	code, out = runBinary(t, nil, agentBin(t), "reload", "--config", config)
 	if code == 0 || !strings.Contains(out, "runs as uid 65534, neither root") || strings.Contains(out, "reloaded") {
 		t.Errorf("reload from a uid 65534 server: exit %d: %s; want it not believed", code, out)
 	}

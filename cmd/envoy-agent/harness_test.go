@@ -35,7 +35,18 @@ import (
 	"github.com/envoy-agent/envoy-agent/service/claims"
 )
 
-var agentBin string
+// builtAgent is the envoy-agent binary TestMain built; "" in the fast tier.
+var builtAgent string
+
+// agentBin is the envoy-agent binary the tests run; a test that runs it
+// skips in the fast tier (make test-unit), which builds none.
+func agentBin(t testing.TB) string {
+	t.Helper()
+	if builtAgent == "" {
+		t.Skip("runs the envoy-agent binary: make test (this is make test-unit, which builds none)")
+	}
+	return builtAgent
+}
 
 func TestMain(m *testing.M) {
 	if helperMain() {
@@ -51,7 +62,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	agentBin = filepath.Join(dir, "envoy-agent")
+	// The fast tier builds no agent: the tests that run it skip there
+	// (agentBin).
+	if !envoykit.UnitTier() {
+		builtAgent = filepath.Join(dir, "envoy-agent")
+	}
 	// The agents these tests start see each other's claims, and no one
 	// else's (other test runs on the host share /run/envoy-agent-claims).
 	os.Setenv(claims.EnvDir, filepath.Join(dir, "claims"))
@@ -59,9 +74,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if err := buildAgent(agentBin); err != nil {
-		fmt.Fprintln(os.Stderr, "build envoy-agent:", err)
-		os.Exit(1)
+	if builtAgent != "" {
+		if err := buildAgent(builtAgent); err != nil {
+			fmt.Fprintln(os.Stderr, "build envoy-agent:", err)
+			os.Exit(1)
+		}
 	}
 	if err := copyTestBinary(dir); err != nil {
 		fmt.Fprintln(os.Stderr, "copy the test binary:", err)
@@ -167,7 +184,7 @@ func startAgentWith(t *testing.T, o procOptions, beforeStart func(envoykit.Ports
 	}
 	p := &agentProc{t: t, ports: ports, upstream: up, dir: dir, config: config, stderr: &envoykit.SyncBuffer{}}
 	p.ns = envoykit.NewNotifySocket(t)
-	bin := agentBin
+	bin := agentBin(t)
 	if o.binary != "" {
 		bin = o.binary
 	}
@@ -537,7 +554,7 @@ func (p *agentProc) controlSocket() string { return filepath.Join(p.dir, "run", 
 // reloadAs runs `envoy-agent reload` as cred.
 func (p *agentProc) reloadAs(cred *syscall.Credential) (int, string) {
 	p.t.Helper()
-	return runBinary(p.t, cred, agentBin, "reload", "--config", p.config)
+	return runBinary(p.t, cred, agentBin(p.t), "reload", "--config", p.config)
 }
 
 // startHelper starts this test binary (its copy others can run) as uid
@@ -578,7 +595,7 @@ func startHelper(t *testing.T, role, ready string, env ...string) (helper *exec.
 // and stderr.
 func runAgent(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(agentBin, args...)
+	cmd := exec.Command(agentBin(t), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	done := make(chan error, 1)

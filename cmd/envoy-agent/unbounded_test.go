@@ -111,7 +111,7 @@ func TestStopWaitsOnAHungReloadAtMostStartTimeout(t *testing.T) {
 // executes the binary; the limit is what bounds the child.
 func runLimited(t *testing.T, limit uint64, args ...string) (int, string, int64, time.Duration) {
 	t.Helper()
-	cmd := exec.Command("prlimit", append([]string{"--data=" + strconv.FormatUint(limit, 10), "--", agentBin}, args...)...)
+	cmd := exec.Command("prlimit", append([]string{"--data=" + strconv.FormatUint(limit, 10), "--", agentBin(t)}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

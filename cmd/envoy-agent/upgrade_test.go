@@ -33,7 +33,7 @@ func buildVersion(t *testing.T, version string) string {
 	if p, ok := builds.Load(version); ok {
 		return p.(string)
 	}
-	out := filepath.Join(filepath.Dir(agentBin), "envoy-agent-"+version)
+	out := filepath.Join(filepath.Dir(agentBin(t)), "envoy-agent-"+version)
 	build := exec.Command("go", "build", "-ldflags", "-X main.version="+version, "-o", out, ".")
 	if b, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build %s: %v\n%s", version, err, b)
