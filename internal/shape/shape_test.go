@@ -13,7 +13,7 @@ import (
 
 // maxFiles is the most .go files (tests included) one package may hold: past it, a newcomer
 // cannot name the package's one job.
-const maxFiles = 30
+const maxFiles = 25
 
 // cmdImports are the module's packages cmd/envoy-agent may import: the daemon and its
 // packages, and the command table.
