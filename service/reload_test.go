@@ -16,6 +16,7 @@ import (
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/service/config"
 	"github.com/envoy-agent/envoy-agent/service/control"
+	"github.com/envoy-agent/envoy-agent/service/reloadqueue"
 )
 
 // A reload's answer names its path with the envoy package's names for it:
@@ -120,6 +121,29 @@ func TestReloadPlanPath(t *testing.T) {
 				t.Errorf("the serving hot-restart version after the reload is %q, want the new binary's %q", got, tc.next)
 			}
 		})
+	}
+}
+
+// TestReloadPlanIsAValue: the plan checkReload returns prints as one line
+// (what a dry run would show: the epoch it replaces, the path, the copy,
+// the bound, why a new epoch) and is carried out later as it was printed,
+// by one Reload call that gets that very plan.
+func TestReloadPlanIsAValue(t *testing.T) {
+	fs := startFake(t, "")
+	fs.writeBootstrap("v1")
+	p, err := fs.s.checkReload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	printed := p.String()
+	for _, want := range []string{"from epoch 0 (pid 100): hot_restart", p.envoy.Copied, "within 3s", "a new epoch because the serving Envoy runs its bootstrap as it is"} {
+		if !strings.Contains(printed, want) {
+			t.Errorf("the plan prints as %q, without %q", printed, want)
+		}
+	}
+	res := fs.s.applyReload(p, reloadqueue.Run{Start: time.Now()})
+	if !res.OK || len(fs.envoy.reloads) != 1 || fs.envoy.reloads[0].String() != p.envoy.String() {
+		t.Fatalf("answer %+v, calls %v: want the printed plan carried out once", res, fs.envoy.reloads)
 	}
 }
 
