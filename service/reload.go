@@ -325,8 +325,8 @@ func (s *supervisor) discardReload(p *reloadPlan) {
 // what the queue's run did before: when it began, what it waited for.
 func (s *supervisor) applyReload(p *reloadPlan, run reloadqueue.Run) control.ReloadResult {
 	s.beginReload(p.envoy.Path)
-	if status := s.reloadingStatus(); p.envoy.Path != envoy.InPlace {
-		s.notify.Status(status)
+	if p.envoy.Path != envoy.InPlace {
+		s.notify.Status(s.reloadingStatus())
 	}
 	if p.envoy.Path == envoy.DrainRestart {
 		s.notify.ExtendTimeout(p.cfg.ReloadBound(p.envoy.Restart.MaxDrain))
