@@ -56,7 +56,9 @@ func (peerCreds) ClientHandshake(context.Context, string, net.Conn) (net.Conn, c
 	return nil, nil, errors.New("xds: server-side credentials only")
 }
 
-func (peerCreds) Info() credentials.ProtocolInfo { return credentials.ProtocolInfo{SecurityProtocol: "peercred"} }
+func (peerCreds) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "peercred"}
+}
 
 func (peerCreds) Clone() credentials.TransportCredentials { return peerCreds{} }
 
