@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -160,6 +161,9 @@ func TestScale(t *testing.T) {
 	static.Kill()
 	<-static.Done()
 
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
 	s := listen(t, quietLog{})
 	routes, secrets, took := f.resources(t, 1)
 	t.Logf("converted %d route configurations and %d secrets in %v (%v each)", n, n, took, took/(2*n))
@@ -174,6 +178,10 @@ func TestScale(t *testing.T) {
 	t.Logf("LIVE after: static %v, ADS %v; Envoy's RSS: static %d MB, ADS %d MB; inotify instances of the ADS Envoy: %d",
 		staticLive.Round(time.Millisecond), adsLive.Round(time.Millisecond), staticRSS>>10, adsRSS>>10, inotifyInstances(t, ads.Pid()))
 	f.checkAll(t, 1)
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	t.Logf("Go heap in use for the server, its sets and the registry: %d MB", (int64(after.HeapInuse)-int64(before.HeapInuse))>>20)
 	st := s.Status()["e0"]
 	if len(st.Streams) != 1 || st.Streams[0].Pid != int32(ads.Pid()) {
 		t.Fatalf("status: %+v", st.Streams)

@@ -111,7 +111,10 @@ func TestUnknownCluster(t *testing.T) {
 	if _, err := s.Update(withTimeout(t, 10*time.Second), "e0", RouteType, []Resource{route(t, fmt.Sprintf(toNowhere, ""))}, nil); err != nil {
 		t.Fatalf("RDS refused a route to an unknown cluster: %v", err)
 	}
-	if !envoykit.Eventually(5*time.Second, func() bool { r, err := envoykit.Get(envoykit.URL(port, "/"), time.Second); return err == nil && r.Code == 503 }) {
+	if !envoykit.Eventually(5*time.Second, func() bool {
+		r, err := envoykit.Get(envoykit.URL(port, "/"), time.Second)
+		return err == nil && r.Code == 503
+	}) {
 		t.Fatal("the route to an unknown cluster does not answer 503")
 	}
 	// With validate_clusters: true, RDS refuses it as a static bootstrap does.
