@@ -191,6 +191,12 @@ func TestScale(t *testing.T) {
 		if len(ts.Subscribed) != n || len(ts.Unknown) != 0 || ts.Acked == "" || ts.Acked != ts.Sent {
 			t.Fatalf("%s: subscribed %d, unknown %v, sent %s, acked %s", typ, len(ts.Subscribed), ts.Unknown, ts.Sent, ts.Acked)
 		}
+		// Envoy asks once per subscription; one response in flight at a
+		// time answers them in a few.
+		t.Logf("%s: %d requests, %d responses at the start", typ.short(), ts.Requests, ts.Responses)
+		if ts.Responses > n/20 {
+			t.Errorf("%s: %d responses to %d requests: each resent what came before", typ.short(), ts.Responses, ts.Requests)
+		}
 	}
 
 	// One route and one certificate change; connections opened before

@@ -325,6 +325,8 @@ type TypeStatus struct {
 	// Rejected is Envoy's reason for rejecting the version sent last (""
 	// when it took it).
 	Rejected string
+	// Requests and Responses count what went each way.
+	Requests, Responses int
 }
 
 // StreamStatus is one ADS stream of an epoch's Envoy.
@@ -355,7 +357,7 @@ func (s *Server) Status() map[string]EpochStatus {
 		for st := range e.streams {
 			ss := StreamStatus{Pid: st.pid, Types: map[Type]TypeStatus{}}
 			for t, ts := range st.types {
-				status := TypeStatus{Sent: ts.version, Acked: ts.acked}
+				status := TypeStatus{Sent: ts.version, Acked: ts.acked, Requests: ts.requests, Responses: ts.responses}
 				if ts.nacked == ts.version {
 					status.Rejected = ts.nackDetail
 				}

@@ -132,7 +132,7 @@ func TestStreamStateOfTheWorld(t *testing.T) {
 func TestStreamNeedsAnEpoch(t *testing.T) {
 	s := listen(t, testLog{t})
 	f := dialFake(t, s, "epoch:1")
-	f.send([]string{"r1"}, "", "", "")
+	_ = f.stream.Send(&discovery.DiscoveryRequest{TypeUrl: string(RouteType), ResourceNames: []string{"r1"}}) // the server may have ended the stream already
 	if _, err := f.stream.Recv(); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("a stream with a bad :authority: %v", err)
 	}
