@@ -8,7 +8,6 @@ import (
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 )
@@ -119,25 +118,3 @@ func ConvertYAML(t Type, data []byte) (Resource, error) {
 	}
 	return Convert(t, &doc)
 }
-
-// messageJSON is the resource r as protojson writes it, for tests and
-// messages: the fields Envoy would show in its config_dump.
-func messageJSON(r Resource) ([]byte, error) {
-	reg, err := theRegistry()
-	if err != nil {
-		return nil, err
-	}
-	reg.mu.Lock()
-	defer reg.mu.Unlock()
-	mt, err := reg.FindMessageByURL(string(r.Type))
-	if err != nil {
-		return nil, err
-	}
-	m := mt.New().Interface()
-	if err := (proto.UnmarshalOptions{Resolver: reg}).Unmarshal(r.Body, m); err != nil {
-		return nil, err
-	}
-	return protojson.MarshalOptions{Resolver: reg, UseProtoNames: true}.Marshal(m)
-}
-
-var _ protoreflect.FullName // the descriptors' names are protoreflect's
