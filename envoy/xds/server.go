@@ -42,6 +42,7 @@ type Server struct {
 
 	log  Logger
 	path string
+	sock os.FileInfo // the socket as made, so Close removes no other
 	ln   net.Listener
 	grpc *grpc.Server
 
@@ -80,7 +81,12 @@ func Listen(dir string, log Logger) (*Server, error) {
 		ln.Close()
 		return nil, fmt.Errorf("xds socket: %w", err)
 	}
-	s := &Server{log: log, path: path, ln: ln, epochs: map[string]*epoch{}, changed: make(chan struct{})}
+	sock, err := os.Lstat(path)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("xds socket: %w", err)
+	}
+	s := &Server{log: log, path: path, sock: sock, ln: ln, epochs: map[string]*epoch{}, changed: make(chan struct{})}
 	s.grpc = grpc.NewServer(grpc.Creds(peerCreds{}))
 	discovery.RegisterAggregatedDiscoveryServiceServer(s.grpc, s)
 	go func() { _ = s.grpc.Serve(ln) }()
@@ -91,10 +97,13 @@ func Listen(dir string, log Logger) (*Server, error) {
 func (s *Server) Path() string { return s.path }
 
 // Close stops the server: every stream ends (Envoy keeps what it has and
-// reconnects with back-off) and the socket is removed.
+// reconnects with back-off) and the socket is removed, unless another
+// server has made its own at the path since.
 func (s *Server) Close() {
 	s.grpc.Stop()
-	_ = os.Remove(s.path)
+	if fi, err := os.Lstat(s.path); err == nil && os.SameFile(fi, s.sock) {
+		_ = os.Remove(s.path)
+	}
 }
 
 // notifyLocked wakes every waiter (s.mu held).
