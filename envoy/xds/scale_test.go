@@ -42,6 +42,9 @@ func newFleet(t testing.TB, listeners, secrets int) *fleet {
 	return f
 }
 
+// first is the version of every route configuration at the start.
+func first(int) int { return 1 }
+
 func sni(i int) string { return "s" + strconv.Itoa(i) + ".test" }
 
 // routeYAML is listener i's route configuration, answering body.
@@ -103,8 +106,9 @@ func (f *fleet) resources(t testing.TB, v int) (routes, secrets []Resource, took
 }
 
 // checkAll asks every listener and every SNI name, in parallel, and fails
-// on any answer that is not the expected one.
-func (f *fleet) checkAll(t testing.TB, version int) {
+// on any answer that is not the expected one: listener i's route
+// configuration's version, version(i), and chain i's serial.
+func (f *fleet) checkAll(t testing.TB, version func(i int) int) {
 	t.Helper()
 	var bad atomic.Int64
 	var first sync.Once
@@ -123,7 +127,7 @@ func (f *fleet) checkAll(t testing.TB, version int) {
 	}
 	for i, p := range f.ports {
 		jobs <- func() {
-			want := fmt.Sprintf("r%d-v%d", i, version)
+			want := fmt.Sprintf("r%d-v%d", i, version(i))
 			if r, err := envoykit.Get(envoykit.URL(p, "/"), 5*time.Second); err != nil || r.Body != want {
 				report("listener %d: %v %q, want %q", i, err, r.Body, want)
 			}
@@ -157,7 +161,7 @@ func TestScale(t *testing.T) {
 
 	static, staticLive := startEnvoy(t, f.bootstrap(t, nil, ""), envoykit.BaseID())
 	staticRSS := rss(t, static.Pid())
-	f.checkAll(t, 1)
+	f.checkAll(t, first)
 	static.Kill()
 	<-static.Done()
 
@@ -177,7 +181,7 @@ func TestScale(t *testing.T) {
 	adsRSS := rss(t, ads.Pid())
 	t.Logf("LIVE after: static %v, ADS %v; Envoy's RSS: static %d MB, ADS %d MB; inotify instances of the ADS Envoy: %d",
 		staticLive.Round(time.Millisecond), adsLive.Round(time.Millisecond), staticRSS>>10, adsRSS>>10, inotifyInstances(t, ads.Pid()))
-	f.checkAll(t, 1)
+	f.checkAll(t, first)
 	runtime.GC()
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
@@ -247,6 +251,14 @@ func TestScale(t *testing.T) {
 	}) {
 		t.Fatal("the new route or certificate was not served after Envoy's ACK")
 	}
+	// Each push carried only what changed: the other 999 of each go on
+	// being served as they were.
+	f.checkAll(t, func(j int) int {
+		if j == i {
+			return 2
+		}
+		return 1
+	})
 	for _, k := range []*keptAlive{http1, overTLS} {
 		if body, closing, err := k.get(); err != nil || closing {
 			t.Fatalf("a connection opened before the change: %q %v, closing %v", body, err, closing)

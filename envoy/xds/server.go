@@ -195,9 +195,9 @@ func (e *RejectedError) Error() string {
 // acknowledged the version that carries it (Outcome) or rejected it
 // (*RejectedError, with Envoy's reason). With no stream of the epoch
 // connected (Envoy reconnecting after the agent's re-execution), it waits
-// for one. A name removed while Envoy still subscribes to it is served as
-// it was until Envoy no longer asks for it: state of the world would
-// otherwise tell Envoy it is gone (an SDS subscription rejects that).
+// for one. A name removed while Envoy still subscribes to it is sent
+// nothing: Envoy keeps a resource a response leaves out (measured) until it
+// no longer asks for it.
 func (s *Server) Update(ctx context.Context, epochName string, t Type, rs []Resource, remove []string) (Outcome, error) {
 	if err := checkEpoch(epochName); err != nil {
 		return Outcome{}, err
@@ -296,23 +296,29 @@ func (s *Server) settledLocked(epochName string, t Type, names []string) (bool, 
 	used := map[string]bool{}
 	for st := range e.streams {
 		ts := st.types[t]
-		var mine bool
-		for _, n := range names {
-			if ts != nil && ts.names[n] {
-				used[n], mine = true, true
-			}
-		}
-		if !mine {
+		if ts == nil {
 			continue
 		}
-		want := st.responseLocked(t)
-		switch {
-		case ts.nacked != "" && ts.nackDetail != "" && ts.nacked == want.version:
-			return true, out, &RejectedError{Epoch: epochName, Type: t, Version: want.version, Detail: ts.nackDetail}
-		case ts.acked != want.version:
-			return false, out, nil
+		for _, n := range names {
+			if !ts.names[n] {
+				continue
+			}
+			used[n] = true
+			r, ok := e.sets[t][n]
+			switch {
+			case !ok:
+				// Removed while subscribed: Envoy keeps what it has
+				// until it unsubscribes.
+			case ts.held[n] == r.Sum:
+			case ts.rejected[n] == r.Sum:
+				return true, out, &RejectedError{Epoch: epochName, Type: t, Version: ts.version, Detail: ts.reason}
+			default:
+				return false, out, nil
+			}
 		}
-		out.Version = want.version
+		if out.Version == "" {
+			out.Version = ts.acked
+		}
 	}
 	for _, n := range names {
 		if !used[n] {
@@ -331,8 +337,8 @@ type TypeStatus struct {
 	// Sent is the version last sent, Acked the version Envoy acknowledged
 	// last.
 	Sent, Acked string
-	// Rejected is Envoy's reason for rejecting the version sent last (""
-	// when it took it).
+	// Rejected is Envoy's reason for the rejection of resources it does
+	// not hold yet ("" when it took every one it was sent).
 	Rejected string
 	// Requests and Responses count what went each way.
 	Requests, Responses int
@@ -367,8 +373,8 @@ func (s *Server) Status() map[string]EpochStatus {
 			ss := StreamStatus{Pid: st.pid, Types: map[Type]TypeStatus{}}
 			for t, ts := range st.types {
 				status := TypeStatus{Sent: ts.version, Acked: ts.acked, Requests: ts.requests, Responses: ts.responses}
-				if ts.nacked == ts.version {
-					status.Rejected = ts.nackDetail
+				if len(ts.rejected) > 0 {
+					status.Rejected = ts.reason
 				}
 				for n := range ts.names {
 					status.Subscribed = append(status.Subscribed, n)

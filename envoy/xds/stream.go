@@ -1,21 +1,25 @@
 // One ADS stream: an Envoy process's requests (subscriptions, ACKs, NACKs)
-// and the responses it is sent, state of the world: each response of a
-// type carries every resource of that type the stream subscribes to and the
-// epoch's set has. Envoy's SotW client treats a subscribed resource missing
-// from a response as removed (an SDS subscription then rejects the update),
-// so a response is never partial, and it is sent only when what it would
-// carry changed: after a NACK, nothing is sent again until the set changes.
-// One response of a type is in flight at a time: Envoy subscribes to each
-// route configuration and secret with a request of its own (1,000
-// listeners: about 1,000 requests at a start), and a response to each would
-// resend every resource so far each time (O(n²); one start of TestScale
-// took 11 s so). Requests that arrive while a response is in flight update
-// the subscription; the next response, once Envoy has answered, carries all
-// of it.
+// and the responses it is sent. Route configurations and secrets are
+// subscribed to by name, and for them Envoy 1.40 reads a state-of-the-world
+// response that leaves out a subscribed resource as "unchanged", not as
+// "removed": measured, a response without one of two subscribed secrets (or
+// route configurations) was acknowledged and the one left out went on
+// serving. So a response carries only what Envoy does not hold yet (all it
+// subscribes to on a new stream; after that, what changed), and a push costs
+// what it changes, not the size of the set. Its version is a digest of all
+// Envoy will hold once it takes the response, so the same resources have the
+// same version in any agent. A resource Envoy rejected is not sent again
+// until it changes. One response of a type is in flight at a time: Envoy
+// subscribes to each secret with a request of its own (1,002 requests at
+// the start of TestScale), and answering each resent the secrets so far
+// (O(n²): one start took 11 s); requests that arrive while a response is in
+// flight update the subscription, and the next response, once Envoy has
+// answered, carries all of it.
 
 package xds
 
 import (
+	"crypto/sha256"
 	"errors"
 	"io"
 	"slices"
@@ -40,21 +44,28 @@ type stream struct {
 	warned map[string]bool
 }
 
+// digest identifies a resource's content.
+type digest = [sha256.Size]byte
+
 // typeState is one type of a stream.
 type typeState struct {
-	names   map[string]bool     // subscribed
-	sent    map[string]Resource // carried by the last response
-	version string              // of the last response
-	nonce   string              // of the last response
-	acked   string              // the version Envoy acknowledged last
-	// inFlight is set from a response's send until Envoy answers it (ACK
-	// or NACK): no other response of the type is sent meanwhile.
-	inFlight bool
+	names map[string]bool // subscribed
+	// held is what Envoy acknowledged of each name; offered what the
+	// response in flight carries; rejected what Envoy refused last, with
+	// its reason (until that name is taken).
+	held, offered, rejected map[string]digest
+	reason                  string
+	version                 string // of the last response
+	nonce                   string // of the last response
+	acked                   string // the version Envoy acknowledged last
+	inFlight                bool   // a response awaits Envoy's answer
 	// requests and responses count the stream's requests and responses
 	// of the type.
 	requests, responses int
-	// nacked is the version Envoy rejected last, nackDetail its reason.
-	nacked, nackDetail string
+}
+
+func newTypeState() *typeState {
+	return &typeState{names: map[string]bool{}, held: map[string]digest{}, offered: map[string]digest{}, rejected: map[string]digest{}}
 }
 
 func (st *stream) kick() {
@@ -69,39 +80,12 @@ func (st *stream) subscribesLocked(t Type, name string) bool {
 	return ts != nil && ts.names[name]
 }
 
-// response is what a stream is sent of one type.
-type response struct {
-	version string
-	rs      []Resource
-}
-
-// responseLocked is what the stream would be sent of type t now: every
-// name it subscribes to that the epoch's set has, or that it was sent
-// before and the set no longer has (served as it was until Envoy stops
-// asking for it).
-func (st *stream) responseLocked(t Type) response {
-	ts := st.types[t]
-	if ts == nil {
-		return response{}
-	}
-	var set map[string]Resource
+// setLocked is the stream's epoch's set of type t (nil once forgotten).
+func (st *stream) setLocked(t Type) map[string]Resource {
 	if e := st.srv.epochs[st.epoch]; e != nil {
-		set = e.sets[t]
+		return e.sets[t]
 	}
-	names := make([]string, 0, len(ts.names))
-	for n := range ts.names {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	var rs []Resource
-	for _, n := range names {
-		if r, ok := set[n]; ok {
-			rs = append(rs, r)
-		} else if r, ok := ts.sent[n]; ok {
-			rs = append(rs, r)
-		}
-	}
-	return response{version: version(rs), rs: rs}
+	return nil
 }
 
 // StreamAggregatedResources serves one Envoy's ADS stream. The epoch is
@@ -156,8 +140,9 @@ func (s *Server) StreamAggregatedResources(ss discovery.AggregatedDiscoveryServi
 	}
 }
 
-// prepare is the response of type t the stream is to be sent now, nil
-// when it has it already (or asks for nothing the set has).
+// prepare is the response of type t the stream is to be sent now: the
+// subscribed resources of the set that Envoy neither holds nor rejected as
+// they are; nil when there are none, or a response is in flight.
 func (st *stream) prepare(t Type) *discovery.DiscoveryResponse {
 	s := st.srv
 	s.mu.Lock()
@@ -166,18 +151,42 @@ func (st *stream) prepare(t Type) *discovery.DiscoveryResponse {
 	if ts == nil || ts.inFlight {
 		return nil
 	}
-	want := st.responseLocked(t)
-	if want.version == ts.version || len(want.rs) == 0 {
+	set := st.setLocked(t)
+	names := make([]string, 0, len(ts.names))
+	for n := range ts.names {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var send []Resource
+	whole := make([]Resource, 0, len(names)) // what Envoy holds once it takes the response
+	for _, n := range names {
+		r, ok := set[n]
+		if !ok {
+			if d, held := ts.held[n]; held {
+				whole = append(whole, Resource{Name: n, Sum: d})
+			}
+			continue
+		}
+		whole = append(whole, r)
+		if d, held := ts.held[n]; held && d == r.Sum {
+			continue
+		}
+		if d, refused := ts.rejected[n]; refused && d == r.Sum {
+			continue
+		}
+		send = append(send, r)
+	}
+	if len(send) == 0 {
 		return nil
 	}
 	s.nonce++
-	resp := &discovery.DiscoveryResponse{VersionInfo: want.version, TypeUrl: string(t), Nonce: strconv.FormatUint(s.nonce, 10)}
-	ts.sent = make(map[string]Resource, len(want.rs))
-	for _, r := range want.rs {
+	resp := &discovery.DiscoveryResponse{VersionInfo: version(whole), TypeUrl: string(t), Nonce: strconv.FormatUint(s.nonce, 10)}
+	clear(ts.offered)
+	for _, r := range send {
 		resp.Resources = append(resp.Resources, &anypb.Any{TypeUrl: string(t), Value: r.Body})
-		ts.sent[r.Name] = r
+		ts.offered[r.Name] = r.Sum
 	}
-	ts.version, ts.nonce, ts.inFlight = want.version, resp.Nonce, true
+	ts.version, ts.nonce, ts.inFlight = resp.VersionInfo, resp.Nonce, true
 	ts.responses++
 	return resp
 }
@@ -198,32 +207,42 @@ func (st *stream) receive(ss discovery.AggregatedDiscoveryService_StreamAggregat
 		s.mu.Lock()
 		ts := st.types[t]
 		if ts == nil {
-			ts = &typeState{acked: req.GetVersionInfo()} // what Envoy had before it (re)connected
+			ts = newTypeState()
 			st.types[t] = ts
 		}
 		ts.requests++
-		if req.GetResponseNonce() != "" && req.GetResponseNonce() == ts.nonce {
+		if req.GetResponseNonce() != "" && req.GetResponseNonce() == ts.nonce && ts.inFlight {
 			ts.inFlight = false
 			if d := req.GetErrorDetail(); d != nil {
-				ts.nacked, ts.nackDetail = ts.version, d.GetMessage()
-				if ts.nackDetail == "" {
-					ts.nackDetail = "(Envoy gave no reason)"
+				ts.reason = d.GetMessage()
+				if ts.reason == "" {
+					ts.reason = "(Envoy gave no reason)"
 				}
-				s.log.Warnf("xds: Envoy pid %d (epoch %s) rejected %ss version %s: %s", st.pid, st.epoch, t.short(), ts.version, ts.nackDetail)
+				for n, sum := range ts.offered {
+					ts.rejected[n] = sum
+				}
+				s.log.Warnf("xds: Envoy pid %d (epoch %s) rejected %ss version %s: %s", st.pid, st.epoch, t.short(), ts.version, ts.reason)
 			} else {
 				ts.acked = ts.version
+				for n, sum := range ts.offered {
+					ts.held[n] = sum
+					delete(ts.rejected, n)
+				}
 			}
+			clear(ts.offered)
 		}
-		ts.names = make(map[string]bool, len(req.GetResourceNames()))
-		var set map[string]Resource
-		if e := s.epochs[st.epoch]; e != nil {
-			set = e.sets[t]
-		}
+		clear(ts.names)
+		set := st.setLocked(t)
 		for _, n := range req.GetResourceNames() {
 			ts.names[n] = true
 			if _, ok := set[n]; !ok && !st.warned[string(t)+"\x00"+n] {
 				st.warned[string(t)+"\x00"+n] = true
 				s.log.Warnf("xds: Envoy pid %d (epoch %s) asks for %s %q, which its set does not have: Envoy waits for it", st.pid, st.epoch, t.short(), n)
+			}
+		}
+		for n := range ts.held {
+			if !ts.names[n] {
+				delete(ts.held, n) // unsubscribed: Envoy dropped it
 			}
 		}
 		s.notifyLocked()

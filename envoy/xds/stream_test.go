@@ -70,60 +70,75 @@ func TestStreamStateOfTheWorld(t *testing.T) {
 		t.Fatalf("first response: %d resources, version %q", len(r.Resources), r.VersionInfo)
 	}
 	f.send([]string{"r1", "r2"}, r.VersionInfo, r.Nonce, "")
-
-	// r2 leaves the set while still subscribed: nothing changes for Envoy
-	// (a response without it would tell Envoy it was removed).
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	out, err := s.Update(ctx, "e0", RouteType, nil, []string{"r2"})
-	if err != nil || out.Version != r.VersionInfo {
-		t.Fatalf("removing a subscribed name: %+v %v", out, err)
-	}
-	// Envoy drops r2: it is sent r1 alone.
-	f.send([]string{"r1"}, r.VersionInfo, r.Nonce, "")
-	r2 := f.recv()
-	if len(r2.Resources) != 1 || r2.VersionInfo == r.VersionInfo {
-		t.Fatalf("after the unsubscription: %d resources, version %q", len(r2.Resources), r2.VersionInfo)
-	}
-	f.send([]string{"r1"}, r2.VersionInfo, r2.Nonce, "")
-	// Envoy asks for r2 again, which the set no longer has: it is unknown.
-	f.send([]string{"r1", "r2"}, r2.VersionInfo, r2.Nonce, "")
 	if !envoykit.Eventually(5*time.Second, func() bool {
 		ts := s.Status()["e0"].Streams
-		return len(ts) == 1 && len(ts[0].Types[RouteType].Unknown) == 1
+		return len(ts) == 1 && ts[0].Types[RouteType].Acked == r.VersionInfo
+	}) {
+		t.Fatalf("the ACK: %+v", s.Status())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	// r2 leaves the set while still subscribed: nothing is sent (Envoy
+	// keeps it), and there is nothing to wait for.
+	if out, err := s.Update(ctx, "e0", RouteType, nil, []string{"r2"}); err != nil || out.Version != r.VersionInfo {
+		t.Fatalf("removing a subscribed name: %+v %v", out, err)
+	}
+	// Envoy drops r2, then asks for it again: it is unknown now.
+	f.send([]string{"r1"}, r.VersionInfo, r.Nonce, "")
+	f.send([]string{"r1", "r2"}, r.VersionInfo, r.Nonce, "")
+	if !envoykit.Eventually(5*time.Second, func() bool {
+		ts := s.Status()["e0"].Streams
+		return len(ts) == 1 && ts[0].Types[RouteType].Requests == 4 && len(ts[0].Types[RouteType].Unknown) == 1
 	}) {
 		t.Fatalf("status: %+v", s.Status())
 	}
-	// It comes back: both are sent, and the update waits for the ACK.
+	// It comes back: only it is sent, and the update waits for the ACK.
 	done := make(chan error, 1)
 	go func() { _, err := s.Update(ctx, "e0", RouteType, []Resource{b}, nil); done <- err }()
-	r3 := f.recv()
-	if len(r3.Resources) != 2 {
-		t.Fatalf("after r2 came back: %d resources", len(r3.Resources))
+	r2 := f.recv()
+	if len(r2.Resources) != 1 || r2.VersionInfo != r.VersionInfo {
+		t.Fatalf("after r2 came back: %d resources, version %q (Envoy then holds what it held first: %q)", len(r2.Resources), r2.VersionInfo, r.VersionInfo)
 	}
 	select {
 	case err := <-done:
 		t.Fatalf("Update returned before the ACK: %v", err)
 	default:
 	}
-	f.send([]string{"r1", "r2"}, r3.VersionInfo, r3.Nonce, "")
+	f.send([]string{"r1", "r2"}, r2.VersionInfo, r2.Nonce, "")
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	// A NACK carries Envoy's reason to Update, and nothing is sent again
-	// until the set changes.
-	go func() {
-		_, err := s.Update(ctx, "e0", RouteType, []Resource{route(t, routeYAML(1, "a2"))}, nil)
-		done <- err
-	}()
-	r4 := f.recv()
-	f.send([]string{"r1", "r2"}, r3.VersionInfo, r4.Nonce, "bad route")
+	// A NACK carries Envoy's reason to Update; the refused resource is not
+	// sent again until it changes.
+	bad := route(t, routeYAML(1, "a2"))
+	go func() { _, err := s.Update(ctx, "e0", RouteType, []Resource{bad}, nil); done <- err }()
+	r3 := f.recv()
+	if len(r3.Resources) != 1 {
+		t.Fatalf("the change of r1: %d resources", len(r3.Resources))
+	}
+	f.send([]string{"r1", "r2"}, r2.VersionInfo, r3.Nonce, "bad route")
 	var rej *RejectedError
 	if err := <-done; !errors.As(err, &rej) || rej.Detail != "bad route" {
 		t.Fatalf("NACK: %v", err)
 	}
-	if ts := s.Status()["e0"].Streams[0].Types[RouteType]; ts.Acked != r3.VersionInfo || ts.Rejected != "bad route" {
+	if ts := s.Status()["e0"].Streams[0].Types[RouteType]; ts.Acked != r2.VersionInfo || ts.Rejected != "bad route" {
 		t.Fatalf("status after the NACK: %+v", ts)
+	}
+	if _, err := s.Update(ctx, "e0", RouteType, []Resource{bad}, nil); !errors.As(err, &rej) {
+		t.Fatalf("the same refused resource again: %v", err)
+	}
+	go func() {
+		_, err := s.Update(ctx, "e0", RouteType, []Resource{route(t, routeYAML(1, "a3"))}, nil)
+		done <- err
+	}()
+	r4 := f.recv()
+	f.send([]string{"r1", "r2"}, r4.VersionInfo, r4.Nonce, "")
+	if err := <-done; err != nil || len(r4.Resources) != 1 {
+		t.Fatalf("a fixed r1: %d resources, %v", len(r4.Resources), err)
+	}
+	if ts := s.Status()["e0"].Streams[0].Types[RouteType]; ts.Acked != r4.VersionInfo || ts.Rejected != "" {
+		t.Fatalf("status after the fix: %+v", ts)
 	}
 }
 
