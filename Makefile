@@ -31,10 +31,11 @@ run: build envoy
 	  sed -e 's|^run_dir = .*|run_dir = "$(CACHE)/run"|' -e 's|^config_path = "envoy.example.yaml"|config_path = "$(CURDIR)/envoy.example.yaml"|' config.example.toml > $$cfg; fi; \
 	  echo "envoy-agent run --config $$cfg"; PATH="$(dir $(ENVOY_BIN)):$$PATH" exec ./bin/envoy-agent run --config $$cfg
 
-# The workspace (go.work) has three modules: the agent's (the root) and the tooling's, bench/
-# (gonum/plot) and packaging/ (nfpm, chglog), so that the tooling's dependencies stay out of the
-# agent's go.mod. `go test ./...` at the root covers the root module only: name all three.
-MODULE_PKGS := ./... ./bench/... ./packaging/...
+# The workspace (go.work) has four modules: the agent's (the root) and the tooling's, bench/
+# (gonum/plot), packaging/ (nfpm, chglog) and protoset/ (go-control-plane's generated types, for
+# envoy/xds's descriptors), so that the tooling's dependencies stay out of the agent's go.mod and
+# binary. `go test ./...` at the root covers the root module only: name all four.
+MODULE_PKGS := ./... ./bench/... ./packaging/... ./protoset/...
 
 # With the race detector: the agent is all goroutines and signals. In a new
 # order every run (-shuffle), so that a test that sees another's state is

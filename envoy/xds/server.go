@@ -1,0 +1,411 @@
+package xds
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"sync"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+)
+
+// SocketName is the server's socket in the folder the caller gives.
+const SocketName = "xds.sock"
+
+// Logger is what a Server logs through; *logrus.Logger satisfies it.
+type Logger interface {
+	Infof(format string, args ...any)
+	Warnf(format string, args ...any)
+	Errorf(format string, args ...any)
+}
+
+// epochName is what an epoch's name (its streams' :authority) may hold:
+// an HTTP/2 authority Envoy sends as it is.
+var epochName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// Server serves the resource sets of the agent's Envoy processes over ADS.
+// Each process is an epoch, named by the :authority its bootstrap gives its
+// stream (Bootstrap), and is answered from its own set: a draining epoch
+// keeps the resources it ran with while the new one gets its own. It is
+// safe for concurrent use.
+type Server struct {
+	discovery.UnimplementedAggregatedDiscoveryServiceServer
+
+	log  Logger
+	path string
+	sock os.FileInfo // the socket as made, so Close removes no other
+	ln   net.Listener
+	grpc *grpc.Server
+
+	mu      sync.Mutex
+	epochs  map[string]*epoch
+	nonce   uint64
+	changed chan struct{} // closed, and replaced, at every change a waiter may look for
+}
+
+// epoch is one Envoy process's resources and streams.
+type epoch struct {
+	sets    map[Type]map[string]Resource
+	streams map[*stream]bool
+}
+
+// Listen makes the server's socket, dir/SocketName (0600; a stale socket
+// there is replaced), in dir, a folder that neither its group nor others
+// may write (the agent's run folder), and serves it until Close.
+func Listen(dir string, log Logger) (*Server, error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("xds socket folder: %w", err)
+	}
+	if !st.IsDir() || st.Mode().Perm()&0o022 != 0 {
+		return nil, fmt.Errorf("xds socket folder %s: must be a folder only its owner can write (mode %v)", dir, st.Mode().Perm())
+	}
+	path := filepath.Join(dir, SocketName)
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		_ = os.Remove(path)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("xds socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("xds socket: %w", err)
+	}
+	sock, err := os.Lstat(path)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("xds socket: %w", err)
+	}
+	s := &Server{log: log, path: path, sock: sock, ln: ln, epochs: map[string]*epoch{}, changed: make(chan struct{})}
+	s.grpc = grpc.NewServer(grpc.Creds(peerCreds{}))
+	discovery.RegisterAggregatedDiscoveryServiceServer(s.grpc, s)
+	go func() { _ = s.grpc.Serve(ln) }()
+	return s, nil
+}
+
+// Path is the server's socket.
+func (s *Server) Path() string { return s.path }
+
+// Close stops the server: every stream ends (Envoy keeps what it has and
+// reconnects with back-off) and the socket is removed, unless another
+// server has made its own at the path since.
+func (s *Server) Close() {
+	s.grpc.Stop()
+	if fi, err := os.Lstat(s.path); err == nil && os.SameFile(fi, s.sock) {
+		_ = os.Remove(s.path)
+	}
+}
+
+// notifyLocked wakes every waiter (s.mu held).
+func (s *Server) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func (s *Server) epochLocked(name string) *epoch {
+	e := s.epochs[name]
+	if e == nil {
+		e = &epoch{sets: map[Type]map[string]Resource{}, streams: map[*stream]bool{}}
+		s.epochs[name] = e
+	}
+	return e
+}
+
+func checkEpoch(name string) error {
+	if !epochName.MatchString(name) {
+		return fmt.Errorf("xds: epoch name %q: want 1 to 64 of [A-Za-z0-9._-]", name)
+	}
+	return nil
+}
+
+// Set makes rs the whole set of type t of the epoch: what it answers the
+// epoch's Envoy, from its first request on. It waits for nothing (an
+// Envoy not started yet asks when it starts; a running one is sent what it
+// subscribes to).
+func (s *Server) Set(epochName string, t Type, rs []Resource) error {
+	if err := checkEpoch(epochName); err != nil {
+		return err
+	}
+	set := make(map[string]Resource, len(rs))
+	for _, r := range rs {
+		if r.Type != t {
+			return fmt.Errorf("xds: %s %s is not a %s", r.Type.short(), r.Name, t.short())
+		}
+		set[r.Name] = r
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.epochLocked(epochName)
+	e.sets[t] = set
+	s.kickLocked(e)
+	return nil
+}
+
+// Forget drops an epoch's set once its Envoy has exited.
+func (s *Server) Forget(epochName string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.epochs, epochName)
+	s.notifyLocked()
+}
+
+func (s *Server) kickLocked(e *epoch) {
+	for st := range e.streams {
+		st.kick()
+	}
+	s.notifyLocked()
+}
+
+// Outcome is what an epoch's Envoy did with a change.
+type Outcome struct {
+	// Version is the version of the resources it acknowledged ("" when no
+	// stream of it subscribes to any changed name).
+	Version string
+	// Unsubscribed are the changed names its Envoy does not ask for (yet):
+	// they are served when it does.
+	Unsubscribed []string
+}
+
+// RejectedError is a change Envoy refused (a NACK): Detail is its reason
+// (the error_detail of its request). Envoy goes on with what it had.
+type RejectedError struct {
+	Epoch   string
+	Type    Type
+	Version string
+	Detail  string
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("Envoy (epoch %s) rejected %s version %s: %s", e.Epoch, e.Type.short()+"s", e.Version, e.Detail)
+}
+
+// Update puts rs into (and removes the names remove from) the epoch's set
+// of type t, sends the change to its Envoy, and waits, within ctx, until
+// every stream of that Envoy that subscribes to a changed name has
+// acknowledged the version that carries it (Outcome) or rejected it
+// (*RejectedError, with Envoy's reason). With no stream of the epoch
+// connected (Envoy reconnecting after the agent's re-execution), it waits
+// for one. A name removed while Envoy still subscribes to it is sent
+// nothing: Envoy keeps a resource a response leaves out (measured) until it
+// no longer asks for it.
+func (s *Server) Update(ctx context.Context, epochName string, t Type, rs []Resource, remove []string) (Outcome, error) {
+	if err := checkEpoch(epochName); err != nil {
+		return Outcome{}, err
+	}
+	changed := make([]string, 0, len(rs)+len(remove))
+	s.mu.Lock()
+	e := s.epochLocked(epochName)
+	set := maps(e.sets, t)
+	for _, r := range rs {
+		if r.Type != t {
+			s.mu.Unlock()
+			return Outcome{}, fmt.Errorf("xds: %s %s is not a %s", r.Type.short(), r.Name, t.short())
+		}
+		set[r.Name] = r
+		changed = append(changed, r.Name)
+	}
+	for _, n := range remove {
+		delete(set, n)
+		changed = append(changed, n)
+	}
+	s.kickLocked(e)
+	s.mu.Unlock()
+	return s.wait(ctx, epochName, t, changed)
+}
+
+func maps(sets map[Type]map[string]Resource, t Type) map[string]Resource {
+	if sets[t] == nil {
+		sets[t] = map[string]Resource{}
+	}
+	return sets[t]
+}
+
+// UpdateSecret puts the secret r into the set of every epoch that has a
+// secret of its name or whose Envoy subscribes to it (a renewal reaches
+// the draining epoch too), and waits for each as Update does. It returns
+// the outcome of each epoch, and the first rejection.
+func (s *Server) UpdateSecret(ctx context.Context, r Resource) (map[string]Outcome, error) {
+	if r.Type != SecretType {
+		return nil, fmt.Errorf("xds: %s %s is not a secret", r.Type.short(), r.Name)
+	}
+	s.mu.Lock()
+	var names []string
+	for name, e := range s.epochs {
+		_, has := e.sets[SecretType][r.Name]
+		for st := range e.streams {
+			has = has || st.subscribesLocked(SecretType, r.Name)
+		}
+		if has {
+			maps(e.sets, SecretType)[r.Name] = r
+			s.kickLocked(e)
+			names = append(names, name)
+		}
+	}
+	s.mu.Unlock()
+	sort.Strings(names)
+	out := map[string]Outcome{}
+	var errs []error
+	for _, name := range names {
+		o, err := s.wait(ctx, name, SecretType, []string{r.Name})
+		out[name] = o
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// wait waits until every stream of the epoch that subscribes to one of
+// names has acknowledged or rejected the version it would be sent now.
+func (s *Server) wait(ctx context.Context, epochName string, t Type, names []string) (Outcome, error) {
+	for {
+		s.mu.Lock()
+		done, out, err := s.settledLocked(epochName, t, names)
+		ch := s.changed
+		s.mu.Unlock()
+		if done {
+			return out, err
+		}
+		select {
+		case <-ctx.Done():
+			return out, fmt.Errorf("xds: waiting for Envoy (epoch %s) to acknowledge %s: %w", epochName, t.short()+"s", ctx.Err())
+		case <-ch:
+		}
+	}
+}
+
+func (s *Server) settledLocked(epochName string, t Type, names []string) (bool, Outcome, error) {
+	e := s.epochs[epochName]
+	if e == nil {
+		return true, Outcome{}, fmt.Errorf("xds: no epoch %s", epochName)
+	}
+	if len(e.streams) == 0 {
+		return false, Outcome{}, nil
+	}
+	var out Outcome
+	used := map[string]bool{}
+	for st := range e.streams {
+		ts := st.types[t]
+		if ts == nil {
+			continue
+		}
+		for _, n := range names {
+			if !ts.names[n] {
+				continue
+			}
+			used[n] = true
+			r, ok := e.sets[t][n]
+			switch {
+			case !ok:
+				// Removed while subscribed: Envoy keeps what it has
+				// until it unsubscribes.
+			case ts.held[n] == r.Sum:
+			case ts.rejected[n] == r.Sum:
+				return true, out, &RejectedError{Epoch: epochName, Type: t, Version: ts.version, Detail: ts.reason}
+			default:
+				return false, out, nil
+			}
+		}
+		if out.Version == "" {
+			out.Version = ts.acked
+		}
+	}
+	for _, n := range names {
+		if !used[n] {
+			out.Unsubscribed = append(out.Unsubscribed, n)
+		}
+	}
+	return true, out, nil
+}
+
+// TypeStatus is what one stream of an Envoy has of one type.
+type TypeStatus struct {
+	// Subscribed are the names Envoy asks for; Unknown those of them the
+	// epoch's set does not have (Envoy waits for them, up to its
+	// initial_fetch_timeout at a start).
+	Subscribed, Unknown []string
+	// Sent is the version last sent, Acked the version Envoy acknowledged
+	// last.
+	Sent, Acked string
+	// Rejected is Envoy's reason for the rejection of resources it does
+	// not hold yet ("" when it took every one it was sent).
+	Rejected string
+	// Requests and Responses count what went each way.
+	Requests, Responses int
+}
+
+// StreamStatus is one ADS stream of an epoch's Envoy.
+type StreamStatus struct {
+	// Pid is the connected process (SO_PEERCRED).
+	Pid   int32
+	Types map[Type]TypeStatus
+}
+
+// EpochStatus is what an epoch's Envoy has acknowledged.
+type EpochStatus struct {
+	// Resources counts the epoch's set by type.
+	Resources map[Type]int
+	Streams   []StreamStatus
+}
+
+// Status says, for each epoch, what its Envoy subscribes to and has
+// acknowledged.
+func (s *Server) Status() map[string]EpochStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]EpochStatus{}
+	for name, e := range s.epochs {
+		es := EpochStatus{Resources: map[Type]int{}}
+		for t, set := range e.sets {
+			es.Resources[t] = len(set)
+		}
+		for st := range e.streams {
+			ss := StreamStatus{Pid: st.pid, Types: map[Type]TypeStatus{}}
+			for t, ts := range st.types {
+				status := TypeStatus{Sent: ts.version, Acked: ts.acked, Requests: ts.requests, Responses: ts.responses}
+				if len(ts.rejected) > 0 {
+					status.Rejected = ts.reason
+				}
+				for n := range ts.names {
+					status.Subscribed = append(status.Subscribed, n)
+					if _, ok := e.sets[t][n]; !ok {
+						status.Unknown = append(status.Unknown, n)
+					}
+				}
+				slices.Sort(status.Subscribed)
+				slices.Sort(status.Unknown)
+				ss.Types[t] = status
+			}
+			es.Streams = append(es.Streams, ss)
+		}
+		sort.Slice(es.Streams, func(i, j int) bool { return es.Streams[i].Pid < es.Streams[j].Pid })
+		out[name] = es
+	}
+	return out
+}
+
+// version names a response's resources: a digest of their names and
+// bodies, so that the same resources have the same version in any agent
+// (one re-executed included) and Envoy's after a reconnection matches.
+func version(rs []Resource) string {
+	if len(rs) == 0 {
+		return ""
+	}
+	h := sha256.New()
+	for _, r := range rs {
+		h.Write([]byte(r.Name))
+		h.Write([]byte{0})
+		h.Write(r.Sum[:])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
