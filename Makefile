@@ -64,6 +64,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseServerInfo$$' -fuzztime $(FUZZN)x ./envoy
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckAdminAddress$$' -fuzztime $(FUZZN)x ./envoy
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHexAddrPort$$' -fuzztime $(FUZZN)x ./envoy/conncount
+	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZN)x ./internal/filetrust # as root (its layout has uid 1001's files)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go') $$(git ls-files --others --exclude-standard '*.go')); \
