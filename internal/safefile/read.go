@@ -45,7 +45,7 @@ func ReadOpened(pf *os.File, limit int64) ([]byte, Identity, error) {
 	}
 	if id.size > limit {
 		f.Close()
-		return nil, Identity{}, fmt.Errorf("%s is %d bytes; more than %d is not a file the agent reads", pf.Name(), id.size, limit)
+		return nil, Identity{}, fmt.Errorf("%s is %d bytes; more than %d is not a configuration file", pf.Name(), id.size, limit)
 	}
 	data, err := readBounded(f, id.dev, limit) // closes f
 	if err != nil {

@@ -126,7 +126,9 @@ const leakyLevelWhy = "at debug and trace Envoy logs its configuration and reque
 
 var agentLogLevels = []string{"trace", "debug", "info", "warning", "warn", "error", "fatal", "panic"}
 
-func (c *Config) check(ps *problems) {
+// check finds every problem of the configuration; fileTrust is the
+// judgement of the file itself (readTrustedConfigFile).
+func (c *Config) check(ps *problems, fileTrust error) {
 	e, a := &c.Envoy, &c.Agent
 	if e.BinaryPath == "" {
 		ps.add("envoy.binary_path", "must not be empty")
@@ -147,7 +149,7 @@ func (c *Config) check(ps *problems) {
 			c.checkBootstrapAdmin(ps)
 		}
 	}
-	c.checkWriters(ps, bootstrapOK)
+	c.checkWriters(ps, bootstrapOK, fileTrust)
 	switch {
 	case e.AdminSocket != "":
 		c.checkAdminSocket(ps)
