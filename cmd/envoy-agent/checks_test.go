@@ -379,3 +379,65 @@ func longPathInto(t *testing.T, rootDir, userDir string, uid int) string {
 	}
 	return l + strings.Repeat("/a", 300) + "/envoy"
 }
+
+// TestRunDirFoldersAboveAreChecked: the folders above run_dir count. A
+// root-owned 0700 run_dir inside uid 1001's folder passed validate; uid
+// 1001 then moved it away and made its own, so the control socket was gone,
+// reloads were refused and the next start exited 3. A run_dir that does not
+// exist yet in a folder every user can write (with the control socket
+// elsewhere) was made at run time by whoever came first. Both are refused
+// now, exit 3, by validate and by run, naming the folder and who can
+// change it.
+func TestRunDirFoldersAboveAreChecked(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the folders are made for uid 1001")
+	}
+	userDir, err := os.MkdirTemp("", "uid1001-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(userDir) })
+	if err := os.Chmod(userDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(userDir, 1001, 1001); err != nil {
+		t.Fatal(err)
+	}
+	inHome := filepath.Join(userDir, "rd")
+	if err := os.Mkdir(inHome, 0o700); err != nil { // root's
+		t.Fatal(err)
+	}
+	shared := filepath.Join(shortTempDir(t), "tmp")
+	if err := os.Mkdir(shared, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, os.ModeSticky|0o777); err != nil {
+		t.Fatal(err)
+	}
+	control := filepath.Join(shortTempDir(t), "control.sock")
+	tests := []struct {
+		name  string
+		agent map[string]string
+		want  string
+	}{
+		{"root's run_dir in uid 1001's folder", map[string]string{"run_dir": strconv.Quote(inHome)},
+			"agent.run_dir: " + inHome + " can be replaced by uid 1001"},
+		{"a run_dir to make in a folder every user can write", map[string]string{"run_dir": strconv.Quote(filepath.Join(shared, "rd")), "control_socket": strconv.Quote(control)},
+			"agent.run_dir: " + filepath.Join(shared, "rd") + " does not exist, and " + shared + ", where it would be made, can be written by every user"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := startAgent(t, procOptions{noWaitReady: true, agent: tt.agent})
+			code, _ := p.wait(p.started, 30*time.Second)
+			if out := p.stderr.String(); code != 3 || !strings.Contains(out, tt.want) {
+				t.Fatalf("run: exit %d, want 3 with %q:\n%s", code, tt.want, out)
+			}
+			if code, stdout, stderr := runAgent(t, "validate", "--config", p.config); code != 3 || !strings.Contains(stderr, tt.want) {
+				t.Fatalf("validate: exit %d, want 3 with %q:\n%s%s", code, tt.want, stdout, stderr)
+			}
+			if _, err := os.Lstat(filepath.Join(shared, "rd")); err == nil {
+				t.Fatalf("the agent made %s", filepath.Join(shared, "rd"))
+			}
+		})
+	}
+}

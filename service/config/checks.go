@@ -237,17 +237,21 @@ func (c *Config) check(ps *problems, fileTrust error) {
 		ps.add("agent.log_format", "unknown format %q (text or json)", a.LogFormat)
 	}
 	c.checkLimits(ps)
+	runDirOK := true
 	if dir := c.RunDir(); dir != "" {
 		if err := hostfiles.CheckHotRestartSocketPath(dir, c.Envoy.BaseID); err != nil {
 			ps.add("agent.run_dir", "%v", err)
 		}
-		if _, err := os.Lstat(dir); err == nil {
-			// Who owns it is checked when the agent runs (Run): root may
-			// validate a file whose run_dir the service user owns.
-			if _, err := hostfiles.CheckRunDirMode(dir); err != nil {
-				ps.add("agent.run_dir", "%v", err)
-			}
+		if err := hostfiles.CheckNewRunDir(dir, judgeFolderOwners()); err != nil {
+			ps.add("agent.run_dir", "%v", err)
+			runDirOK = false
 		}
 	}
-	c.checkControlSocket(ps)
+	c.checkControlSocket(ps, runDirOK)
 }
+
+// judgeFolderOwners says whether the checks of the agent's folders (run_dir,
+// the sockets' folders) judge who owns each: not when root validates, as
+// root may validate a file whose run_dir the service user owns (systemd's
+// RuntimeDirectory=); the agent judges the owners when it runs (Run).
+func judgeFolderOwners() bool { return os.Geteuid() != 0 }
