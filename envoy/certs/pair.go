@@ -156,7 +156,7 @@ func readFile(path string) ([]byte, safefile.Identity, error) {
 
 // fileReason is safefile's reason without the path it starts with.
 func fileReason(err error, path string) string {
-	return strings.TrimPrefix(strings.TrimPrefix(err.Error(), path), ": ")
+	return strings.TrimLeft(strings.TrimPrefix(err.Error(), path), ": ")
 }
 
 // parseBundle parses every certificate of a PEM bundle and returns the
