@@ -41,14 +41,14 @@ type folder struct {
 
 // walk is one resolution of a path.
 type walk struct {
-	t     *Trusted // nil: resolve only, judge nothing
+	t *Trusted // nil: resolve only, judge nothing
 	// ownerFree leaves the owner of the file reached unjudged (its mode
 	// still is): CheckFolder's judgeOwner false.
 	ownerFree bool
-	orig  string   // the path asked about, for errors
-	root  folder
-	stack []folder // from / to the folder the walk stands in; stack[0] is root
-	links int
+	orig      string // the path asked about, for errors
+	root      folder
+	stack     []folder // from / to the folder the walk stands in; stack[0] is root
+	links     int
 	// linkDirs are the folders of the links followed, in order.
 	linkDirs []string
 }

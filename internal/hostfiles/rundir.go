@@ -63,6 +63,9 @@ func folderMode(dir string) (os.FileInfo, error) {
 		return nil, fmt.Errorf("%s is not a directory (%s)", dir, fi.Mode().Type())
 	}
 	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			perm = os.FileMode(st.Mode & 0o7777) // with the sticky bit, as ls shows it
+		}
 		return nil, fmt.Errorf("%s is writable by its group or by others (mode %04o)", dir, perm)
 	}
 	return fi, nil
