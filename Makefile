@@ -28,7 +28,9 @@ build:
 # with run_dir in .cache (`envoy-agent reload --config .cache/run.toml` then).
 run: build envoy
 	@if [ "$$(id -u)" = 0 ]; then cfg=config.example.toml; else cfg=$(CACHE)/run.toml; \
-	  sed -e 's|^run_dir = .*|run_dir = "$(CACHE)/run"|' -e 's|^config_path = "envoy.example.yaml"|config_path = "$(CURDIR)/envoy.example.yaml"|' config.example.toml > $$cfg; fi; \
+	  sed -e 's|/run/envoy-agent/admin.sock|$(CACHE)/run/admin.sock|' envoy.example.yaml > $(CACHE)/run.yaml; \
+	  sed -e 's|^run_dir = .*|run_dir = "$(CACHE)/run"|' -e 's|^config_path = "envoy.example.yaml"|config_path = "$(CACHE)/run.yaml"|' \
+	      -e 's|^admin_socket = .*|admin_socket = "$(CACHE)/run/admin.sock"|' config.example.toml > $$cfg; fi; \
 	  echo "envoy-agent run --config $$cfg"; PATH="$(dir $(ENVOY_BIN)):$$PATH" exec ./bin/envoy-agent run --config $$cfg
 
 # The workspace (go.work) has four modules: the agent's (the root) and the tooling's, bench/
@@ -65,6 +67,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseServerInfo$$' -fuzztime $(FUZZN)x ./envoy/adminapi
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckAdminAddress$$' -fuzztime $(FUZZN)x ./envoy
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHexAddrPort$$' -fuzztime $(FUZZN)x ./envoy/conncount
+	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZN)x ./internal/filetrust # as root (its layout has uid 1001's files)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go') $$(git ls-files --others --exclude-standard '*.go')); \

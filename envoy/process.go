@@ -17,6 +17,7 @@ import (
 	"github.com/envoy-agent/envoy-agent/envoy/epochfiles"
 	"github.com/envoy-agent/envoy-agent/envoy/output"
 	"github.com/envoy-agent/envoy-agent/envoy/reexec"
+	"github.com/envoy-agent/envoy-agent/internal/printable"
 )
 
 // process is one running Envoy: one hot-restart epoch.
@@ -186,8 +187,10 @@ func (e *ExitError) Error() string {
 		b.WriteString(" (" + crashNote(sig, core, e.Pid, corePattern()) + ")")
 	}
 	if len(e.LastLines) > 0 {
+		// Envoy's lines reach the operator's terminal: control characters
+		// escaped (printable).
 		b.WriteString("; its last log lines:\n  ")
-		b.WriteString(strings.Join(e.LastLines, "\n  "))
+		b.WriteString(strings.Join(printable.Strings(e.LastLines), "\n  "))
 	}
 	return b.String()
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -67,12 +68,13 @@ func Run(ctx context.Context, opts Options) error {
 		if cfg, err = config.LoadConfig(opts.ConfigPath); err != nil {
 			return err
 		}
-		// The run folder must be the agent's user's (or root's): whoever else
-		// owns it could swap the files Envoy runs.
-		if dir := cfg.RunDir(); dir != "" {
-			if _, serr := os.Lstat(dir); serr == nil {
-				if err := hostfiles.CheckRunDir(dir); err != nil {
-					return config.Problemf(cfg, "agent.run_dir", "%v", err)
+		// The run folder and the admin socket's must be the agent's user's
+		// (or root's): whoever else owns one could swap the files Envoy
+		// runs, or answer as its admin.
+		for _, d := range []struct{ key, dir string }{{"agent.run_dir", cfg.RunDir()}, {"envoy.admin_socket", filepath.Dir(cfg.Envoy.AdminSocket)}} {
+			if _, serr := os.Lstat(d.dir); d.dir != "" && d.dir != "." && serr == nil {
+				if err := hostfiles.CheckRunDir(d.dir); err != nil {
+					return config.Problemf(cfg, d.key, "%v", err)
 				}
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -262,5 +263,52 @@ func TestAdminDefaultsToAUnixSocket(t *testing.T) {
 	const warning = "Envoy's admin API is on TCP 127.0.0.1:"
 	if n := strings.Count(tcp.stderr.String(), warning); n != 1 || !strings.Contains(tcp.stderr.String(), "POST /quitquitquit") {
 		t.Fatalf("run with admin_port logged %q %d times, want once, naming what local users can do:\n%s", warning, n, tcp.stderr)
+	}
+}
+
+// TestAdminSocketInAFolderOthersCanWriteIsRefused: admin_socket in a folder
+// every user can write (as config.example.toml's /tmp path was). A local
+// user binds the path first with a fake admin: a root agent took it for
+// Envoy's, sent it /ready, /stats and POST /quitquitquit, and reported a
+// LIVE Envoy before Envoy had started. Now validate and run refuse the
+// folder (exit 3, naming envoy.admin_socket and who can write there), and
+// the fake hears nothing.
+func TestAdminSocketInAFolderOthersCanWriteIsRefused(t *testing.T) {
+	shared := filepath.Join(shortTempDir(t), "tmp") // a folder like /tmp
+	if err := os.Mkdir(shared, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, os.ModeSticky|0o777); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(shared, "admin.sock")
+	ln, err := net.Listen("unix", sock) // the fake admin, bound first
+	if err != nil {
+		t.Fatal(err)
+	}
+	var heard atomic.Int32
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		heard.Add(1)
+		t.Logf("the fake admin heard %s %s", r.Method, r.URL)
+		if r.URL.Path == "/ready" {
+			_, _ = w.Write([]byte("LIVE\n"))
+		}
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+
+	o := adminSocketOptions(sock)
+	o.noWaitReady = true
+	p := startAgent(t, o)
+	code, _ := p.wait(p.started, 30*time.Second)
+	want := "envoy.admin_socket: its folder: " + shared + " is writable by its group or by others"
+	if out := p.stderr.String(); code != 3 || !strings.Contains(out, want) {
+		t.Fatalf("run: exit %d, want 3 with %q:\n%s", code, want, out)
+	}
+	if code, stdout, stderr := runAgent(t, "validate", "--config", p.config); code != 3 || !strings.Contains(stderr, want) {
+		t.Fatalf("validate: exit %d, want 3 with %q:\n%s%s", code, want, stdout, stderr)
+	}
+	if n := heard.Load(); n != 0 {
+		t.Fatalf("the fake admin in %s heard %d requests", shared, n)
 	}
 }

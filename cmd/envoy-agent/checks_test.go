@@ -214,3 +214,230 @@ func TestRunDirOthersCanWriteIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusesPathsTheKernelResolvesElsewhere: paths whose text names
+// root's files while the kernel reaches uid 1001's, as root runs the agent.
+// A root-owned link into uid 1001's folder followed by ".." (as binary_path,
+// as config_path, and as a link's target), and a root link to a folder path
+// so long that the path with the rest appended passes PATH_MAX (uid 1001's
+// folders deep inside it): validate said OK, and root ran uid 1001's
+// wrapper. A path the check cannot walk as the kernel would (a magic link of
+// /proc) was trusted by its text too. Now validate and run refuse each,
+// exit 3, and the wrapper never runs.
+func TestRefusesPathsTheKernelResolvesElsewhere(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the files are made for uid 1001")
+	}
+	const other = 1001
+	chown := func(p string) {
+		t.Helper()
+		if err := os.Lchown(p, other, other); err != nil {
+			t.Fatal(err)
+		}
+	}
+	userDir, err := os.MkdirTemp("", "uid1001-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(userDir) })
+	if err := os.Chmod(userDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	chown(userDir)
+	ran := filepath.Join(t.TempDir(), "ran")
+	wrapper := "#!/bin/sh\necho \"ran as uid $(id -u)\" >>" + ran + "\nexec " + envoykit.Binary(t) + " \"$@\"\n"
+	for _, d := range []string{"x/y", "bin"} {
+		if err := os.MkdirAll(filepath.Join(userDir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"x", "x/y", "bin"} {
+		chown(filepath.Join(userDir, p))
+	}
+	if err := os.WriteFile(filepath.Join(userDir, "bin/envoy"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	chown(filepath.Join(userDir, "bin/envoy"))
+
+	ports := envoykit.NewPorts(t)
+	rootDir := shortTempDir(t)
+	if err := os.Chmod(rootDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opt := filepath.Join(rootDir, "opt")
+	for _, d := range []string{"a", "bin"} {
+		if err := os.MkdirAll(filepath.Join(opt, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rootEnvoy := filepath.Join(opt, "bin/envoy")
+	if err := os.WriteFile(rootEnvoy, []byte("#!/bin/sh\nexec "+envoykit.Binary(t)+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bootstrap := envoykit.WriteBootstrap(t, opt, "envoy.yaml", envoykit.BootstrapOptions{Ports: ports})
+	data, err := os.ReadFile(bootstrap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(userDir, "envoy.yaml"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	chown(filepath.Join(userDir, "envoy.yaml"))
+	link := filepath.Join(opt, "a/m") // root's link into uid 1001's folder
+	if err := os.Symlink(filepath.Join(userDir, "x/y"), link); err != nil {
+		t.Fatal(err)
+	}
+	viaDots := link + "/../../bin/envoy" // as text: opt/bin/envoy, root's
+	linkToDots := filepath.Join(opt, "bin-link")
+	if err := os.Symlink(viaDots, linkToDots); err != nil {
+		t.Fatal(err)
+	}
+	longPath := longPathInto(t, rootDir, userDir, other)
+
+	toml := func(binary, bootstrap string) string {
+		return "[envoy]\nbinary_path = " + strconv.Quote(binary) + "\nconfig_path = " + strconv.Quote(bootstrap) +
+			"\nadmin_port = " + strconv.Itoa(ports.Admin) + "\n[agent]\nstatus_port = " + strconv.Itoa(ports.Status) + "\nprometheus_port = 0\n"
+	}
+	tests := []struct {
+		name, binary, bootstrap, want string
+	}{
+		{"binary_path: a link into uid 1001's folder, then ..", viaDots, bootstrap, "envoy.binary_path: " + viaDots + " can be replaced by uid 1001"},
+		{"config_path: a link into uid 1001's folder, then ..", rootEnvoy, link + "/../../envoy.yaml", "envoy.config_path: " + link + "/../../envoy.yaml can be replaced by uid 1001"},
+		{"binary_path: a link whose target has ..", linkToDots, bootstrap, "envoy.binary_path: " + linkToDots + " can be replaced by uid 1001"},
+		{"binary_path: past PATH_MAX once the link is followed", longPath, bootstrap, "can be replaced by uid 1001"},
+		{"binary_path: a magic link", "/proc/self/root" + rootEnvoy, bootstrap, "cannot be judged as the kernel would open it"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := filepath.Join(rootDir, "config.toml")
+			if err := os.WriteFile(cfg, []byte(toml(tt.binary, tt.bootstrap)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, cmd := range []string{"validate", "run"} {
+				code, stdout, stderr := runAgent(t, cmd, "--config", cfg)
+				if code != 3 || !strings.Contains(stderr, tt.want) {
+					t.Fatalf("%s: exit %d, want 3 with %q:\n%s%s", cmd, code, tt.want, stdout, stderr)
+				}
+				if cmd == "validate" {
+					t.Logf("%.400s", stderr)
+				}
+			}
+			if b, err := os.ReadFile(ran); err == nil {
+				t.Fatalf("uid 1001's wrapper ran: %s", b)
+			}
+			assertNoEnvoyFor(t, rootDir)
+		})
+	}
+}
+
+// longPathInto makes, under rootDir, a root link to a root folder path of
+// 3,673 bytes, then 300 folders "a" below it, the 250th on uid's, with the
+// wrapper of userDir/bin/envoy as "envoy" at the bottom, and returns the
+// path through the link (about 600 bytes): the link's target with the rest
+// appended is past PATH_MAX.
+func longPathInto(t *testing.T, rootDir, userDir string, uid int) string {
+	t.Helper()
+	long := filepath.Join(rootDir, "long")
+	for len(long) < 3673-201 {
+		long += "/" + strings.Repeat("d", 200)
+	}
+	long += "/" + strings.Repeat("d", 3673-len(long)-1)
+	if err := os.MkdirAll(long, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.OpenRoot(long) // the deepest folders are past PATH_MAX by their full path
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	rel := "a"
+	for i := 0; i < 300; i++ {
+		if err := root.Mkdir(rel, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if i >= 249 {
+			if err := root.Lchown(rel, uid, uid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rel += "/a"
+	}
+	wrapper, err := os.ReadFile(filepath.Join(userDir, "bin/envoy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := strings.TrimSuffix(rel, "/a") + "/envoy"
+	if err := root.WriteFile(bin, wrapper, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := root.Lchown(bin, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+	l := filepath.Join(rootDir, "L")
+	if err := os.Symlink(long, l); err != nil {
+		t.Fatal(err)
+	}
+	return l + strings.Repeat("/a", 300) + "/envoy"
+}
+
+// TestRunDirFoldersAboveAreChecked: the folders above run_dir count. A
+// root-owned 0700 run_dir inside uid 1001's folder passed validate; uid
+// 1001 then moved it away and made its own, so the control socket was gone,
+// reloads were refused and the next start exited 3. A run_dir that does not
+// exist yet in a folder every user can write (with the control socket
+// elsewhere) was made at run time by whoever came first. Both are refused
+// now, exit 3, by validate and by run, naming the folder and who can
+// change it.
+func TestRunDirFoldersAboveAreChecked(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the folders are made for uid 1001")
+	}
+	userDir, err := os.MkdirTemp("", "uid1001-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(userDir) })
+	if err := os.Chmod(userDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(userDir, 1001, 1001); err != nil {
+		t.Fatal(err)
+	}
+	inHome := filepath.Join(userDir, "rd")
+	if err := os.Mkdir(inHome, 0o700); err != nil { // root's
+		t.Fatal(err)
+	}
+	shared := filepath.Join(shortTempDir(t), "tmp")
+	if err := os.Mkdir(shared, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, os.ModeSticky|0o777); err != nil {
+		t.Fatal(err)
+	}
+	control := filepath.Join(shortTempDir(t), "control.sock")
+	tests := []struct {
+		name  string
+		agent map[string]string
+		want  string
+	}{
+		{"root's run_dir in uid 1001's folder", map[string]string{"run_dir": strconv.Quote(inHome)},
+			"agent.run_dir: " + inHome + " can be replaced by uid 1001"},
+		{"a run_dir to make in a folder every user can write", map[string]string{"run_dir": strconv.Quote(filepath.Join(shared, "rd")), "control_socket": strconv.Quote(control)},
+			"agent.run_dir: " + filepath.Join(shared, "rd") + " does not exist, and " + shared + ", where it would be made, can be written by every user"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := startAgent(t, procOptions{noWaitReady: true, agent: tt.agent})
+			code, _ := p.wait(p.started, 30*time.Second)
+			if out := p.stderr.String(); code != 3 || !strings.Contains(out, tt.want) {
+				t.Fatalf("run: exit %d, want 3 with %q:\n%s", code, tt.want, out)
+			}
+			if code, stdout, stderr := runAgent(t, "validate", "--config", p.config); code != 3 || !strings.Contains(stderr, tt.want) {
+				t.Fatalf("validate: exit %d, want 3 with %q:\n%s%s", code, tt.want, stdout, stderr)
+			}
+			if _, err := os.Lstat(filepath.Join(shared, "rd")); err == nil {
+				t.Fatalf("the agent made %s", filepath.Join(shared, "rd"))
+			}
+		})
+	}
+}

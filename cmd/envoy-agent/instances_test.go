@@ -298,11 +298,14 @@ func TestSquattedHotRestartNamesDoNotStopAStart(t *testing.T) {
 }
 
 // TestSquattedClaimsDirDoesNotStopAStart: an agent run by an ordinary user
-// (uid 65533, no $XDG_RUNTIME_DIR) keeps its claims in
-// envoy-agent-claims-65533 in the temporary directory; uid 65534 made that
-// folder first (mode 0777). The start used to fail there ("claims
-// directory ... is writable by its group or by others"); now the agent
-// keeps its claims in its own cache folder and serves.
+// (uid 65533, no $XDG_RUNTIME_DIR) kept its claims in
+// envoy-agent-claims-65533 in the temporary directory, which uid 65534 made
+// first (mode 0777): the start failed ("claims directory ... is writable by
+// its group or by others", later "belongs to uid 65534"). Now the agent
+// never looks in the temporary folder: it keeps its claims in its own cache
+// folder and serves; with a home of /nonexistent (the packaged user's) and
+// no folder of its own, it refuses to start (exit 3) naming the folders it
+// tried and ENVOY_AGENT_CLAIMS_DIR, and uid 65534's folder plays no part.
 func TestSquattedClaimsDirDoesNotStopAStart(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the agent runs as uid 65533 and the squatter as uid 65534")
@@ -347,4 +350,17 @@ func TestSquattedClaimsDirDoesNotStopAStart(t *testing.T) {
 		t.Fatalf("the base id claim is not in %s: %v", kept, err)
 	}
 	t.Logf("uid 65534 squats %s; the agent keeps its claims in %s and serves", squatted, kept)
+	p.wait(p.signal(syscall.SIGTERM), 30*time.Second)
+
+	// The packaged user's home, /nonexistent: no cache folder either.
+	p = startAgent(t, procOptions{noWaitReady: true, cred: &syscall.Credential{Uid: agentUid, Gid: agentUid},
+		agent: map[string]string{"run_dir": strconv.Quote(filepath.Join(home, "run"))},
+		env: []string{claims.EnvDir + "=", "XDG_RUNTIME_DIR=", "XDG_CACHE_HOME=", "STATE_DIRECTORY=",
+			"TMPDIR=" + tmp, "HOME=/nonexistent"}})
+	code, _ := p.wait(p.started, 30*time.Second)
+	out := p.stderr.String()
+	if code != 3 || !strings.Contains(out, claims.EnvDir) || strings.Contains(out, squatted) || strings.Contains(out, "uid 65534") {
+		t.Fatalf("with HOME=/nonexistent: exit %d, want 3 naming %s and not %s:\n%s", code, claims.EnvDir, squatted, out)
+	}
+	t.Logf("with HOME=/nonexistent: %s", strings.TrimSpace(out))
 }

@@ -14,6 +14,15 @@
 // its certificate, or an empty or unparsable file, is logged once and the
 // pair in use goes on serving.
 //
+// The files are read through internal/safefile (a regular file on a file
+// system that keeps data, bounded in size and time) with no lock held, so
+// that a file a local user points a link at (/proc/kmsg, a hung mount) can
+// hold neither status nor a reload nor a stop. The folders watched are a
+// file's own, its link target's and those of the links on the way: as many
+// whatever the depth of the folders above it.
+//
 // It knows nothing of systemd, TOML or the envoy package; it never logs or
-// returns PEM or key material.
+// returns PEM or key material, nor anything a key file holds (not even its
+// PEM block types), and what it shows of a certificate (subject, DNS names)
+// has its control characters escaped (internal/printable).
 package certs

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/internal/filetrust"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,11 +45,17 @@ type Manager struct {
 	// use changed (for metrics).
 	OnChange func()
 
+	// mu guards the maps; it is never held while a file is read or a
+	// folder walked, so that status, a reload and a stop never wait on
+	// the operator's files.
 	mu      sync.Mutex
 	secrets map[string]Secret    // by name: every secret served, kept up to date
 	inUse   map[string]bool      // by name: those of the latest bootstrap
 	served  map[string]*material // by name: what the SDS file holds
 	failed  map[string]string    // by name: the refusal logged last
+	reads   uint64               // the reads of a secret's files begun, numbered
+	newest  map[string]uint64    // by name: the number of the read served or refused last
+	seen    map[string]string    // by name: which files the last read met (or its error)
 	kick    chan struct{}        // the set of files changed: watch again
 
 	noInotify bool // the tests' stand-in for inotify that cannot be had
@@ -64,6 +71,8 @@ func NewManager(log Logger) *Manager {
 		inUse:   map[string]bool{},
 		served:  map[string]*material{},
 		failed:  map[string]string{},
+		newest:  map[string]uint64{},
+		seen:    map[string]string{},
 		kick:    make(chan struct{}, 1),
 	}
 }
@@ -89,13 +98,13 @@ func (m *Manager) RewriteBootstrap(data []byte, name, runDir string) ([]byte, er
 	if len(res.NodeSet) > 0 {
 		m.log.Infof("certificates: set %v to %q in the running copy of the bootstrap (Envoy needs a node id and cluster to read secrets from files)", res.NodeSet, DefaultNode)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	for _, s := range res.Secrets {
-		if err := m.refreshLocked(s, true); err != nil {
+		if _, err := m.refresh(s, true); err != nil {
 			return nil, err
 		}
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	// Secrets the previous bootstrap had stay watched: an epoch still
 	// draining, or the serving one after a refused reload, may read them.
 	m.inUse = map[string]bool{}
@@ -113,11 +122,36 @@ func (m *Manager) RewriteBootstrap(data []byte, name, runDir string) ([]byte, er
 	return res.Data, nil
 }
 
-// refreshLocked reads s's files and writes its SDS file when they changed
-// and are whole. With must, a secret never served yet is an error when its
-// files are not whole; an SDS file not on disk is written again.
-func (m *Manager) refreshLocked(s Secret, must bool) error {
+// refresh reads s's files, holding no lock, and serves them when they
+// changed and are whole. With must, a secret never served yet is an error
+// when its files are not whole; an SDS file not on disk is written again.
+// moved reports that the files read are others than the last read met (a
+// re-pointed link, a file renamed into place) or fail otherwise: the
+// folders to watch may have changed. Of two reads of the same secret, the
+// later one begun wins, whichever ends first.
+func (m *Manager) refresh(s Secret, must bool) (moved bool, err error) {
+	m.mu.Lock()
+	m.reads++
+	n := m.reads
+	m.mu.Unlock()
 	mat, err := load(s)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen := fmt.Sprint(err)
+	if mat != nil {
+		seen = mat.files
+	}
+	moved = m.seen[s.Name] != seen
+	m.seen[s.Name] = seen
+	if n < m.newest[s.Name] {
+		return moved, nil // a later read of these files was taken already
+	}
+	m.newest[s.Name] = n
+	return moved, m.takeLocked(s, mat, err, must)
+}
+
+// takeLocked serves mat, what load read of s's files (or err).
+func (m *Manager) takeLocked(s Secret, mat *material, err error, must bool) error {
 	old := m.served[s.Name]
 	if err != nil {
 		if old == nil && must {
@@ -158,11 +192,21 @@ func (m *Manager) refreshLocked(s Secret, must bool) error {
 
 // Check reads every watched file now and serves what changed and is whole.
 func (m *Manager) Check() {
+	m.check()
+}
+
+// check is Check; moved reports that a secret's files are others than the
+// last read met.
+func (m *Manager) check() (moved bool) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, s := range m.sortedLocked() {
-		_ = m.refreshLocked(s, false)
+	secrets := m.sortedLocked()
+	m.mu.Unlock()
+	for _, s := range secrets {
+		if mv, _ := m.refresh(s, false); mv {
+			moved = true
+		}
 	}
+	return moved
 }
 
 func (m *Manager) sortedLocked() []Secret {
@@ -193,42 +237,46 @@ func (m *Manager) Certificates() []Certificate {
 	return out
 }
 
-// Masks of the folders a Manager watches: a file's own folder for any
-// change to its entries (a rename into place, a re-pointed link, cp), and
-// every folder above it for entries made, removed or renamed (a swapped
-// folder link anywhere on the way).
+// Masks of the folders a Manager watches: a file's own folder (as named,
+// and where its links lead) for any change to its entries (a rename into
+// place, a re-pointed link, cp), and each folder holding a link on the way
+// for entries made, removed or renamed (a swapped folder link).
 const (
 	fileDirMask = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_MOVED_FROM | unix.IN_CLOSE_WRITE |
 		unix.IN_DELETE | unix.IN_ATTRIB | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_MODIFY
-	ancestorMask = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_MOVED_FROM | unix.IN_DELETE |
+	linkDirMask = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_MOVED_FROM | unix.IN_DELETE |
 		unix.IN_DELETE_SELF | unix.IN_MOVE_SELF
 )
 
 // watchDirs are the folders whose changes can change what a file reads,
 // with what to watch in each: the folder of the file as named and of the
-// file it resolves to (links followed), and every folder above either.
+// file it resolves to, and the folder of each link followed on the way
+// there (at most 40: the kernel's limit). Their number does not grow with
+// the depth of the folders above a file: a folder renamed higher up
+// without a link is taken by the poll. The files are resolved holding no
+// lock.
 func (m *Manager) watchDirs() map[string]uint32 {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	want := map[string]uint32{}
-	add := func(f string) {
-		want[filepath.Dir(f)] |= fileDirMask
-		for d := filepath.Dir(filepath.Dir(f)); ; d = filepath.Dir(d) {
-			want[d] |= ancestorMask
-			if d == "/" || d == "." {
-				break
+	var files []string
+	for _, s := range m.secrets {
+		for _, f := range []string{s.CertFile, s.KeyFile} {
+			if f != "" {
+				files = append(files, f)
 			}
 		}
 	}
-	for _, s := range m.secrets {
-		for _, f := range []string{s.CertFile, s.KeyFile} {
-			if f == "" {
-				continue
-			}
-			add(f)
-			if r, err := filepath.EvalSymlinks(f); err == nil && r != f {
-				add(r)
-			}
+	m.mu.Unlock()
+	want := map[string]uint32{}
+	for _, f := range files {
+		want[filepath.Dir(f)] |= fileDirMask
+		r, err := filetrust.Resolve(f)
+		if err != nil {
+			continue // not there yet: the named folder's watch sees it come
+		}
+		r.File.Close()
+		want[filepath.Dir(r.Path)] |= fileDirMask
+		for _, d := range r.LinkDirs {
+			want[d] |= linkDirMask
 		}
 	}
 	return want
@@ -313,14 +361,16 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 		case <-settle:
 			settle, limit = nil, nil
-			m.Check()
-			rewatch()
+			if m.check() {
+				rewatch()
+			}
 		case <-limit:
 			settle, limit = nil, nil
-			m.Check()
-			rewatch()
+			if m.check() {
+				rewatch()
+			}
 		case <-poll.C:
-			m.Check()
+			m.check()
 			rewatch()
 		}
 	}

@@ -12,8 +12,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/internal/printable"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
 
@@ -53,10 +55,11 @@ func (c Certificate) DaysLeft(now time.Time) int {
 
 // material is what a secret's files held when read, checked.
 type material struct {
-	sum  [32]byte // of the files' bytes, to tell a change
-	cert []byte
-	key  []byte
-	info Certificate
+	sum   [32]byte // of the files' bytes, to tell a change
+	cert  []byte
+	key   []byte
+	info  Certificate
+	files string // which files were read (their identities), to tell a move
 }
 
 // FileError is a file of a pair refused: unreadable, empty, unparsable, or a
@@ -67,15 +70,15 @@ type FileError struct {
 	Msg  string
 }
 
-func (e *FileError) Error() string { return e.File + ": " + e.Msg }
+func (e *FileError) Error() string { return printable.String(e.File + ": " + e.Msg) }
 
 // load reads and checks s's files.
 func load(s Secret) (*material, error) {
-	cert, err := readFile(s.CertFile)
+	cert, certID, err := readFile(s.CertFile)
 	if err != nil {
 		return nil, err
 	}
-	m := &material{cert: cert}
+	m := &material{cert: cert, files: fmt.Sprint(certID)}
 	h := sha256.New()
 	h.Write(cert)
 	if s.Kind == KindTrustedCA {
@@ -86,19 +89,20 @@ func load(s Secret) (*material, error) {
 		m.info = describe(first, s)
 		m.info.CA = true
 	} else {
-		key, err := readFile(s.KeyFile)
+		key, keyID, err := readFile(s.KeyFile)
 		if err != nil {
 			return nil, err
 		}
 		h.Write([]byte{0})
 		h.Write(key)
 		m.key = key
+		m.files += fmt.Sprint(keyID)
 		if _, err := parseBundle(s.CertFile, cert); err != nil {
 			return nil, err
 		}
 		pair, err := tls.X509KeyPair(cert, key)
 		if err != nil {
-			return nil, &FileError{File: s.KeyFile, Msg: "does not go with " + s.CertFile + ": " + keyPairMessage(err)}
+			return nil, &FileError{File: s.KeyFile, Msg: "does not go with " + s.CertFile + ": " + keyProblem(key)}
 		}
 		leaf, err := x509.ParseCertificate(pair.Certificate[0])
 		if err != nil {
@@ -110,24 +114,49 @@ func load(s Secret) (*material, error) {
 	return m, nil
 }
 
-// keyPairMessage keeps crypto/tls's reason, which names no key material.
-func keyPairMessage(err error) string {
-	return err.Error()
+// keyProblem says what is wrong with a key file that crypto/tls refused,
+// in words of the agent's own: crypto/tls's errors quote the file (the
+// types of its PEM blocks: "[DBPASS=...]"), and a key file may be pointed
+// at any file. It names kinds and counts only.
+func keyProblem(key []byte) string {
+	blocks, keys := 0, 0
+	for rest := key; ; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			break
+		}
+		blocks++
+		if strings.HasSuffix(b.Type, "PRIVATE KEY") {
+			keys++
+		}
+	}
+	switch {
+	case blocks == 0:
+		return "it holds no PEM data"
+	case keys == 0:
+		return fmt.Sprintf("it holds no PEM private key (%d other PEM blocks)", blocks)
+	}
+	return "its private key cannot be parsed, or is not the key of that certificate"
 }
 
-func readFile(path string) ([]byte, error) {
-	b, err := safefile.ReadRegular(path, MaxFileSize)
+func readFile(path string) ([]byte, safefile.Identity, error) {
+	b, id, err := safefile.ReadIdentified(path, MaxFileSize)
 	if err != nil {
 		var pe *os.PathError
 		if errors.As(err, &pe) {
-			return nil, &FileError{File: path, Msg: pe.Err.Error()}
+			return nil, id, &FileError{File: path, Msg: pe.Err.Error()}
 		}
-		return nil, &FileError{File: path, Msg: "cannot be read"}
+		return nil, id, &FileError{File: path, Msg: fileReason(err, path)}
 	}
 	if len(b) == 0 {
-		return nil, &FileError{File: path, Msg: "is empty"}
+		return nil, id, &FileError{File: path, Msg: "is empty"}
 	}
-	return b, nil
+	return b, id, nil
+}
+
+// fileReason is safefile's reason without the path it starts with.
+func fileReason(err error, path string) string {
+	return strings.TrimLeft(strings.TrimPrefix(err.Error(), path), ": ")
 }
 
 // parseBundle parses every certificate of a PEM bundle and returns the
@@ -158,13 +187,17 @@ func parseBundle(path string, data []byte) (*x509.Certificate, error) {
 	return first, nil
 }
 
+// describe is what status and the metrics show of c: its names with
+// every control character escaped (printable), since a certificate's
+// subject or DNS names (a third party's CA bundle's too) reach the
+// operator's terminal.
 func describe(c *x509.Certificate, s Secret) Certificate {
 	return Certificate{
-		File:     s.CertFile,
-		KeyFile:  s.KeyFile,
-		Secret:   s.Name,
-		Subject:  c.Subject.String(),
-		DNSNames: c.DNSNames,
+		File:     printable.String(s.CertFile),
+		KeyFile:  printable.String(s.KeyFile),
+		Secret:   printable.String(s.Name),
+		Subject:  printable.String(c.Subject.String()),
+		DNSNames: printable.Strings(c.DNSNames),
 		Serial:   c.SerialNumber.Text(16),
 		NotAfter: c.NotAfter,
 	}

@@ -275,7 +275,7 @@ func TestExampleBootstrapRunsRewritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin, front, back := envoykit.FreePort(t), envoykit.FreePort(t), envoykit.FreePort(t)
-	text := strings.Replace(string(data), "pipe: { path: /tmp/envoy-agent-example-admin.sock, mode: 0600 }",
+	text := strings.Replace(string(data), "pipe: { path: /run/envoy-agent/admin.sock, mode: 0600 }",
 		fmt.Sprintf("socket_address: { address: 127.0.0.1, port_value: %d }", admin), 1)
 	text = strings.ReplaceAll(text, "port_value: 10000", fmt.Sprintf("port_value: %d", front))
 	text = strings.ReplaceAll(text, "port_value: 10001", fmt.Sprintf("port_value: %d", back))

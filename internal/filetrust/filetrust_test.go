@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -100,5 +101,109 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestKernelPaths lays out what the kernel resolves differently from a
+// path's text, and checks that the verdict is about the file open(2)
+// reaches: a root-owned link into uid 1001's folder followed by "..", the
+// same as a link's target, and a root link to a folder path so long that
+// the path with the rest appended passes PATH_MAX, with uid 1001's folder
+// deep inside it. Each once passed as root's file (".." cleaned as text,
+// ENAMETOOLONG ignored), and root ran uid 1001's binary.
+func TestKernelPaths(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the files are made for uid 1001 and root")
+	}
+	dir := t.TempDir() // root's, 0700, in the sticky temporary folder
+	mk := func(rel string, uid int) string {
+		p := filepath.Join(dir, rel)
+		must(t, os.MkdirAll(p, 0o755))
+		must(t, os.Chown(p, uid, uid))
+		return p
+	}
+	file := func(rel string, uid int) string {
+		p := filepath.Join(dir, rel)
+		must(t, os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755))
+		must(t, os.Chown(p, uid, uid))
+		return p
+	}
+	mk("opt/a", 0)
+	mk("opt/bin", 0)
+	rootEnvoy := file("opt/bin/envoy", 0)
+	mk("home", other)
+	mk("home/x/y", other)
+	mk("home/bin", other)
+	userEnvoy := file("home/bin/envoy", other)
+	must(t, os.Symlink(filepath.Join(dir, "home/x/y"), filepath.Join(dir, "opt/a/m")))
+	must(t, os.Symlink("a/m/../../bin/envoy", filepath.Join(dir, "opt/rel")))
+	must(t, os.Symlink(dir+"/opt/a/m/../../bin/envoy", filepath.Join(dir, "opt/abs")))
+
+	// The long one: a root link to a root folder path of 3,673 bytes, then
+	// 300 folders "a", uid 1001's from the 250th on.
+	long := filepath.Join(dir, "long")
+	for len(long) < 3673-201 {
+		long += "/" + strings.Repeat("d", 200)
+	}
+	long += "/" + strings.Repeat("d", 3673-len(long)-1)
+	must(t, os.MkdirAll(long, 0o755))
+	deep := long
+	for i := 0; i < 300; i++ {
+		deep += "/a"
+	}
+	// The deepest folders cannot be made by their full path (ENAMETOOLONG):
+	// made one at a time from an open folder.
+	root, err := os.OpenRoot(long)
+	must(t, err)
+	rel := "a"
+	for i := 0; i < 300; i++ {
+		must(t, root.Mkdir(rel, 0o755))
+		if i >= 249 {
+			must(t, root.Lchown(rel, other, other))
+		}
+		rel += "/a"
+	}
+	f, err := root.OpenFile(strings.TrimSuffix(rel, "/a")+"/envoy", os.O_CREATE|os.O_WRONLY, 0o755)
+	must(t, err)
+	f.Close()
+	root.Close()
+	must(t, os.Symlink(long, filepath.Join(dir, "opt/L")))
+	longPath := filepath.Join(dir, "opt/L") + strings.Repeat("/a", 300) + "/envoy"
+
+	trusted := New(0)
+	tests := []struct {
+		name, path string
+		reaches    string // the file the kernel reaches ("" when it reaches none)
+		untrusted  bool
+	}{
+		{"a root link into uid 1001's folder, then ..", filepath.Join(dir, "opt/a/m") + "/../../bin/envoy", userEnvoy, true},
+		{"the same as a relative link's target", filepath.Join(dir, "opt/rel"), userEnvoy, true},
+		{"the same as an absolute link's target", filepath.Join(dir, "opt/abs"), userEnvoy, true},
+		{".. in root's own folders", filepath.Join(dir, "opt/a") + "/../bin/envoy", rootEnvoy, false},
+		{"a link to a long path, the rest past PATH_MAX", longPath, deep + "/envoy", true},
+		{"a path longer than PATH_MAX", strings.Repeat("/", 4096) + rootEnvoy, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var kernel syscall.Stat_t
+			kerr := syscall.Stat(tt.path, &kernel)
+			if tt.reaches != "" && tt.reaches != deep+"/envoy" {
+				var want syscall.Stat_t
+				must(t, syscall.Stat(tt.reaches, &want))
+				if kerr != nil || kernel.Ino != want.Ino {
+					t.Fatalf("the layout is wrong: the kernel does not reach %s (%v)", tt.reaches, kerr)
+				}
+			}
+			err := trusted.Check(tt.path)
+			t.Logf("%v", err)
+			switch {
+			case tt.untrusted && !IsUntrusted(err):
+				t.Fatalf("Check = %v, want who else can change it (the kernel reaches %s)", err, tt.reaches)
+			case tt.reaches == "" && err == nil:
+				t.Fatal("Check = nil for a path the kernel cannot open")
+			case tt.reaches != "" && !tt.untrusted && err != nil:
+				t.Fatalf("Check = %v, want nil", err)
+			}
+		})
 	}
 }

@@ -24,7 +24,11 @@ func Identify(path string) (Identity, error) {
 	if err := unix.Stat(path, &st); err != nil {
 		return Identity{}, &os.PathError{Op: "stat", Path: path, Err: err}
 	}
-	return Identity{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, nil
+	return identity(&st), nil
+}
+
+func identity(st *unix.Stat_t) Identity {
+	return Identity{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
 }
 
 // SameInode reports whether i and o are the same file (device and inode),

@@ -48,6 +48,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 # The signing key.
 mkdir -p -m 0700 "$GNUPGHOME"
+test_key_warning="warning: signing with the TEST key in $GNUPGHOME: it has no passphrase and lies in the build's cache; never publish a repository signed with it (set REPO_KEY to your own key)"
 if [ -z "$REPO_KEY" ]; then
 	[ "${REPO_TEST_KEY:-0}" = 1 ] || { echo "$0: REPO_KEY is empty (set REPO_TEST_KEY=1 for a test key)" >&2; exit 1; }
 	if ! gpg --batch --list-secret-keys "$TEST_UID" >/dev/null 2>&1; then
@@ -56,6 +57,9 @@ if [ -z "$REPO_KEY" ]; then
 		echo "made a test signing key in $GNUPGHOME"
 	fi
 	REPO_KEY=$TEST_UID
+	# Every run that signs with it says so (first and last), not only the one that made it.
+	test_key=1
+	echo "$test_key_warning" >&2
 fi
 fpr=$(gpg --batch --with-colons --list-secret-keys "$REPO_KEY" | awk -F: '$1 == "fpr" {print $10; exit}')
 [ -n "$fpr" ] || { echo "$0: no secret key \"$REPO_KEY\" in $GNUPGHOME" >&2; exit 1; }
@@ -151,3 +155,4 @@ for f in "$out"/yum/Packages/*.rpm; do
 done
 ndeb=$(find "$out/apt/pool/main" -name '*.deb' | wc -l)
 echo "repository $out: $ndeb .deb ($REPO_ARCHES), $nrpm .rpm, signed by $fpr; InRelease, Release.gpg, repomd.xml.asc and every .rpm verified with the exported key"
+[ -z "${test_key:-}" ] || echo "$test_key_warning" >&2

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // serviceUID is the service's user in these tests: an unprivileged uid
@@ -24,6 +25,14 @@ const serviceUID = 1001
 func TestMain(m *testing.M) {
 	switch os.Getenv("SCRIPTS_HELPER") {
 	case "hold":
+		if child := os.Getenv("SCRIPTS_CHILD"); child != "" {
+			// Its "Envoy": a child executing the file at child, holding
+			// the same stdin.
+			c := exec.Command(child)
+			c.Env = append(os.Environ(), "SCRIPTS_CHILD=")
+			c.Stdin = os.Stdin
+			_ = c.Start()
+		}
 		var b [1]byte
 		_, _ = os.Stdin.Read(b[:])
 		os.Exit(0)
@@ -66,17 +75,23 @@ func TestLiveUpgradeTrustsOnlyRoot(t *testing.T) {
 		execStart    string // the unit's ExecStart= argv, as systemctl show prints it
 		newRuns      bool   // the new /usr/bin/envoy-agent answers `version`
 		wantConfig   string
+		// envoyChild: the agent's child (its Envoy) runs a file of the
+		// user's, named with terminal escapes, replaced since: the script
+		// prints that path, which must reach root's terminal escaped.
+		envoyChild bool
 	}{
 		{"deb, new binary runs", "deb/postinst", []string{"configure", "0.9.0"}, "envoy-agent.service",
-			"/usr/bin/envoy-agent run --config /etc/envoy-agent/config.toml", true, "/etc/envoy-agent/config.toml"},
+			"/usr/bin/envoy-agent run --config /etc/envoy-agent/config.toml", true, "/etc/envoy-agent/config.toml", false},
 		{"deb, new binary broken", "deb/postinst", []string{"configure", "0.9.0"}, "envoy-agent.service",
-			"/usr/bin/envoy-agent run --config /etc/envoy-agent/config.toml", false, "/etc/envoy-agent/config.toml"},
+			"/usr/bin/envoy-agent run --config /etc/envoy-agent/config.toml", false, "/etc/envoy-agent/config.toml", false},
 		{"deb, instance", "deb/postinst", []string{"configure", "0.9.0"}, "envoy-agent@edge.service",
-			"/usr/bin/envoy-agent run --config /etc/envoy-agent/%i.toml", false, "/etc/envoy-agent/edge.toml"},
+			"/usr/bin/envoy-agent run --config /etc/envoy-agent/%i.toml", false, "/etc/envoy-agent/edge.toml", false},
+		{"deb, the running Envoy's file replaced, its name forged", "deb/postinst", []string{"configure", "0.9.0"}, "envoy-agent.service",
+			"/usr/bin/envoy-agent run --config /etc/envoy-agent/config.toml", true, "/etc/envoy-agent/config.toml", true},
 		{"rpm, new binary runs", "rpm/posttrans.sh", []string{"0"}, "envoy-agent.service",
-			"/usr/bin/envoy-agent run --config=/etc/envoy-agent/config.toml", true, "/etc/envoy-agent/config.toml"},
+			"/usr/bin/envoy-agent run --config=/etc/envoy-agent/config.toml", true, "/etc/envoy-agent/config.toml", false},
 		{"rpm, new binary broken", "rpm/posttrans.sh", []string{"0"}, "envoy-agent@edge.service",
-			"/usr/bin/envoy-agent run --config /etc/envoy-agent/edge.toml", false, "/etc/envoy-agent/edge.toml"},
+			"/usr/bin/envoy-agent run --config /etc/envoy-agent/edge.toml", false, "/etc/envoy-agent/edge.toml", false},
 	}
 	script, err := filepath.Abs(".")
 	if err != nil {
@@ -114,6 +129,13 @@ func TestLiveUpgradeTrustsOnlyRoot(t *testing.T) {
 			evilConfig := filepath.Join(userDir, "evil.toml")
 			hold := exec.Command(agent, "run", "--config", evilConfig)
 			hold.Env = append(os.Environ(), "SCRIPTS_HELPER=hold")
+			forged := filepath.Join(userDir, "envoy\x1b]0;forged title\x07\r\x1b[2K")
+			if tt.envoyChild {
+				if err := os.WriteFile(forged, data, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				hold.Env = append(hold.Env, "SCRIPTS_CHILD="+forged)
+			}
 			hold.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: serviceUID, Gid: serviceUID}}
 			stdin, err := hold.StdinPipe()
 			if err != nil {
@@ -123,6 +145,23 @@ func TestLiveUpgradeTrustsOnlyRoot(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { stdin.Close(); _ = hold.Wait() })
+			if tt.envoyChild {
+				// Once the child runs, its file is replaced: /proc/PID/exe
+				// then reads "PATH (deleted)", and PATH is there again.
+				children := fmt.Sprintf("/proc/%d/task/%d/children", hold.Process.Pid, hold.Process.Pid)
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+					if b, _ := os.ReadFile(children); len(strings.TrimSpace(string(b))) > 0 {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("the service user's agent has no child after 10 s")
+					}
+				}
+				if err := os.Remove(forged); err != nil {
+					t.Fatal(err)
+				}
+				stub(t, forged, "exit 0\n")
+			}
 
 			// Root's side: systemd's tools played by stand-ins, the new
 			// binary and root's kept copy of the old one recording how
@@ -175,6 +214,12 @@ PATH=%[3]s:$PATH sh %[4]s "$@"
 				t.Fatalf("%s %v: %v\n%s", tt.script, tt.args, err, out)
 			}
 			t.Logf("%s %s:\n%s", tt.script, strings.Join(tt.args, " "), out)
+			if strings.ContainsAny(string(out), "\x1b\x07\r") {
+				t.Fatalf("the script printed control characters: %q", out)
+			}
+			if tt.envoyChild && !strings.Contains(string(out), "envoy?]0;forged title???[2K changed: reloading") {
+				t.Fatalf("the script did not name the replaced binary (escaped): %q", out)
+			}
 			if ran, err := os.ReadFile(filepath.Join(userDir, "ran")); err == nil {
 				t.Fatalf("root ran the service user's binary (/proc/%d/exe): %s", hold.Process.Pid, ran)
 			}

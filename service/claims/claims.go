@@ -80,7 +80,9 @@ func Take(cfg *config.Config, self Self, log *logrus.Logger, handed []FD) (*Held
 	id := self.identity()
 	dir, err := claimsDir()
 	if err != nil {
-		return nil, fmt.Errorf("claims: %w", err)
+		// No folder of this user's: a configuration to fix (exit 3), which
+		// no restart mends.
+		return nil, config.Problemf(cfg, "", "claims: %v", err)
 	}
 	c := &Held{}
 	if len(handed) > 0 {

@@ -80,3 +80,40 @@ func TestPortInUseNamesTheWholeHolder(t *testing.T) {
 		t.Fatalf("portInUse = %v; want it to name %s", err, holder)
 	}
 }
+
+// TestClaimsDirs: where each kind of agent keeps its claims. None is ever
+// in the temporary folder (any local user can make a name there first: a
+// squatted envoy-agent-claims-UID stopped every start outside the units);
+// the packaged user outside the units (home /nonexistent, no
+// $XDG_RUNTIME_DIR) finds the units' state folder.
+func TestClaimsDirs(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		euid int
+		want []string
+	}{
+		{"ENVOY_AGENT_CLAIMS_DIR", map[string]string{EnvDir: "/srv/claims", "STATE_DIRECTORY": "/var/lib/x"}, 0, []string{"/srv/claims"}},
+		{"under a unit", map[string]string{"STATE_DIRECTORY": "/var/lib/envoy-agent:/var/lib/other"}, 999, []string{"/var/lib/envoy-agent/claims"}},
+		{"root", map[string]string{"HOME": "/root"}, 0, []string{"/run/envoy-agent-claims"}},
+		{"a user with a runtime folder", map[string]string{"XDG_RUNTIME_DIR": "/run/user/1000", "HOME": "/home/a"}, 1000,
+			[]string{"/run/user/1000/envoy-agent-claims", "/var/lib/envoy-agent/claims", "/home/a/.cache/envoy-agent-claims"}},
+		{"the packaged user outside the units", map[string]string{"HOME": "/nonexistent", "TMPDIR": "/tmp"}, 999,
+			[]string{"/var/lib/envoy-agent/claims", "/nonexistent/.cache/envoy-agent-claims"}},
+		{"relative variables are not folders", map[string]string{"XDG_RUNTIME_DIR": "run", "XDG_CACHE_HOME": "cache", "HOME": ""}, 1000,
+			[]string{"/var/lib/envoy-agent/claims"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := claimsDirs(func(k string) string { return tt.env[k] }, tt.euid)
+			if strings.Join(got, " ") != strings.Join(tt.want, " ") {
+				t.Fatalf("claimsDirs = %q, want %q", got, tt.want)
+			}
+			for _, d := range got {
+				if strings.HasPrefix(d, os.TempDir()) || strings.HasPrefix(d, "/tmp/") {
+					t.Fatalf("%s is in the temporary folder", d)
+				}
+			}
+		})
+	}
+}

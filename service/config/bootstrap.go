@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
+	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
 
@@ -152,8 +153,18 @@ func (c *Config) checkAdminSocket(ps *problems) {
 	if len(c.Envoy.AdminSocket) > maxSocketPath {
 		ps.add("envoy.admin_socket", "%s is %d bytes; a unix socket path has at most %d", c.Envoy.AdminSocket, len(c.Envoy.AdminSocket), maxSocketPath)
 	}
+	// In run_dir it is judged with run_dir.
+	if dir := filepath.Dir(c.Envoy.AdminSocket); dir != filepath.Clean(c.RunDir()) {
+		if err := hostfiles.CheckNewRunDir(dir, judgeFolderOwners()); err != nil {
+			ps.add("envoy.admin_socket", "its folder: %v; "+adminFolderRisk, err)
+		}
+	}
 	c.Envoy.AdminPort = 0
 }
+
+// adminFolderRisk is what a user who can write in the admin socket's folder
+// can do.
+const adminFolderRisk = "whoever else can write there can bind the socket before Envoy and answer the agent as Envoy's admin (a fake LIVE Envoy; the agent's drains and stops go to them): put it in run_dir (remove admin_socket), or in a folder only root and the agent's user can write"
 
 // AdminAddress names where Envoy's admin API is, for the log and STATUS=.
 func (c *Config) AdminAddress() string {

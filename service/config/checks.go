@@ -126,7 +126,9 @@ const leakyLevelWhy = "at debug and trace Envoy logs its configuration and reque
 
 var agentLogLevels = []string{"trace", "debug", "info", "warning", "warn", "error", "fatal", "panic"}
 
-func (c *Config) check(ps *problems) {
+// check finds every problem of the configuration; fileTrust is the
+// judgement of the file itself (readTrustedConfigFile).
+func (c *Config) check(ps *problems, fileTrust error) {
 	e, a := &c.Envoy, &c.Agent
 	if e.BinaryPath == "" {
 		ps.add("envoy.binary_path", "must not be empty")
@@ -147,7 +149,7 @@ func (c *Config) check(ps *problems) {
 			c.checkBootstrapAdmin(ps)
 		}
 	}
-	c.checkWriters(ps, bootstrapOK)
+	c.checkWriters(ps, bootstrapOK, fileTrust)
 	switch {
 	case e.AdminSocket != "":
 		c.checkAdminSocket(ps)
@@ -235,17 +237,21 @@ func (c *Config) check(ps *problems) {
 		ps.add("agent.log_format", "unknown format %q (text or json)", a.LogFormat)
 	}
 	c.checkLimits(ps)
+	runDirOK := true
 	if dir := c.RunDir(); dir != "" {
 		if err := hostfiles.CheckHotRestartSocketPath(dir, c.Envoy.BaseID); err != nil {
 			ps.add("agent.run_dir", "%v", err)
 		}
-		if _, err := os.Lstat(dir); err == nil {
-			// Who owns it is checked when the agent runs (Run): root may
-			// validate a file whose run_dir the service user owns.
-			if _, err := hostfiles.CheckRunDirMode(dir); err != nil {
-				ps.add("agent.run_dir", "%v", err)
-			}
+		if err := hostfiles.CheckNewRunDir(dir, judgeFolderOwners()); err != nil {
+			ps.add("agent.run_dir", "%v", err)
+			runDirOK = false
 		}
 	}
-	c.checkControlSocket(ps)
+	c.checkControlSocket(ps, runDirOK)
 }
+
+// judgeFolderOwners says whether the checks of the agent's folders (run_dir,
+// the sockets' folders) judge who owns each: not when root validates, as
+// root may validate a file whose run_dir the service user owns (systemd's
+// RuntimeDirectory=); the agent judges the owners when it runs (Run).
+func judgeFolderOwners() bool { return os.Geteuid() != 0 }

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/envoy-agent/envoy-agent/internal/filetrust"
 )
 
 // The control socket's folder decides who may serve it. A local user who
@@ -43,25 +45,15 @@ type ControlDir struct {
 
 // CheckControlDir checks the folder of the control socket sock. A folder
 // that does not exist yet is checked where the agent would make it: the
-// nearest existing folder above must be one others cannot write.
+// nearest existing folder above must be one others cannot write. Every
+// folder above it is checked too (filetrust): whoever can replace one of
+// them can put a folder of their own, and a fake agent, in its place.
 func CheckControlDir(sock string) (ControlDir, error) {
 	dir := filepath.Dir(sock)
 	st, err := lstatDir(dir)
 	if os.IsNotExist(err) {
-		parent := filepath.Dir(dir)
-		for parent != filepath.Dir(parent) {
-			if _, perr := os.Lstat(parent); perr == nil {
-				break
-			}
-			parent = filepath.Dir(parent)
-		}
-		pst, perr := lstatDir(parent)
-		if perr != nil {
-			return ControlDir{}, perr
-		}
-		if pst.Mode&0o022 != 0 {
-			return ControlDir{}, Untrusted("%s does not exist, and %s, where the agent would make it, is writable by its group or by others (mode %04o): any local user could make it first and serve a fake agent there; put the socket in a folder only the service can write, such as /run/envoy-agent",
-				dir, parent, pst.Mode&0o7777)
+		if err := filetrust.Default().CheckFolder(dir, false); err != nil {
+			return ControlDir{}, Untrusted("the control socket's folder: %v, and serve a fake agent there; put the socket in a folder only the service can write, such as /run/envoy-agent", err)
 		}
 		return ControlDir{Path: dir, Owner: uint32(os.Geteuid())}, nil
 	}
@@ -81,6 +73,11 @@ func CheckControlDir(sock string) (ControlDir, error) {
 			return ControlDir{}, Untrusted("the control socket's folder %s belongs to uid %d and is in %s, which %s: any local user could have made it and serve a fake agent there; put the socket in a folder only root can create, such as /run/envoy-agent",
 				dir, st.Uid, parent, notRootOnly(pst))
 		}
+	}
+	// Its owner is judged above (root, or a user in a folder only root can
+	// write); every folder above it, here.
+	if err := filetrust.Default().CheckFolder(dir, false); err != nil {
+		return ControlDir{}, Untrusted("the control socket's folder: %v: they could put a folder of their own there, and serve a fake agent in it; put the socket in a folder only root and the service can write, such as /run/envoy-agent", err)
 	}
 	return ControlDir{Path: dir, Owner: st.Uid}, nil
 }

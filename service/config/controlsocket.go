@@ -31,13 +31,19 @@ func (c *Config) ControlSocketPath() string {
 	return filepath.Join(c.RunDir(), controlSocketName)
 }
 
-func (c *Config) checkControlSocket(ps *problems) {
+// checkControlSocket checks the control socket's path and folder; runDirOK
+// false: run_dir was refused already, and a socket in it is not refused
+// twice for the same reason.
+func (c *Config) checkControlSocket(ps *problems, runDirOK bool) {
 	key := "agent.control_socket"
 	if c.Agent.ControlSocket == "" {
 		key = "agent.run_dir"
 		if hostfiles.CheckHotRestartSocketPath(c.RunDir(), c.Envoy.BaseID) != nil {
 			return // run_dir is too long already for Envoy's longer socket names: said once
 		}
+	}
+	if !runDirOK && filepath.Dir(c.ControlSocketPath()) == filepath.Clean(c.RunDir()) {
+		return
 	}
 	if p := c.ControlSocketPath(); len(p) > maxUnixPath {
 		ps.add(key, "the control socket %s is %d bytes long; a unix socket path holds at most %d", p, len(p), maxUnixPath)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/envoy-agent/envoy-agent/internal/printable"
 )
 
 const (
@@ -43,7 +45,14 @@ type Problem struct {
 	Msg  string
 }
 
+// String is the problem on one line, its control characters escaped: a
+// path or a value from the file, or Envoy's reason, reaches the operator's
+// terminal (printable).
 func (p Problem) String() string {
+	return printable.String(p.line())
+}
+
+func (p Problem) line() string {
 	var b strings.Builder
 	b.WriteString(p.File)
 	if p.Line > 0 {

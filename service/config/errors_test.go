@@ -75,3 +75,14 @@ func TestConfigErrorShowsOtherProblemsBeforeUnknownKeys(t *testing.T) {
 		t.Errorf("got %d lines:\n%s", len(lines), out)
 	}
 }
+
+// TestProblemEscapesControlCharacters: a path or a value from the file
+// reaches the terminal in a problem with its control characters escaped,
+// on one line.
+func TestProblemEscapesControlCharacters(t *testing.T) {
+	p := Problem{File: "/etc/envoy-agent/\x1b]0;t\x07.toml", Line: 2, Key: "envoy.binary_path", Msg: "/opt/\r\x1b[2KOK\n: refused"}
+	got := p.String()
+	if strings.ContainsAny(got, "\x1b\x07\r\n") || !strings.Contains(got, `\x1b]0;t\x07.toml:2: envoy.binary_path: /opt/\x0d\x1b[2KOK\x0a: refused`) {
+		t.Fatalf("Problem.String = %q", got)
+	}
+}

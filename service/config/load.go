@@ -12,6 +12,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/agnivade/levenshtein"
+	"github.com/envoy-agent/envoy-agent/internal/filetrust"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
 
@@ -22,7 +23,7 @@ const maxConfigSize = 1 << 20
 // paths in it are resolved against the file's folder. Every problem is
 // returned in one *ConfigError, each naming the file, line and key.
 func LoadConfig(path string) (*Config, error) {
-	data, err := readConfigFile(path)
+	data, trust, err := readTrustedConfigFile(path)
 	if err != nil {
 		return nil, &ConfigError{Problems: []Problem{{File: path, Msg: err.Error()}}}
 	}
@@ -47,7 +48,7 @@ func LoadConfig(path string) (*Config, error) {
 		ps.add(k.String(), unknownKeyMsg+"%s", suggest(k))
 	}
 	cfg.resolvePaths()
-	cfg.check(ps)
+	cfg.check(ps, trust)
 	if err := ps.err(); err != nil {
 		return nil, err
 	}
@@ -79,6 +80,24 @@ func article(typ string) string {
 		return "an " + typ
 	}
 	return "a " + typ
+}
+
+// readTrustedConfigFile reads the configuration the agent runs with
+// through the descriptor filetrust judged, so that what is read is the file
+// judged; trust is the judgement (nil: only root and the agent's user can
+// change it). A file others can change is still read, for its other
+// problems, and refused for that one.
+func readTrustedConfigFile(path string) (data []byte, trust, err error) {
+	r, trust := filetrust.Default().Open(path)
+	if trust != nil {
+		data, err = readConfigFile(path)
+		return data, trust, err
+	}
+	defer r.File.Close()
+	if data, _, err = safefile.ReadOpened(r.File, maxConfigSize); err != nil {
+		return nil, nil, fmt.Errorf("cannot read the configuration: %w", err)
+	}
+	return data, nil, nil
 }
 
 func readConfigFile(path string) ([]byte, error) {

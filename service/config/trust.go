@@ -3,7 +3,9 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sort"
 	"strings"
@@ -25,20 +27,27 @@ func trustedUID() int { return os.Geteuid() }
 const maxTrustWarnings = 10
 
 // checkWriters adds a problem for each of the agent's own files that a
-// user other than root and the agent's own can change, and a warning for
-// each file the bootstrap names that such a user can change.
-func (c *Config) checkWriters(ps *problems, bootstrapOK bool) {
+// user other than root and the agent's own can change, or that the check
+// cannot walk as the kernel would (any error refuses: a path it cannot
+// judge is not one to run), and a warning for each file the bootstrap
+// names that such a user can change. fileTrust is the judgement of this
+// file, made as it was read.
+func (c *Config) checkWriters(ps *problems, bootstrapOK bool, fileTrust error) {
 	trusted := filetrust.Default()
-	for _, f := range []struct{ key, what, path string }{
-		{"", "this configuration file", c.File},
-		{"envoy.binary_path", "the Envoy binary", c.Envoy.BinaryPath},
-		{"envoy.config_path", "the Envoy bootstrap", c.Envoy.ConfigPath},
+	for _, f := range []struct {
+		key, what, path string
+		err             error
+	}{
+		{"", "this configuration file", c.File, fileTrust},
+		{"envoy.binary_path", "the Envoy binary", c.Envoy.BinaryPath, judge(trusted, c.Envoy.BinaryPath)},
+		{"envoy.config_path", "the Envoy bootstrap", c.Envoy.ConfigPath, judge(trusted, c.Envoy.ConfigPath)},
 	} {
-		if f.path == "" {
-			continue
-		}
-		if err := trusted.Check(f.path); filetrust.IsUntrusted(err) {
-			ps.add(f.key, "%v: refused, %s must be writable by root and the agent's user (uid %d) only: whoever else can change it runs code as this agent's user, or changes what Envoy serves; fix the owner and mode of the file and of every folder on its way", err, f.what, trustedUID())
+		switch {
+		case f.path == "" || f.err == nil:
+		case filetrust.IsUntrusted(f.err):
+			ps.add(f.key, "%v: refused, %s must be writable by root and the agent's user (uid %d) only: whoever else can change it runs code as this agent's user, or changes what Envoy serves; fix the owner and mode of the file and of every folder on its way", f.err, f.what, trustedUID())
+		default:
+			ps.add(f.key, "%v: refused, %s cannot be judged as the kernel would open it, so nothing says who else can change it; name it by a path of folders and links that root and the agent's user own", f.err, f.what)
 		}
 	}
 	if !bootstrapOK {
@@ -50,16 +59,33 @@ func (c *Config) checkWriters(ps *problems, bootstrapOK bool) {
 	}
 	n := 0
 	for _, f := range files {
-		err := trusted.Check(f.path)
-		if !filetrust.IsUntrusted(err) {
+		err := judge(trusted, f.path)
+		if err == nil {
 			continue
 		}
 		if n++; n > maxTrustWarnings {
 			c.warnf("%s names %d more files that others can change (not listed)", c.Envoy.ConfigPath, len(files)-maxTrustWarnings)
 			break
 		}
+		if !filetrust.IsUntrusted(err) {
+			c.warnf("%v: the bootstrap %s names it (%s) for Envoy to read, and who else can change it cannot be judged as the kernel would open it", err, c.Envoy.ConfigPath, f.key)
+			continue
+		}
 		c.warnf("%v: the bootstrap %s names it (%s) for Envoy to read; whoever else can change it changes what Envoy serves (a key, a certificate, Lua code, a runtime value); make it, and every folder on its way, writable by root and the agent's user only", err, c.Envoy.ConfigPath, f.key)
 	}
+}
+
+// judge is trusted.Check(path), except for a path that neither the check
+// nor the kernel finds: the checks of the binary and the bootstrap say it
+// is missing, and Envoy says so of the files a bootstrap names.
+func judge(trusted *filetrust.Trusted, path string) error {
+	err := trusted.Check(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, serr := os.Stat(path); errors.Is(serr, fs.ErrNotExist) {
+			return nil
+		}
+	}
+	return err
 }
 
 // bootstrapFile is a file the bootstrap names for Envoy to read.

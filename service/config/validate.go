@@ -16,6 +16,7 @@ import (
 	"github.com/envoy-agent/envoy-agent/envoy/output"
 	"github.com/envoy-agent/envoy-agent/envoy/versions"
 	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
+	"github.com/envoy-agent/envoy-agent/internal/printable"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
 
@@ -62,13 +63,15 @@ func Validate(ctx context.Context, path string, out io.Writer) error {
 	if err := ValidateBootstrap(ctx, cfg, new(versions.Cache)); err != nil {
 		return err
 	}
+	// Paths, certificates' names and Envoy's words reach the terminal with
+	// their control characters escaped (printable).
 	for _, w := range cfg.Warnings() {
-		fmt.Fprintf(out, "warning: %s\n", w)
+		fmt.Fprintf(out, "warning: %s\n", printable.String(w))
 	}
 	for _, w := range certificateWarnings(cfg, time.Now()) {
-		fmt.Fprintf(out, "warning: %s\n", w)
+		fmt.Fprintf(out, "warning: %s\n", printable.String(w))
 	}
-	fmt.Fprintf(out, "OK: %s is valid; %s accepts the bootstrap %s\n", cfg.File, cfg.Envoy.BinaryPath, cfg.Envoy.ConfigPath)
+	fmt.Fprintf(out, "OK: %s\n", printable.String(fmt.Sprintf("%s is valid; %s accepts the bootstrap %s", cfg.File, cfg.Envoy.BinaryPath, cfg.Envoy.ConfigPath)))
 	return nil
 }
 
@@ -152,9 +155,9 @@ func envoyComplaint(text string) string {
 		}
 	}
 	if len(parts) == 0 && len(lines) > 0 {
-		return strings.TrimSpace(lines[len(lines)-1])
+		return printable.String(strings.TrimSpace(lines[len(lines)-1]))
 	}
-	return strings.Join(parts, " ")
+	return printable.String(strings.Join(parts, " "))
 }
 
 // stripEnvoyLogPrefix removes "[time][thread][level][component] [file:line] ",

@@ -69,6 +69,7 @@ func TestEnvoyComplaint(t *testing.T) {
 			"error initializing configuration 'bad.yaml' Proto constraint validation failed (x)"},
 		{"one line", "[t][1][critical][main] [source/x.cc:1] unable to read file: /nope", "unable to read file: /nope"},
 		{"no log lines", "something odd", "something odd"},
+		{"control characters (a name from the bootstrap)", "[t][1][critical][main] [source/x.cc:1] unknown cluster 'a\x1b]0;title\x07'", `unknown cluster 'a\x1b]0;title\x07'`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/envoy-agent/envoy-agent/internal/printable"
 	"github.com/envoy-agent/envoy-agent/service/config"
 )
 
@@ -25,7 +26,7 @@ type ReloadError struct {
 }
 
 func (e *ReloadError) Error() string {
-	return fmt.Sprintf("reload failed; epoch %d keeps serving: %s", e.Result.Epoch, e.Result.Error)
+	return fmt.Sprintf("reload failed; epoch %d keeps serving: %s", e.Result.Epoch, printable.String(e.Result.Error))
 }
 
 // RequestReload is `envoy-agent reload`: it asks the agent running with the
@@ -77,7 +78,7 @@ func RequestReload(ctx context.Context, path string, out io.Writer) error {
 			res = line.ReloadResult
 			break
 		}
-		fmt.Fprintf(out, "reload: %s\n", line.Progress)
+		fmt.Fprintf(out, "reload: %s\n", printable.String(line.Progress))
 	}
 	if !res.OK {
 		if res.Error == "" {
@@ -85,6 +86,9 @@ func RequestReload(ctx context.Context, path string, out io.Writer) error {
 		}
 		return &ReloadError{Result: res}
 	}
+	// What changed and the note name Envoy's resources and files: printed
+	// with their control characters escaped.
+	res.Changed, res.Note, res.Path = printable.String(res.Changed), printable.String(res.Note), printable.String(res.Path)
 	switch {
 	case res.Path == PathInPlace:
 		fmt.Fprintf(out, "reloaded in place: %s; epoch %d keeps serving (%d ms)\n", res.Changed, res.Epoch, res.TookMs)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy/cli"
+	"github.com/envoy-agent/envoy-agent/internal/printable"
 	"github.com/envoy-agent/envoy-agent/service/config"
 )
 
@@ -100,13 +101,16 @@ func FormatStatus(r StatusReport) string {
 	if r.Agent.Instance != "" {
 		name += "@" + r.Agent.Instance
 	}
-	fmt.Fprintf(&b, "%s: %s (%s)\n", name, r.State, r.Agent.Config)
+	// Every line's text has its control characters escaped: certificates'
+	// names, Envoy's reasons and paths come from files and from Envoy, and
+	// reach the operator's terminal (printable).
+	fmt.Fprintf(&b, "%s\n", printable.String(fmt.Sprintf("%s: %s (%s)", name, r.State, r.Agent.Config)))
 	if r.State == StateStopped {
-		fmt.Fprintf(&b, "  %s\n", r.Error)
+		fmt.Fprintf(&b, "  %s\n", printable.String(r.Error))
 		return b.String()
 	}
 	line := func(label, format string, args ...any) {
-		fmt.Fprintf(&b, "  %-13s %s\n", label+":", fmt.Sprintf(format, args...))
+		fmt.Fprintf(&b, "  %-13s %s\n", label+":", printable.String(fmt.Sprintf(format, args...)))
 	}
 	line("agent", "%s, pid %d, up %s, status server %s", r.Agent.Version, r.Agent.Pid, secs(r.Agent.UptimeSeconds), r.Agent.StatusAddress)
 	if r.Agent.Unit != "" {
@@ -141,7 +145,7 @@ func FormatStatus(r StatusReport) string {
 			text += fmt.Sprintf(" (drain ends in %s, told to exit in %s)", secs(*ep.DrainEndsInSeconds), secs(*ep.ExitsInSeconds))
 		}
 		if label == "" {
-			fmt.Fprintf(&b, "  %-13s %s\n", "", text)
+			fmt.Fprintf(&b, "  %-13s %s\n", "", printable.String(text))
 		} else {
 			line(label, "%s", text)
 		}
@@ -198,7 +202,7 @@ func FormatStatus(r StatusReport) string {
 			text += "; renewal NOT taken: " + c.Error
 		}
 		if label == "" {
-			fmt.Fprintf(&b, "  %-13s %s\n", "", text)
+			fmt.Fprintf(&b, "  %-13s %s\n", "", printable.String(text))
 		} else {
 			line(label, "%s", text)
 		}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/sirupsen/logrus"
+
+	"github.com/envoy-agent/envoy-agent/internal/printable"
 )
 
 // notifyTimeout bounds one datagram's send to $NOTIFY_SOCKET. The socket's
@@ -131,12 +133,19 @@ func (n *Notifier) closeConn() {
 	}
 }
 
+// statusLine is the STATUS= assignment of status, its control characters
+// escaped: it carries Envoy's reasons and paths to `systemctl status`, and a
+// newline in it would start another assignment (READY=1, MAINPID=).
+func statusLine(status string) string {
+	return "STATUS=" + printable.String(status)
+}
+
 // Ready tells systemd that start-up or a reload is finished.
 func (n *Notifier) Ready(status string) {
 	n.mu.Lock()
 	n.lastStatus = status
 	n.mu.Unlock()
-	n.send(daemon.SdNotifyReady, "STATUS="+status)
+	n.send(daemon.SdNotifyReady, statusLine(status))
 }
 
 // Status sets the line `systemctl status` shows; repeats are not sent.
@@ -146,7 +155,7 @@ func (n *Notifier) Status(status string) {
 	n.lastStatus = status
 	n.mu.Unlock()
 	if !same {
-		n.send("STATUS=" + status)
+		n.send(statusLine(status))
 	}
 }
 
@@ -155,7 +164,7 @@ func (n *Notifier) Stopping(status string) {
 	n.mu.Lock()
 	n.lastStatus = status
 	n.mu.Unlock()
-	n.send(daemon.SdNotifyStopping, "STATUS="+status)
+	n.send(daemon.SdNotifyStopping, statusLine(status))
 }
 
 // Reloading tells systemd a reload has begun; under Type=notify-reload the
@@ -164,7 +173,7 @@ func (n *Notifier) Reloading(status string) {
 	n.mu.Lock()
 	n.lastStatus = status
 	n.mu.Unlock()
-	n.send(daemon.SdNotifyReloading, strings.TrimSuffix(daemon.SdNotifyMonotonicUsec(), "\n"), "STATUS="+status)
+	n.send(daemon.SdNotifyReloading, strings.TrimSuffix(daemon.SdNotifyMonotonicUsec(), "\n"), statusLine(status))
 }
 
 // Watchdog feeds systemd's watchdog.

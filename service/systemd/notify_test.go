@@ -41,6 +41,9 @@ func TestNotifierSpeaksTheProtocol(t *testing.T) {
 		{"stopping", func() { n.Stopping("stopping") }, []string{"STOPPING=1", "STATUS=stopping"}},
 		{"watchdog", n.Watchdog, []string{"WATCHDOG=1"}},
 		{"extend timeout", func() { n.ExtendTimeout(12500 * time.Millisecond) }, []string{"EXTEND_TIMEOUT_USEC=12500000"}},
+		// Envoy's reason in a status: its newline would start another
+		// assignment, its escapes reach `systemctl status`.
+		{"a reason with control characters", func() { n.Status("last reload failed: x\nMAINPID=1\x1b[2K") }, []string{`STATUS=last reload failed: x\x0aMAINPID=1\x1b[2K`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
