@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/envoy-agent/envoy-agent/envoy/cli"
+	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 )
 
 // ProxyConfig describes one Envoy: how to launch it and how to reach its admin
@@ -158,6 +159,18 @@ func (c ProxyConfig) localHost() string {
 		return "127.0.0.1"
 	}
 	return c.LocalHost
+}
+
+// agentAdmin is where the running copy's admin must be: where the agent
+// reaches it (inplace.RunningCopy); zero with no admin configured.
+func (c ProxyConfig) agentAdmin() inplace.AgentAdmin {
+	switch {
+	case c.AdminSocket != "":
+		return inplace.AgentAdmin{Socket: c.AdminSocket}
+	case c.AdminPort != 0:
+		return inplace.AgentAdmin{Host: c.localHost(), Port: int(c.AdminPort)}
+	}
+	return inplace.AgentAdmin{}
 }
 
 // newAdmin returns the client for the admin API the configuration names.

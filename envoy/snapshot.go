@@ -40,13 +40,19 @@ func (e *Envoy) snapshotBootstrap(source, original string, epoch int) (string, e
 }
 
 // writeSnapshot writes data, the bootstrap read from original, as the
-// private copy for epoch (snapshotBootstrap).
+// private copy for epoch (snapshotBootstrap): steps 1 and 2 of the rewrite
+// that envoy/inplace draws, the certificates (RewriteBootstrap) and the
+// admin and node (inplace.RunningCopy).
 func (e *Envoy) writeSnapshot(data []byte, original string, epoch int) (string, error) {
 	var err error
-	if rewrite := e.config().RewriteBootstrap; rewrite != nil {
+	cfg := e.config()
+	if rewrite := cfg.RewriteBootstrap; rewrite != nil {
 		if data, err = rewrite(data, original, e.runDir); err != nil {
 			return "", fmt.Errorf("envoy bootstrap %s: %w", original, err)
 		}
+	}
+	if data, _, err = inplace.RunningCopy(data, original, cfg.agentAdmin()); err != nil {
+		return "", fmt.Errorf("envoy bootstrap %s: %w", original, err)
 	}
 	seq := e.snapshots.Add(1)
 	path := filepath.Join(e.runDir, fmt.Sprintf("epoch-%d-%d-%s", epoch, seq, filepath.Base(original)))
@@ -212,7 +218,7 @@ func (e *Envoy) ApplyInPlace(ctx context.Context, plan *InPlacePlan) error {
 		_ = os.Remove(plan.copied)
 		return errors.New("the serving epoch changed since the reload was planned")
 	}
-	if _, err := inplace.Apply(ctx, plan.p.resources, plan.old, plan.new, adminBodies{e.admin}); err != nil {
+	if err := inplace.Apply(ctx, plan.p.resources, plan.old, plan.new, plan.Change, adminBodies{e.admin}); err != nil {
 		_ = os.Remove(plan.copied)
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
 
@@ -186,7 +186,7 @@ func sdsDocument(s Secret, m *material) ([]byte, error) {
 			"private_key":       map[string]string{"inline_string": string(m.key)},
 		}
 	}
-	return json.Marshal(map[string]any{"resources": []any{secret}})
+	return inplace.SecretDocument(secret)
 }
 
 // writeSDS writes the secret's SDS file: private (0600), whole, and by a

@@ -39,6 +39,16 @@ func (a httpAdmin) Get(ctx context.Context, path string) ([]byte, error) {
 	return body, err
 }
 
+// compareAndApply applies what Compare finds from old to new, as a reload
+// does.
+func compareAndApply(ctx context.Context, dir string, old, new *Bootstrap, admin Admin) (Change, error) {
+	c, err := Compare(old, new)
+	if err != nil {
+		return c, err
+	}
+	return c, Apply(ctx, dir, old, new, c, admin)
+}
+
 // keepAlive is an HTTP/1.1 connection kept open between requests.
 type keepAlive struct {
 	conn net.Conn
@@ -145,7 +155,7 @@ func TestApplyWithEnvoy(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		c, err := Apply(ctx, dir, cur, next, admin)
+		c, err := compareAndApply(ctx, dir, cur, next, admin)
 		t.Logf("apply %s: %v in %s", c, err, time.Since(start).Round(time.Microsecond))
 		if err == nil {
 			cur = next
@@ -320,12 +330,17 @@ func TestEmptyResourceFiles(t *testing.T) {
 	}
 }
 
-// runRewritten parses the bootstrap text (named name), writes what Envoy
-// runs into a folder of the test's and starts a bare Envoy on it (hot
-// restart off) until its admin on port admin answers LIVE. It returns the
-// resource files' folder.
+// runRewritten makes the running copy of the bootstrap text (named name;
+// the agent's admin on TCP port admin), parses it, writes what Envoy runs
+// into a folder of the test's and starts a bare Envoy on it (hot restart
+// off) until its admin answers LIVE. It returns the resource files'
+// folder.
 func runRewritten(t *testing.T, name string, text []byte, admin int) string {
 	t.Helper()
+	text, _, err := RunningCopy(text, name, AgentAdmin{Host: "127.0.0.1", Port: admin})
+	if err != nil {
+		t.Fatal(err)
+	}
 	b, err := Parse(name, text)
 	if err != nil {
 		t.Fatal(err)

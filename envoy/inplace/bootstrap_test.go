@@ -101,22 +101,6 @@ func TestParseSplitsListenersAndClusters(t *testing.T) {
 	}
 }
 
-func TestParseDefaultsTheNode(t *testing.T) {
-	b := parse(t, "admin: {}\nstatic_resources: {}\n")
-	run, err := b.Runnable("/d")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(run), `id: "`+DefaultNode+`"`) || !strings.Contains(string(run), `cluster: "`+DefaultNode+`"`) {
-		t.Errorf("no default node (quoted):\n%s", run)
-	}
-	b = parse(t, base)
-	run, _ = b.Runnable("/d")
-	if strings.Contains(string(run), DefaultNode) {
-		t.Errorf("the operator's node was replaced:\n%s", run)
-	}
-}
-
 func TestParseRefuses(t *testing.T) {
 	for _, tt := range []struct {
 		name, file, text, reason string
@@ -124,7 +108,7 @@ func TestParseRefuses(t *testing.T) {
 		{"dynamic", "e.yaml", "dynamic_resources: {}\n", "dynamic_resources"},
 		{"proto", "e.pb", "x", "YAML or JSON"},
 		{"anchors", "e.yaml", "a: &x {b: 1}\nc: *x\n", "anchors"},
-		{"unnamed listener", "e.yaml", "static_resources: { listeners: [ { address: {} } ] }\n", "listeners[0] has no name"},
+		{"unnamed cluster", "e.yaml", "static_resources: { clusters: [ { type: STATIC } ] }\n", "clusters[0] has no name"},
 		{"twice", "e.yaml", "static_resources: { clusters: [ { name: a }, { name: a } ] }\n", "two named"},
 		{"not a mapping", "e.yaml", "[1]\n", "not a mapping"},
 	} {
@@ -285,8 +269,29 @@ func TestRoutesMoveOutOfListeners(t *testing.T) {
 			}
 		})
 	}
-	if _, err := parse(t, hcm).ListenerFile(`/run/"x`); err == nil {
-		t.Error("a folder with a quote was put into the listener file")
+	// The folder goes into the tree, not the text: any path is written as
+	// it is, and a relative one is refused.
+	lds, err := parse(t, hcm).ListenerFile(`/run/"x`)
+	var file struct {
+		Resources []struct {
+			FilterChains []struct {
+				Filters []struct {
+					TypedConfig struct {
+						RDS struct {
+							ConfigSource struct {
+								PathConfigSource struct{ Path string } `yaml:"path_config_source"`
+							} `yaml:"config_source"`
+						} `yaml:"rds"`
+					} `yaml:"typed_config"`
+				}
+			} `yaml:"filter_chains"`
+		}
+	}
+	if err != nil || yaml.Unmarshal(lds, &file) != nil || !strings.HasPrefix(file.Resources[0].FilterChains[0].Filters[0].TypedConfig.RDS.ConfigSource.PathConfigSource.Path, `/run/"x/rds-`) {
+		t.Errorf("a folder with a quote: %v\n%s", err, lds)
+	}
+	if _, err := parse(t, hcm).ListenerFile("run/x"); err == nil {
+		t.Error("a relative folder was put into the listener file")
 	}
 }
 

@@ -168,7 +168,7 @@ func TestSecretUpdatedInPlace(t *testing.T) {
 
 	cur := parse(t, string(v1))
 	next := parse(t, string(envoykit.SecretTLSBootstrap(pairs[1][0], pairs[1][1], port, admin)))
-	if c, err := Apply(ctx, dir, cur, next, httpAdmin(admin)); err != nil || c.String() != "secrets updated srv" {
+	if c, err := compareAndApply(ctx, dir, cur, next, httpAdmin(admin)); err != nil || c.String() != "secrets updated srv" {
 		t.Fatalf("Apply = %q, %v; want secrets updated srv", c, err)
 	}
 	if s, err := envoykit.TLSSerial(port); err != nil || s != pairs[1][2] {
@@ -188,7 +188,7 @@ func TestSecretUpdatedInPlace(t *testing.T) {
 
 	// The third certificate with the second's key: Envoy refuses it.
 	bad := parse(t, string(envoykit.SecretTLSBootstrap(pairs[2][0], pairs[1][1], port, admin)))
-	_, err = Apply(ctx, dir, next, bad, httpAdmin(admin))
+	_, err = compareAndApply(ctx, dir, next, bad, httpAdmin(admin))
 	var rej *RejectedError
 	if !errors.As(err, &rej) || !rej.Restored || !strings.Contains(err.Error(), SecretFile("srv")) {
 		t.Fatalf("Apply of a mismatched key = %v; want a *RejectedError naming the secret's file, restored", err)
