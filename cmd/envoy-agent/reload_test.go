@@ -495,3 +495,48 @@ func TestInPlaceListenerChangeHotRestarts(t *testing.T) {
 		t.Fatalf("reload of a listener change: exit %d: %s", code, out)
 	}
 }
+
+// TestRefusedReloadServesNothingNew: a rollout adds a listener whose port
+// is taken on this host, beside a route change, while clients that do not
+// retry keep asking the existing listener. Each such reload is refused and
+// put back, and not one answer comes from the new route: the listener is
+// added (and refused) before the route changes. (With the routes changed
+// first, 8 of 9 such reloads served a request or more from the new route
+// before the put-back.)
+func TestRefusedReloadServesNothingNew(t *testing.T) {
+	t.Parallel()
+	p := inPlaceAgent(t, envoykit.BootstrapOptions{ResponseHeader: "v0"})
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	v0, err := envoykit.RenderBootstrap(envoykit.BootstrapOptions{Ports: p.ports, ResponseHeader: "v0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(p.ports.Listener, "/"), Client: envoykit.RawHTTP1,
+		Workers: []envoykit.Workers{{N: 4, Path: "/"}}})
+	defer l.Stop()
+	envoykit.WaitAnswers(t, l, 20)
+	const rollouts = 6
+	for i := 1; i <= rollouts; i++ {
+		text := strings.Replace(string(v0), `value: "v0"`, fmt.Sprintf(`value: "v%d"`, i), 1)
+		text = strings.Replace(text, "  clusters:\n", fmt.Sprintf(`  - name: taken
+    address: { socket_address: { address: 127.0.0.1, port_value: %d } }
+    filter_chains: [{ filters: [{ name: envoy.filters.network.tcp_proxy, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy, stat_prefix: t, cluster: upstream } }] }]
+  clusters:
+`, held.Addr().(*net.TCPAddr).Port), 1)
+		p.writeBootstrapText(text)
+		if code, out := p.reload(); code == 0 || !strings.Contains(out, "listener taken: cannot bind") || !strings.Contains(out, "put back") {
+			t.Fatalf("rollout %d: exit %d: %s", i, code, out)
+		}
+		envoykit.WaitAnswers(t, l, 20)
+	}
+	l.Stop()
+	versions := l.Versions()
+	t.Logf("%d refused rollouts under load: %s; answers by version %v", rollouts, l, versions)
+	if len(versions) != 1 || versions["v0"] == 0 || l.Failed() != 0 {
+		t.Errorf("answers by version %v, %d failed (last: %s); want every answer from v0, the configuration in force", versions, l.Failed(), l.LastErr())
+	}
+}
