@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
@@ -152,7 +154,38 @@ func (e *Envoy) writeResources(snapshot, original string, epoch int) (dir, boots
 		e.log.Warnf("envoy epoch %d runs %s as it is (a reload will hot restart it): %v", epoch, original, err)
 		return "", "", nil
 	}
+	var before *inplace.Bootstrap
+	if p := e.serving(); p != nil {
+		before = p.layout.Load()
+	}
+	e.sayNames(before, b)
 	return dir, bootstrap, b
+}
+
+// sayNames logs the names given to listeners the operator left unnamed
+// (inplace.Bootstrap.Named), once: when they differ from before's.
+func (e *Envoy) sayNames(before, now *inplace.Bootstrap) {
+	named := now.Named()
+	if len(named) == 0 || (before != nil && slices.Equal(before.Named(), named)) {
+		return
+	}
+	var list []string
+	for _, n := range named {
+		list = append(list, n.String())
+	}
+	e.log.Infof("listeners without a name run under these names in the files the agent writes for Envoy (Envoy's statistics name a listener by its address, and keep theirs): %s", strings.Join(list, ", "))
+}
+
+// NamedListeners are the names the agent gave the serving epoch's
+// listeners that the operator left unnamed; none when it runs its
+// bootstrap as it is.
+func (e *Envoy) NamedListeners() []inplace.NamedListener {
+	if p := e.serving(); p != nil {
+		if b := p.layout.Load(); b != nil {
+			return b.Named()
+		}
+	}
+	return nil
 }
 
 // InPlacePlan is a reload that the serving epoch can take in place: its
@@ -227,6 +260,7 @@ func (e *Envoy) ApplyInPlace(ctx context.Context, plan *InPlacePlan) error {
 		return fmt.Errorf("keep the new bootstrap copy: %w", err)
 	}
 	plan.p.layout.Store(plan.new)
+	e.sayNames(plan.old, plan.new)
 	return nil
 }
 

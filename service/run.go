@@ -85,6 +85,9 @@ func Run(ctx context.Context, opts Options) error {
 	for _, w := range cfg.Warnings() {
 		log.Warn(w)
 	}
+	for _, n := range cfg.Notes() {
+		log.Info(n)
+	}
 	s := &supervisor{state: state{cfg: cfg}, log: log, notify: systemd.NewNotifier(log), metrics: newMetrics(), sigs: sigs, handover: handed, version: opts.Version, certs: certs.NewManager(log)}
 	s.selfPath, _ = os.Executable()
 	s.certs.OnChange = s.metrics.certificatesChanged(s.certs)

@@ -66,12 +66,12 @@ func (e Edits) Empty() bool {
 // beside other endpoints found by DNS: such a cluster cannot reach a unix
 // socket (Envoy takes pipe addresses in STATIC clusters only).
 type AdminClusterError struct {
-	Cluster string // the cluster's name
-	Admin   string // the bootstrap's admin address
+	Cluster    string // the cluster's name
+	Host, Port string // the bootstrap's admin address
 }
 
 func (e *AdminClusterError) Error() string {
-	return fmt.Sprintf("cluster %s reaches Envoy's admin at %s beside endpoints it resolves by DNS, and the agent runs the admin on a unix socket, which such a cluster cannot reach", e.Cluster, e.Admin)
+	return fmt.Sprintf("cluster %s reaches Envoy's admin at %s beside endpoints it resolves by DNS, and the agent runs the admin on a unix socket, which such a cluster cannot reach", e.Cluster, hostPort(e.Host, e.Port))
 }
 
 // RunningCopy returns the bootstrap data (a file called name) as the agent
@@ -196,7 +196,7 @@ func reachAdminBySocket(c *yaml.Node, host, port, socket string) (bool, error) {
 	typ := bootyaml.Value(c, "type")
 	if dns := strings.HasSuffix(strings.ToUpper(bootyaml.Text(typ)), "_DNS"); dns {
 		if other > 0 {
-			return false, &AdminClusterError{Cluster: bootyaml.Text(bootyaml.Value(c, "name")), Admin: hostPort(host, port)}
+			return false, &AdminClusterError{Cluster: bootyaml.Text(bootyaml.Value(c, "name")), Host: host, Port: port}
 		}
 		bootyaml.Set(c, "type", bootyaml.Str("STATIC"))
 	}

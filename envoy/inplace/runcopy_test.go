@@ -130,7 +130,7 @@ static_resources:
 `
 	_, _, err := RunningCopy([]byte(text), "envoy.yaml", AgentAdmin{Socket: "/run/a.sock"})
 	var ace *AdminClusterError
-	if !errors.As(err, &ace) || ace.Cluster != "mixed" || ace.Admin != "127.0.0.1:9901" || !strings.Contains(err.Error(), "static_resources.clusters[0]") {
+	if !errors.As(err, &ace) || ace.Cluster != "mixed" || ace.Host != "127.0.0.1" || ace.Port != "9901" || !strings.Contains(err.Error(), "static_resources.clusters[0]") {
 		t.Fatalf("RunningCopy = %v; want an AdminClusterError for mixed at 127.0.0.1:9901", err)
 	}
 }

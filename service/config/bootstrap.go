@@ -23,15 +23,11 @@ type bootstrapAdmin struct {
 }
 
 // readBootstrapAdmin reads admin.address from an Envoy bootstrap (YAML or
-// JSON). ok is false when the bootstrap has none (or one the agent cannot
-// read); a file that does not parse is left to Envoy's own validation,
-// which words it better. A file too large to parse in bounded memory
-// (bootyaml.Decode) is an error.
-func readBootstrapAdmin(path string) (admin bootstrapAdmin, ok bool, err error) {
-	data, err := safefile.ReadRegular(path, bootyaml.MaxSize)
-	if err != nil {
-		return bootstrapAdmin{}, false, err
-	}
+// JSON) read from path. ok is false when the bootstrap has none (or one
+// the agent cannot read); a file that does not parse is left to Envoy's
+// own validation, which words it better. A file too large to parse in
+// bounded memory (bootyaml.Decode) is an error.
+func readBootstrapAdmin(path string, data []byte) (admin bootstrapAdmin, ok bool, err error) {
 	var doc struct {
 		Admin struct {
 			Address struct {
@@ -86,18 +82,31 @@ func yamlInt(v any) (int, bool) {
 	}
 }
 
-// checkBootstrapAdmin adds a problem when the bootstrap's admin listener is
-// not where admin_port or admin_socket says, or is a TCP one beyond
-// loopback (without allow_remote_admin).
-func (c *Config) checkBootstrapAdmin(ps *problems) {
-	admin, ok, err := readBootstrapAdmin(c.Envoy.ConfigPath)
+// checkBootstrap reads the bootstrap once for the checks of its admin
+// (checkBootstrapAdmin) and of what the agent's copy of it changes
+// (checkRunningCopy).
+func (c *Config) checkBootstrap(ps *problems) {
+	data, err := safefile.ReadRegular(c.Envoy.ConfigPath, bootyaml.MaxSize)
+	if err == nil {
+		err = c.checkBootstrapAdmin(ps, data)
+	}
 	if err != nil {
 		// checkReadable has passed: what is left is its size.
 		ps.add("envoy.config_path", "Envoy bootstrap %v", err)
 		return
 	}
-	if !ok {
-		return
+	c.checkRunningCopy(ps, data)
+}
+
+// checkBootstrapAdmin adds a problem when the bootstrap's admin listener is
+// a unix socket other than admin_socket, or is not where admin_port says,
+// or is a TCP one beyond loopback (without allow_remote_admin). A
+// bootstrap without an admin, or with one on TCP while the agent's is a
+// socket, runs with the agent's (checkRunningCopy says so).
+func (c *Config) checkBootstrapAdmin(ps *problems, data []byte) error {
+	admin, ok, err := readBootstrapAdmin(c.Envoy.ConfigPath, data)
+	if err != nil || !ok {
+		return err
 	}
 	e := c.Envoy
 	if admin.Pipe != "" {
@@ -106,7 +115,7 @@ func (c *Config) checkBootstrapAdmin(ps *problems) {
 		path, _ := filepath.Abs(admin.Pipe)
 		switch {
 		case c.adminSocketDefault && path != e.AdminSocket:
-			c.defaultAdminMismatch(ps, "on the unix socket "+path)
+			c.defaultAdminMismatch(ps, path)
 		case e.AdminSocket == "":
 			ps.add("envoy.admin_port", "is %d, but the bootstrap %s puts Envoy's admin on the unix socket %s: set admin_socket = %q instead",
 				e.AdminPort, e.ConfigPath, admin.Pipe, path)
@@ -118,16 +127,10 @@ func (c *Config) checkBootstrapAdmin(ps *problems) {
 			ps.add("envoy.admin_socket", "the bootstrap %s gives Envoy's admin socket mode %04o: other users could connect to it and stop Envoy or read its configuration; use mode: 0600",
 				e.ConfigPath, admin.Mode)
 		}
-		return
-	}
-	if c.adminSocketDefault {
-		c.defaultAdminMismatch(ps, fmt.Sprintf("on TCP %s port %d", admin.Address, admin.Port))
-		return
+		return nil
 	}
 	if e.AdminSocket != "" {
-		ps.add("envoy.admin_socket", "is %s, but the bootstrap %s puts Envoy's admin listener on %s port %d: they must agree",
-			e.AdminSocket, e.ConfigPath, admin.Address, admin.Port)
-		return
+		return nil // the copy's admin is the socket (checkRunningCopy)
 	}
 	if admin.Port != int(e.AdminPort) {
 		ps.add("envoy.admin_port", "is %d, but the bootstrap %s puts Envoy's admin listener on port %d: they must agree",
@@ -137,6 +140,7 @@ func (c *Config) checkBootstrapAdmin(ps *problems) {
 		ps.add("envoy.allow_remote_admin", "the bootstrap %s binds Envoy's admin listener to %q, reachable beyond this host: %s",
 			e.ConfigPath, admin.Address, "use 127.0.0.1, or set allow_remote_admin = true to accept it")
 	}
+	return nil
 }
 
 // maxSocketPath is the longest unix socket path Linux takes (sun_path is

@@ -144,7 +144,7 @@ func (c *Config) check(ps *problems) {
 	} else {
 		bootstrapOK = true
 		if e.AdminPort != 0 || e.AdminSocket != "" {
-			c.checkBootstrapAdmin(ps)
+			c.checkBootstrap(ps)
 		}
 	}
 	c.checkWriters(ps, bootstrapOK)

@@ -5,6 +5,7 @@ package config
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os/exec"
@@ -30,16 +31,25 @@ func (c *Config) ReloadBound() time.Duration {
 	return 2*c.Agent.StartTimeout.D() + ValidateTimeout
 }
 
-// Validate checks the configuration file at path and has Envoy validate its
-// bootstrap (envoy --mode validate), without starting anything. It writes
-// each warning, then "OK" and a summary to out, or returns a *ConfigError listing every problem.
+// Validate checks the configuration file at path and has Envoy validate the
+// copy of its bootstrap that run would start (envoy --mode validate;
+// Config.RunningCopy), without starting anything. It writes each warning,
+// each note of what that copy changes, then "OK" and a summary to out, or
+// returns a *ConfigError listing every problem.
 func Validate(ctx context.Context, path string, out io.Writer) error {
 	cfg, err := LoadConfig(path)
 	if err != nil {
 		return err
 	}
-	if err := ValidateBootstrap(ctx, cfg, new(versions.Cache)); err != nil {
-		return err
+	running, remove, err := cfg.RunningCopy()
+	if err != nil {
+		return Problemf(cfg, "envoy.config_path", "Envoy bootstrap %v", err)
+	}
+	defer remove()
+	check := *cfg
+	check.Envoy.ConfigPath = running
+	if err := ValidateBootstrap(ctx, &check, new(versions.Cache)); err != nil {
+		return inFile(err, running, cfg.Envoy.ConfigPath)
 	}
 	for _, w := range cfg.Warnings() {
 		fmt.Fprintf(out, "warning: %s\n", w)
@@ -47,8 +57,27 @@ func Validate(ctx context.Context, path string, out io.Writer) error {
 	for _, w := range certificateWarnings(cfg, time.Now()) {
 		fmt.Fprintf(out, "warning: %s\n", w)
 	}
+	for _, n := range cfg.Notes() {
+		fmt.Fprintf(out, "note: %s\n", n)
+	}
+	if n := cfg.ListenerNames(running); n != "" {
+		fmt.Fprintf(out, "note: %s\n", n)
+	}
 	fmt.Fprintf(out, "OK: %s is valid; %s accepts the bootstrap %s\n", cfg.File, cfg.Envoy.BinaryPath, cfg.Envoy.ConfigPath)
 	return nil
+}
+
+// inFile is err with the path of a copy of a bootstrap in its problems
+// replaced by the path of the bootstrap it was made of.
+func inFile(err error, copied, original string) error {
+	var ce *ConfigError
+	if errors.As(err, &ce) && copied != original {
+		for i := range ce.Problems {
+			ce.Problems[i].File = strings.ReplaceAll(ce.Problems[i].File, copied, original)
+			ce.Problems[i].Msg = strings.ReplaceAll(ce.Problems[i].Msg, copied, original)
+		}
+	}
+	return err
 }
 
 // certificateWarnings warns of the bootstrap's certificates (those named by
