@@ -32,8 +32,9 @@ type ProxyConfig struct {
 	// LogAsJSON makes Envoy write its own log lines as JSON (--log-format).
 	LogAsJSON bool
 	// OutlierLogPath is kept for API compatibility with Istio, where it feeds
-	// a generated bootstrap. envoy-agent runs the operator's bootstrap as is,
-	// so it is not used here (the package doc, Istio compatibility).
+	// a generated bootstrap. envoy-agent runs the operator's bootstrap,
+	// changed only where it must (envoy/inplace), so it is not used here (the
+	// package doc, Istio compatibility).
 	OutlierLogPath string
 
 	// BinaryPath is the Envoy executable.

@@ -14,7 +14,8 @@
 //
 // Istio's API is kept whole, so code written against it compiles here. Three
 // of its ProxyConfig fields are accepted and do nothing, since envoy-agent runs
-// the operator's bootstrap as is and never changes Envoy's credentials:
+// the operator's bootstrap, changed only where the agent must (envoy/inplace
+// draws what), and never changes Envoy's credentials:
 // OutlierLogPath (Istio writes it into a generated bootstrap), TestOnly and
 // AgentIsRoot (privileges come from the systemd unit). NewAgent's statusPort
 // and prometheusPort are accepted and not stored: Istio leaves its own
