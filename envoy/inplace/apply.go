@@ -24,9 +24,9 @@ func (e *RejectedError) Error() string {
 	return "Envoy rejected the change and the previous files could not be put back: " + e.Reason
 }
 
-// ApplyTimeout bounds each wait for Envoy to read a file, and for what a
+// applyTimeout bounds each wait for Envoy to read a file, and for what a
 // step added to be warm.
-const ApplyTimeout = 10 * time.Second
+const applyTimeout = 10 * time.Second
 
 // Apply carries c out in the Envoy that runs old from the resource files
 // in dir: c is what Compare(old, new) found, which the caller computed
@@ -96,15 +96,15 @@ func planSteps(dir string, old, new *Bootstrap, c Change) (*plan, error) {
 	// The files as they are, made only for what changes: encoding the
 	// listener file of 1,000 listeners took 170 ms, most of a route
 	// change's apply.
-	oldCDS := b.once(func() ([]byte, error) { return old.ClusterFile(dir) })
-	oldLDS := b.once(func() ([]byte, error) { return old.ListenerFile(dir) })
+	oldCDS := b.once(func() ([]byte, error) { return old.cdsData(dir) })
+	oldLDS := b.once(func() ([]byte, error) { return old.ldsData(dir) })
 
 	// What existing listeners do not serve.
 	for _, r := range pick(new.secrets, c.Secrets.Added) {
-		b.add(step{kind: secretKind(r.name)}, b.file(secretFile, r), nil)
+		b.add(step{kind: secretKind(r.name)}, b.file(secretData, r), nil)
 	}
 	for _, r := range pick(new.routes, c.Routes.Added) {
-		b.add(step{kind: routeOf(r.name)}, b.file(routeFile, r), nil)
+		b.add(step{kind: routeOf(r.name)}, b.file(routeData, r), nil)
 	}
 	if len(c.Clusters.Added) > 0 {
 		b.add(step{kind: cds, confirm: true, warm: true}, b.resources(clusterType, between(old.clusters, new.clusters, c.Clusters.Updated, c.Clusters.Removed)), oldCDS)
@@ -119,10 +119,10 @@ func planSteps(dir string, old, new *Bootstrap, c Change) (*plan, error) {
 	}
 	// Secrets before routes: a route's filter may read one.
 	for _, r := range pick(new.secrets, c.Secrets.Updated) {
-		b.add(step{kind: secretKind(r.name), confirm: true}, b.file(secretFile, r), b.file(secretFile, pick(old.secrets, []string{r.name})[0]))
+		b.add(step{kind: secretKind(r.name), confirm: true}, b.file(secretData, r), b.file(secretData, pick(old.secrets, []string{r.name})[0]))
 	}
 	for _, r := range pick(new.routes, c.Routes.Updated) {
-		b.add(step{kind: routeOf(r.name), confirm: true}, b.file(routeFile, r), b.file(routeFile, pick(old.routes, []string{r.name})[0]))
+		b.add(step{kind: routeOf(r.name), confirm: true}, b.file(routeData, r), b.file(routeData, pick(old.routes, []string{r.name})[0]))
 	}
 	if len(c.Listeners.Updated)+len(c.Listeners.Removed) > 0 {
 		b.add(step{kind: lds, confirm: true}, b.resources(listenerType, new.listeners), oldLDS)
@@ -185,7 +185,7 @@ func (b *stepBuilder) file(f func(resource, string) ([]byte, error), r resource)
 
 // resources is the LDS or CDS file of rs.
 func (b *stepBuilder) resources(typ string, rs []resource) func() ([]byte, error) {
-	return func() ([]byte, error) { return resourceFile(typ, rs, b.dir) }
+	return func() ([]byte, error) { return resourceData(typ, rs, b.dir) }
 }
 
 // pick is the resources of rs named in names, in rs's order.

@@ -206,8 +206,8 @@ func TestApplyWithEnvoy(t *testing.T) {
 	}
 	defer held.Close()
 	heldPort := held.Addr().(*net.TCPAddr).Port
-	ldsBefore, _ := os.ReadFile(filepath.Join(dir, ListenersFile))
-	cdsBefore, _ := os.ReadFile(filepath.Join(dir, ClustersFile))
+	ldsBefore, _ := os.ReadFile(filepath.Join(dir, ldsFile))
+	cdsBefore, _ := os.ReadFile(filepath.Join(dir, cdsFile))
 	bad := strings.Replace(v2, "connect_timeout: 1s", "connect_timeout: 2s", 1)
 	bad = strings.Replace(bad, "  clusters:\n", fmt.Sprintf(`  - name: taken
     address: { socket_address: { address: 127.0.0.1, port_value: %d } }
@@ -222,8 +222,8 @@ func TestApplyWithEnvoy(t *testing.T) {
 	if c.String() != "listeners added taken; clusters updated upstream" {
 		t.Errorf("change %q", c)
 	}
-	ldsAfter, _ := os.ReadFile(filepath.Join(dir, ListenersFile))
-	cdsAfter, _ := os.ReadFile(filepath.Join(dir, ClustersFile))
+	ldsAfter, _ := os.ReadFile(filepath.Join(dir, ldsFile))
+	cdsAfter, _ := os.ReadFile(filepath.Join(dir, cdsFile))
 	if string(ldsAfter) != string(ldsBefore) || string(cdsAfter) != string(cdsBefore) {
 		t.Error("the files were not put back")
 	}
@@ -251,7 +251,7 @@ func TestApplyWithEnvoy(t *testing.T) {
 	if c, err := apply(v2); err != nil || c.String() != "listeners removed ingress_2; routes removed ingress_2/0/0" {
 		t.Fatalf("Apply = %q, %v", c, err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, RouteFile("ingress_2/0/0"))); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, routeFile("ingress_2/0/0"))); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the removed route's file: %v, want it gone", err)
 	}
 

@@ -182,14 +182,14 @@ func (p *parser) moveSecrets() error {
 		return nil
 	}
 	var err error
-	p.b.secrets, err = moveSecrets(p.b.rest, p.static, p.b.listeners, p.b.clusters, min(MaxSecretFiles, p.budget))
+	p.b.secrets, err = moveSecrets(p.b.rest, p.static, p.b.listeners, p.b.clusters, min(maxSecretFiles, p.budget))
 	return err
 }
 
 // moveRoutes moves the connection managers' inline routes to RDS files
 // (routes.go), with what the secrets left of the watch budget.
 func (p *parser) moveRoutes() error {
-	p.b.routes, p.b.prefixes = moveRoutes(p.b.listeners, min(MaxRouteFiles, p.budget-len(p.b.secrets)))
+	p.b.routes, p.b.prefixes = moveRoutes(p.b.listeners, min(maxRouteFiles, p.budget-len(p.b.secrets)))
 	return nil
 }
 
@@ -198,7 +198,7 @@ func (p *parser) encodeRest() error {
 	if p.static != nil && len(p.static.Content) == 0 {
 		bootyaml.Del(p.b.rest, "static_resources")
 	}
-	text, err := bootyaml.Encode(p.b.rest, BootstrapFile)
+	text, err := bootyaml.Encode(p.b.rest, bootstrapFile)
 	p.b.restText = string(text)
 	return err
 }

@@ -63,17 +63,17 @@ func TestParseSplitsListenersAndClusters(t *testing.T) {
 	if got := strings.Join(b.Kept(), ","); got != "statsd" {
 		t.Errorf("kept clusters %s, want statsd (the stats sink's)", got)
 	}
-	run, err := b.Runnable("/run/x/epoch-0-1-envoy.yaml.d")
+	run, err := b.bootstrapData("/run/x/epoch-0-1-envoy.yaml.d")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got map[string]any
 	if err := yaml.Unmarshal(run, &got); err != nil {
-		t.Fatalf("runnable bootstrap: %v\n%s", err, run)
+		t.Fatalf("bootstrapData bootstrap: %v\n%s", err, run)
 	}
 	sr := got["static_resources"].(map[string]any)
 	if _, ok := sr["listeners"]; ok {
-		t.Errorf("the runnable bootstrap still has static listeners:\n%s", run)
+		t.Errorf("the bootstrapData bootstrap still has static listeners:\n%s", run)
 	}
 	if cl := sr["clusters"].([]any); len(cl) != 1 || cl[0].(map[string]any)["name"] != "statsd" {
 		t.Errorf("static clusters %v, want statsd only", cl)
@@ -85,7 +85,7 @@ func TestParseSplitsListenersAndClusters(t *testing.T) {
 	if strings.Contains(string(run), "operator's comment") {
 		t.Errorf("comments are kept:\n%s", run)
 	}
-	lds, err := b.ListenerFile("/run/x/epoch-0-1-envoy.yaml.d")
+	lds, err := b.ldsData("/run/x/epoch-0-1-envoy.yaml.d")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +257,7 @@ func TestRoutesMoveOutOfListeners(t *testing.T) {
 			if err != nil || c.String() != tt.want {
 				t.Errorf("Compare = %q, %v; want %q", c, err, tt.want)
 			}
-			lds, err := b.ListenerFile("/run/x")
+			lds, err := b.ldsData("/run/x")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -271,7 +271,7 @@ func TestRoutesMoveOutOfListeners(t *testing.T) {
 	}
 	// The folder goes into the tree, not the text: any path is written as
 	// it is, and a relative one is refused.
-	lds, err := parse(t, hcm).ListenerFile(`/run/"x`)
+	lds, err := parse(t, hcm).ldsData(`/run/"x`)
 	var file struct {
 		Resources []struct {
 			FilterChains []struct {
@@ -290,20 +290,20 @@ func TestRoutesMoveOutOfListeners(t *testing.T) {
 	if err != nil || yaml.Unmarshal(lds, &file) != nil || !strings.HasPrefix(file.Resources[0].FilterChains[0].Filters[0].TypedConfig.RDS.ConfigSource.PathConfigSource.Path, `/run/"x/rds-`) {
 		t.Errorf("a folder with a quote: %v\n%s", err, lds)
 	}
-	if _, err := parse(t, hcm).ListenerFile("run/x"); err == nil {
+	if _, err := parse(t, hcm).ldsData("run/x"); err == nil {
 		t.Error("a relative folder was put into the listener file")
 	}
 }
 
-// Past MaxRouteFiles connection managers, routes stay inline: Envoy opens
+// Past maxRouteFiles connection managers, routes stay inline: Envoy opens
 // an inotify instance for each file it watches (128 to a user by default).
 func TestRouteFilesBounded(t *testing.T) {
 	many := func(status int) string {
 		var b strings.Builder
 		b.WriteString("static_resources:\n  listeners:\n")
-		for i := range MaxRouteFiles + 8 {
+		for i := range maxRouteFiles + 8 {
 			s := 200
-			if i == MaxRouteFiles+4 {
+			if i == maxRouteFiles+4 {
 				s = status
 			}
 			fmt.Fprintf(&b, `  - name: l%d
@@ -314,10 +314,10 @@ func TestRouteFilesBounded(t *testing.T) {
 		return b.String()
 	}
 	old, b := parse(t, many(200)), parse(t, many(201))
-	if n := len(b.Routes()); n != MaxRouteFiles {
-		t.Errorf("%d route files, want %d", n, MaxRouteFiles)
+	if n := len(b.Routes()); n != maxRouteFiles {
+		t.Errorf("%d route files, want %d", n, maxRouteFiles)
 	}
-	want := fmt.Sprintf("listeners updated l%d", MaxRouteFiles+4)
+	want := fmt.Sprintf("listeners updated l%d", maxRouteFiles+4)
 	if c, err := Compare(old, b); err != nil || c.String() != want {
 		t.Errorf("Compare = %q, %v; want %q", c, err, want)
 	}

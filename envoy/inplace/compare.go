@@ -80,10 +80,10 @@ func restDiff(old, new *Bootstrap) string {
 		a, b := bootyaml.Value(old.rest, k), bootyaml.Value(new.rest, k)
 		var at, bt []byte
 		if a != nil {
-			at, _ = bootyaml.Encode(a, BootstrapFile)
+			at, _ = bootyaml.Encode(a, bootstrapFile)
 		}
 		if b != nil {
-			bt, _ = bootyaml.Encode(b, BootstrapFile)
+			bt, _ = bootyaml.Encode(b, bootstrapFile)
 		}
 		if string(at) != string(bt) {
 			changed = append(changed, k)

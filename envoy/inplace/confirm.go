@@ -60,8 +60,8 @@ type kind struct {
 }
 
 var (
-	lds = kind{ListenersFile, "listener_manager.lds", "listener", []string{"dynamic_listeners"}, "listener_manager.total_listeners_warming"}
-	cds = kind{ClustersFile, "cluster_manager.cds", "cluster", []string{"dynamic_active_clusters", "dynamic_warming_clusters"}, "cluster_manager.warming_clusters"}
+	lds = kind{ldsFile, "listener_manager.lds", "listener", []string{"dynamic_listeners"}, "listener_manager.total_listeners_warming"}
+	cds = kind{cdsFile, "cluster_manager.cds", "cluster", []string{"dynamic_active_clusters", "dynamic_warming_clusters"}, "cluster_manager.warming_clusters"}
 )
 
 // state is what Envoy's stats say of a kind: its update counters and the
@@ -113,7 +113,7 @@ func readState(ctx context.Context, admin Admin, k kind) (state, error) {
 	return st, nil
 }
 
-// fileVersion is the version_info of a resource file that resourceFile
+// fileVersion is the version_info of a resource file that resourceData
 // (YAML, its first line) or SecretDocument (JSON, its first field) made.
 func fileVersion(data []byte) string {
 	if rest, ok := strings.CutPrefix(string(data), `{"version_info":"`); ok {
@@ -138,7 +138,7 @@ const rejectedGrace = 200 * time.Millisecond
 // step that warms, once what it added is warm (awaitWarm), else the
 // reason.
 func update(ctx context.Context, dir string, s step, admin Admin) error {
-	ctx, cancel := context.WithTimeout(ctx, ApplyTimeout)
+	ctx, cancel := context.WithTimeout(ctx, applyTimeout)
 	defer cancel()
 	before, err := readState(ctx, admin, s.kind)
 	if err != nil {

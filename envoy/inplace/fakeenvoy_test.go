@@ -119,14 +119,14 @@ func (f *fakeEnvoy) Get(_ context.Context, path string) ([]byte, error) {
 func (f *fakeEnvoy) fileOf(prefix string) string {
 	switch {
 	case prefix == lds.stats:
-		return ListenersFile
+		return ldsFile
 	case prefix == cds.stats:
-		return ClustersFile
+		return cdsFile
 	case strings.HasPrefix(prefix, "sds."):
 		return SecretFile(strings.TrimPrefix(prefix, "sds."))
 	}
 	if _, route, ok := strings.Cut(prefix, ".rds."); ok {
-		return RouteFile(route)
+		return routeFile(route)
 	}
 	return ""
 }
@@ -139,7 +139,7 @@ func (f *fakeEnvoy) readFolder() error {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") || name == BootstrapFile {
+		if strings.HasPrefix(name, ".") || name == bootstrapFile {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join(f.dir, name))
@@ -188,7 +188,7 @@ func (f *fakeEnvoy) take(file string, data []byte) {
 	for _, r := range doc.Resources {
 		names = append(names, r.Name)
 	}
-	if k := map[string]kind{ListenersFile: lds, ClustersFile: cds}[file]; k.warming != "" && slices.ContainsFunc(names, func(n string) bool { return !slices.Contains(s.names, n) }) {
+	if k := map[string]kind{ldsFile: lds, cdsFile: cds}[file]; k.warming != "" && slices.ContainsFunc(names, func(n string) bool { return !slices.Contains(s.names, n) }) {
 		f.warming[k.warming] = f.warmReads
 	}
 	s.version, s.names = doc.Version, names

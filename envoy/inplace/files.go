@@ -18,9 +18,9 @@ import (
 
 // The files of one epoch's resource folder.
 const (
-	ListenersFile = "lds.yaml"
-	ClustersFile  = "cds.yaml"
-	BootstrapFile = "bootstrap.yaml"
+	ldsFile = "lds.yaml"
+	cdsFile  = "cds.yaml"
+	bootstrapFile = "bootstrap.yaml"
 
 	listenerType = "type.googleapis.com/envoy.config.listener.v3.Listener"
 	clusterType  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
@@ -45,16 +45,16 @@ func Write(dir string, b *Bootstrap) (string, error) {
 	}
 	var files []file
 	for _, r := range b.secrets {
-		files = append(files, file{SecretFile(r.name), func() ([]byte, error) { return secretFile(r, dir) }})
+		files = append(files, file{SecretFile(r.name), func() ([]byte, error) { return secretData(r, dir) }})
 	}
 	for _, r := range b.routes {
-		files = append(files, file{RouteFile(r.name), func() ([]byte, error) { return routeFile(r, dir) }})
+		files = append(files, file{routeFile(r.name), func() ([]byte, error) { return routeData(r, dir) }})
 	}
 	// The bootstrap last: what it reads is there before it.
 	files = append(files,
-		file{ListenersFile, func() ([]byte, error) { return b.ListenerFile(dir) }},
-		file{ClustersFile, func() ([]byte, error) { return b.ClusterFile(dir) }},
-		file{BootstrapFile, func() ([]byte, error) { return b.Runnable(dir) }})
+		file{ldsFile, func() ([]byte, error) { return b.ldsData(dir) }},
+		file{cdsFile, func() ([]byte, error) { return b.cdsData(dir) }},
+		file{bootstrapFile, func() ([]byte, error) { return b.bootstrapData(dir) }})
 	for _, f := range files {
 		data, err := f.data()
 		if err == nil {
@@ -64,16 +64,16 @@ func Write(dir string, b *Bootstrap) (string, error) {
 			return "", err
 		}
 	}
-	return filepath.Join(dir, BootstrapFile), nil
+	return filepath.Join(dir, bootstrapFile), nil
 }
 
-// Runnable is the bootstrap Envoy runs: the rest, with dynamic_resources
+// bootstrapData is the text of the bootstrap Envoy runs: the rest, with dynamic_resources
 // reading the listener and cluster files in dir. The node it needs is the
 // running copy's (RunningCopy).
-func (b *Bootstrap) Runnable(dir string) ([]byte, error) {
+func (b *Bootstrap) bootstrapData(dir string) ([]byte, error) {
 	root := bootyaml.Shallow(b.rest)
-	bootyaml.Set(root, "dynamic_resources", bootyaml.Mapping("lds_config", pathSource(filepath.Join(dir, ListenersFile)), "cds_config", pathSource(filepath.Join(dir, ClustersFile))))
-	return bootyaml.Encode(root, BootstrapFile)
+	bootyaml.Set(root, "dynamic_resources", bootyaml.Mapping("lds_config", pathSource(filepath.Join(dir, ldsFile)), "cds_config", pathSource(filepath.Join(dir, cdsFile))))
+	return bootyaml.Encode(root, bootstrapFile)
 }
 
 // pathSource is a config source that reads the file path.
@@ -81,22 +81,22 @@ func pathSource(path string) *yaml.Node {
 	return bootyaml.Mapping("path_config_source", bootyaml.Mapping("path", bootyaml.Str(path)), "resource_api_version", bootyaml.Str("V3"))
 }
 
-// ListenerFile is the LDS file of b's listeners, whose RDS and SDS sources
+// ldsData is the text of the LDS file of b's listeners, whose RDS and SDS sources
 // read from the resource folder dir.
-func (b *Bootstrap) ListenerFile(dir string) ([]byte, error) {
-	return resourceFile(listenerType, b.listeners, dir)
+func (b *Bootstrap) ldsData(dir string) ([]byte, error) {
+	return resourceData(listenerType, b.listeners, dir)
 }
 
-// ClusterFile is the CDS file of b's dynamic clusters, whose SDS sources
+// cdsData is the text of the CDS file of b's dynamic clusters, whose SDS sources
 // read from the resource folder dir.
-func (b *Bootstrap) ClusterFile(dir string) ([]byte, error) {
-	return resourceFile(clusterType, b.clusters, dir)
+func (b *Bootstrap) cdsData(dir string) ([]byte, error) {
+	return resourceData(clusterType, b.clusters, dir)
 }
 
-// resourceFile is a DiscoveryResponse of rs, typed typ, whose version is a
+// resourceData is the text of a resource file: a DiscoveryResponse of rs, typed typ, whose version is a
 // digest of the resources, with the resource folder dir in the RDS and SDS
 // sources that read from it (inFolder).
-func resourceFile(typ string, rs []resource, dir string) ([]byte, error) {
+func resourceData(typ string, rs []resource, dir string) ([]byte, error) {
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("resource folder %q: not an absolute path", dir)
 	}
@@ -112,7 +112,7 @@ func resourceFile(typ string, rs []resource, dir string) ([]byte, error) {
 		seq.Content = append(seq.Content, n)
 	}
 	version := hex.EncodeToString(h.Sum(nil))[:16]
-	return bootyaml.Encode(bootyaml.Mapping("version_info", bootyaml.Str(version), "resources", seq), ListenersFile)
+	return bootyaml.Encode(bootyaml.Mapping("version_info", bootyaml.Str(version), "resources", seq), ldsFile)
 }
 
 // inFolder is n with the resource folder dir in place of folderToken in

@@ -25,15 +25,15 @@ const (
 	hcmType   = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 )
 
-// MaxRouteFiles bounds how many connection managers get an RDS file: Envoy
+// maxRouteFiles bounds how many connection managers get an RDS file: Envoy
 // opens an inotify instance for every file it reads resources from, and
 // Linux allows 128 of them to a user by default (fs.inotify.max_user_instances,
 // shared by all of that user's processes). With 1,000 listeners each
 // reading its routes from a file, Envoy 1.40 aborted at its start
-// ("assert failure: inotify_fd_ >= 0"). The first MaxRouteFiles connection
+// ("assert failure: inotify_fd_ >= 0"). The first maxRouteFiles connection
 // managers of the bootstrap, in order, get one; the others keep their
 // routes inline, and a change of those is a listener change.
-const MaxRouteFiles = 32
+const maxRouteFiles = 32
 
 // watchBudget is how many watched files the agent lets one Envoy have in
 // all (the LDS and CDS files, the SDS files of the certificates the agent
@@ -72,9 +72,9 @@ func watchesLeft(root *yaml.Node) int {
 // the route of an unnamed listener on [::]:10000, names.go).
 var safeName = regexp.MustCompile(`^[A-Za-z0-9_./\[\]-]+$`)
 
-// RouteFile is the name of the RDS file of the route configuration name
+// routeFile is the name of the RDS file of the route configuration name
 // in a resource folder.
-func RouteFile(name string) string {
+func routeFile(name string) string {
 	sum := sha256.Sum256([]byte(name))
 	return "rds-" + hex.EncodeToString(sum[:8]) + ".yaml"
 }
@@ -115,7 +115,7 @@ func moveRoutes(listeners []resource, budget int) ([]resource, map[string]string
 				route.Content = append([]*yaml.Node{bootyaml.Key("name"), bootyaml.Str(name)}, route.Content...)
 				routes = append(routes, resource{name: name, node: route, sum: digest(route)})
 				source := bootyaml.Mapping("route_config_name", bootyaml.Str(name), "config_source",
-					bootyaml.Mapping("path_config_source", bootyaml.Mapping("path", bootyaml.Str(folderToken+"/"+RouteFile(name))), "resource_api_version", bootyaml.Str("V3")))
+					bootyaml.Mapping("path_config_source", bootyaml.Mapping("path", bootyaml.Str(folderToken+"/"+routeFile(name))), "resource_api_version", bootyaml.Str("V3")))
 				for i := 0; i+1 < len(tc.Content); i += 2 {
 					if tc.Content[i].Value == "route_config" {
 						tc.Content[i], tc.Content[i+1] = bootyaml.Key("rds"), source
@@ -140,10 +140,10 @@ func moveRoutes(listeners []resource, budget int) ([]resource, map[string]string
 // Routes are the names of the route configurations served from files.
 func (b *Bootstrap) Routes() []string { return names(b.routes) }
 
-// routeFile is the RDS file of one route configuration, whose SDS sources
+// routeData is the text of the RDS file of one route configuration, whose SDS sources
 // (a filter's per-route secret) read from the resource folder dir.
-func routeFile(r resource, dir string) ([]byte, error) {
-	return resourceFile(routeType, []resource{r}, dir)
+func routeData(r resource, dir string) ([]byte, error) {
+	return resourceData(routeType, []resource{r}, dir)
 }
 
 // routeKind is the RDS file of the route configuration name, and the stats
@@ -152,5 +152,5 @@ func routeFile(r resource, dir string) ([]byte, error) {
 // an in-place listener update, the old stat prefix's counters are there
 // too).
 func routeKind(name, statPrefix string) kind {
-	return kind{file: RouteFile(name), stats: "http." + statPrefix + ".rds." + name, what: "route configuration"}
+	return kind{file: routeFile(name), stats: "http." + statPrefix + ".rds." + name, what: "route configuration"}
 }

@@ -28,12 +28,12 @@ const (
 	secretWhat = "secret"
 )
 
-// MaxSecretFiles bounds how many static secrets get an SDS file, as
-// MaxRouteFiles does for route files (each is one of Envoy's inotify
+// maxSecretFiles bounds how many static secrets get an SDS file, as
+// maxRouteFiles does for route files (each is one of Envoy's inotify
 // instances). Secrets are given their share of the watch budget before
 // route files: left static, a secret's change needs a hot restart, while
 // a connection manager whose routes stay inline changes as a listener.
-const MaxSecretFiles = 32
+const maxSecretFiles = 32
 
 // safeSecretName is what a secret's name may hold for the agent to find
 // its stats (sds.<name>.*) as it wrote them.
@@ -75,9 +75,9 @@ func SecretDocument(secret map[string]any) ([]byte, error) {
 	}{hex.EncodeToString(sum[:8]), []json.RawMessage{body}})
 }
 
-// secretFile is the SDS file of one of the operator's secrets (dir as for
+// secretData is the text of the SDS file of one of the operator's secrets (dir as for
 // the other files: a secret reads nothing from it).
-func secretFile(r resource, _ string) ([]byte, error) {
+func secretData(r resource, _ string) ([]byte, error) {
 	var secret map[string]any
 	if err := r.node.Decode(&secret); err != nil {
 		return nil, fmt.Errorf("secret %s: %w", r.name, err)

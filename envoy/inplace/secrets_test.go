@@ -63,11 +63,11 @@ func TestSecretsMoveOutOfStatic(t *testing.T) {
 	if strings.Contains(b.restText, "srv.cert") || strings.Contains(b.restText, "upstream-ca") {
 		t.Errorf("a moved secret is still in the bootstrap:\n%s", b.restText)
 	}
-	lds, err := b.ListenerFile("/run/x")
+	lds, err := b.ldsData("/run/x")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cds, err := b.ClusterFile("/run/x")
+	cds, err := b.cdsData("/run/x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,15 +113,15 @@ func TestSecretsMoveOutOfStatic(t *testing.T) {
 func TestSecretFilesBounded(t *testing.T) {
 	var s strings.Builder
 	s.WriteString("static_resources:\n  secrets:\n")
-	for i := range MaxSecretFiles + 3 {
+	for i := range maxSecretFiles + 3 {
 		fmt.Fprintf(&s, "  - { name: s%d, generic_secret: { secret: { inline_string: x } } }\n", i)
 	}
 	s.WriteString("  listeners:\n  - name: l\n    address: { socket_address: { address: 127.0.0.1, port_value: 10000 } }\n    filter_chains:\n")
-	for i := range MaxSecretFiles + 3 {
+	for i := range maxSecretFiles + 3 {
 		fmt.Fprintf(&s, "    - { filter_chain_match: { server_names: [h%d] }, transport_socket: { name: tls, typed_config: { common_tls_context: { tls_certificate_sds_secret_configs: [{ name: s%d }] } } } }\n", i, i)
 	}
-	if n := len(parse(t, s.String()).Secrets()); n != MaxSecretFiles {
-		t.Errorf("%d secrets moved, want %d", n, MaxSecretFiles)
+	if n := len(parse(t, s.String()).Secrets()); n != maxSecretFiles {
+		t.Errorf("%d secrets moved, want %d", n, maxSecretFiles)
 	}
 }
 
@@ -228,7 +228,7 @@ func TestSecretNamedFromRoutes(t *testing.T) {
 	if len(b.routes) != 1 {
 		t.Fatalf("%d route configurations moved, want 1", len(b.routes))
 	}
-	data, err := routeFile(b.routes[0], "/run/x")
+	data, err := routeData(b.routes[0], "/run/x")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -127,23 +127,23 @@ func TestApplyOrder(t *testing.T) {
 		t.Fatalf("Apply: %v", err)
 	}
 	wantLog := []string{
-		"took " + RouteFile("new/0/0") + " new/0/0", "took " + SecretFile("srv2") + " srv2", // in name order, read together
+		"took " + routeFile("new/0/0") + " new/0/0", "took " + SecretFile("srv2") + " srv2", // in name order, read together
 		"took cds.yaml app,spare,authz", // app as it was
 		"took lds.yaml web,other,new",   // other as it was
 		"took cds.yaml app,spare,authz", // app updated
 		"took " + SecretFile("srv") + " srv",
-		"took " + RouteFile("web/0/0") + " web/0/0",
+		"took " + routeFile("web/0/0") + " web/0/0",
 		"took lds.yaml web,other,new", // other updated
 		"took cds.yaml app,spare",
 	}
 	if got := f.reads(); !slices.Equal(got, wantLog) {
 		t.Errorf("Envoy read\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantLog, "\n"))
 	}
-	cdsTexts := f.history[ClustersFile]
+	cdsTexts := f.history[cdsFile]
 	if len(cdsTexts) != 4 || !strings.Contains(cdsTexts[1], "connect_timeout: 1s") || !strings.Contains(cdsTexts[2], "connect_timeout: 2s") {
 		t.Errorf("the cluster files Envoy read: %q", cdsTexts)
 	}
-	ldsTexts := f.history[ListenersFile]
+	ldsTexts := f.history[ldsFile]
 	if len(ldsTexts) != 3 || !strings.Contains(ldsTexts[1], "stat_prefix: other,") || !strings.Contains(ldsTexts[2], "stat_prefix: other2") {
 		t.Errorf("the listener files Envoy read: %q", ldsTexts)
 	}
@@ -166,16 +166,16 @@ func filesOf(t *testing.T, b *Bootstrap, dir string) map[string]string {
 		}
 		out[name] = string(data)
 	}
-	lds, err := b.ListenerFile(dir)
-	add(ListenersFile, lds, err)
-	cds, err := b.ClusterFile(dir)
-	add(ClustersFile, cds, err)
+	lds, err := b.ldsData(dir)
+	add(ldsFile, lds, err)
+	cds, err := b.cdsData(dir)
+	add(cdsFile, cds, err)
 	for _, r := range b.routes {
-		data, err := routeFile(r, dir)
-		add(RouteFile(r.name), data, err)
+		data, err := routeData(r, dir)
+		add(routeFile(r.name), data, err)
 	}
 	for _, r := range b.secrets {
-		data, err := secretFile(r, dir)
+		data, err := secretData(r, dir)
 		add(SecretFile(r.name), data, err)
 	}
 	return out
@@ -183,8 +183,8 @@ func filesOf(t *testing.T, b *Bootstrap, dir string) map[string]string {
 
 // sameFiles compares two folders but their bootstraps.
 func sameFiles(a, b map[string]string) bool {
-	delete(a, BootstrapFile)
-	delete(b, BootstrapFile)
+	delete(a, bootstrapFile)
+	delete(b, bootstrapFile)
 	return maps.Equal(a, b)
 }
 
@@ -195,7 +195,7 @@ func TestApplyRefusedOnTheHost(t *testing.T) {
 	old, dir, f := startSteps(t, stepsDoc(200, "A", "other", "1s", "", "", ""))
 	before := folder(t, dir)
 	f.refuse = func(file string, data []byte) (string, string) {
-		if file == ListenersFile && strings.Contains(string(data), "taken") {
+		if file == ldsFile && strings.Contains(string(data), "taken") {
 			return "taken", "cannot bind '127.0.0.1:1': Address already in use"
 		}
 		return "", ""
@@ -224,7 +224,7 @@ func TestApplyRefusedLater(t *testing.T) {
 	before := folder(t, dir)
 	f.quiet = true
 	f.refuse = func(file string, data []byte) (string, string) {
-		if file == RouteFile("web/0/0") && strings.Contains(string(data), "503") {
+		if file == routeFile("web/0/0") && strings.Contains(string(data), "503") {
 			return "web/0/0", "refused"
 		}
 		return "", ""
@@ -233,11 +233,11 @@ func TestApplyRefusedLater(t *testing.T) {
 	c, _ := Compare(old, next)
 	err := Apply(context.Background(), dir, old, next, c, f)
 	var rej *RejectedError
-	if !errors.As(err, &rej) || !rej.Restored || !strings.Contains(rej.Reason, "Envoy rejected "+RouteFile("web/0/0")) {
+	if !errors.As(err, &rej) || !rej.Restored || !strings.Contains(rej.Reason, "Envoy rejected "+routeFile("web/0/0")) {
 		t.Fatalf("Apply = %v; want a generic RejectedError for the route, restored", err)
 	}
 	got := f.reads()
-	want := []string{"took " + RouteFile("web/0/0") + " web/0/0", "took lds.yaml web,other", "took cds.yaml app"}
+	want := []string{"took " + routeFile("web/0/0") + " web/0/0", "took lds.yaml web,other", "took cds.yaml app"}
 	if len(got) < 3 || !slices.Equal(got[len(got)-3:], want) {
 		t.Errorf("Envoy read %q; want it to end with the put-back %q", got, want)
 	}
@@ -290,7 +290,7 @@ func TestAcceptedByTheFake(t *testing.T) {
 	}
 	f := newFakeEnvoy(dir)
 	f.refuse = func(file string, _ []byte) (string, string) {
-		if file == ListenersFile {
+		if file == ldsFile {
 			return "other", "cannot bind '127.0.0.1:10001': Address already in use"
 		}
 		return "", ""
