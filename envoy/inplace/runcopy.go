@@ -90,32 +90,39 @@ func (e *AdminClusterError) Error() string {
 // such a cluster answers as before. Any other admin is the operator's,
 // which the configuration's checks hold to the agent's.
 func RunningCopy(data []byte, name string, admin AgentAdmin) ([]byte, Edits, error) {
-	var edits Edits
 	if !bootyaml.Rewritable(name) {
-		return data, edits, nil
+		return data, Edits{}, nil
 	}
 	var doc yaml.Node
 	if err := bootyaml.Decode(data, &doc); err != nil {
 		if le := (*bootyaml.LimitError)(nil); errors.As(err, &le) {
-			return nil, edits, fmt.Errorf("%s: %w", name, le)
+			return nil, Edits{}, fmt.Errorf("%s: %w", name, le)
 		}
-		return data, edits, nil
+		return data, Edits{}, nil
 	}
-	root := bootyaml.Root(&doc)
-	if root == nil {
-		return data, edits, nil
-	}
-	if admin != (AgentAdmin{}) {
-		if err := moveAdmin(root, admin, &edits); err != nil {
-			return nil, edits, err
-		}
-	}
-	edits.NodeSet = fillNode(root)
-	if edits.Empty() {
-		return data, edits, nil
+	edits, err := EditRunningCopy(&doc, admin)
+	if err != nil || edits.Empty() {
+		return data, edits, err
 	}
 	out, err := bootyaml.Encode(&doc, name)
 	return out, edits, err
+}
+
+// EditRunningCopy makes RunningCopy's edits in the decoded bootstrap doc
+// (for a caller that decoded it already, once for its own reading too).
+func EditRunningCopy(doc *yaml.Node, admin AgentAdmin) (Edits, error) {
+	var edits Edits
+	root := bootyaml.Root(doc)
+	if root == nil {
+		return edits, nil
+	}
+	if admin != (AgentAdmin{}) {
+		if err := moveAdmin(root, admin, &edits); err != nil {
+			return edits, err
+		}
+	}
+	edits.NodeSet = fillNode(root)
+	return edits, nil
 }
 
 // moveAdmin puts the admin of the bootstrap root where the agent reaches

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
@@ -23,12 +25,10 @@ type bootstrapAdmin struct {
 }
 
 // readBootstrapAdmin reads admin.address from an Envoy bootstrap (YAML or
-// JSON) read from path. ok is false when the bootstrap has none (or one
-// the agent cannot read); a file that does not parse is left to Envoy's
-// own validation, which words it better. A file too large to parse in
-// bounded memory (bootyaml.Decode) is an error.
-func readBootstrapAdmin(path string, data []byte) (admin bootstrapAdmin, ok bool, err error) {
-	var doc struct {
+// JSON), decoded. ok is false when the bootstrap has none (or one the agent
+// cannot read).
+func readBootstrapAdmin(doc *yaml.Node) (admin bootstrapAdmin, ok bool) {
+	var b struct {
 		Admin struct {
 			Address struct {
 				SocketAddress struct {
@@ -42,28 +42,25 @@ func readBootstrapAdmin(path string, data []byte) (admin bootstrapAdmin, ok bool
 			} `yaml:"address"`
 		} `yaml:"admin"`
 	}
-	if err := bootyaml.Decode(data, &doc); err != nil {
-		if le := (*bootyaml.LimitError)(nil); errors.As(err, &le) {
-			return bootstrapAdmin{}, false, fmt.Errorf("%s: %w", path, le)
-		}
-		return bootstrapAdmin{}, false, nil
+	if doc.Decode(&b) != nil {
+		return bootstrapAdmin{}, false
 	}
-	if pipe := doc.Admin.Address.Pipe; pipe.Path != "" {
+	if pipe := b.Admin.Address.Pipe; pipe.Path != "" {
 		mode, ok := yamlInt(pipe.Mode)
 		if !ok {
-			return bootstrapAdmin{}, false, nil
+			return bootstrapAdmin{}, false
 		}
-		return bootstrapAdmin{Pipe: pipe.Path, Mode: mode}, true, nil
+		return bootstrapAdmin{Pipe: pipe.Path, Mode: mode}, true
 	}
-	sa := doc.Admin.Address.SocketAddress
+	sa := b.Admin.Address.SocketAddress
 	if sa.Address == "" && sa.PortValue == nil {
-		return bootstrapAdmin{}, false, nil
+		return bootstrapAdmin{}, false
 	}
 	port, ok := yamlInt(sa.PortValue)
 	if !ok {
-		return bootstrapAdmin{}, false, nil
+		return bootstrapAdmin{}, false
 	}
-	return bootstrapAdmin{Address: sa.Address, Port: port}, true, nil
+	return bootstrapAdmin{Address: sa.Address, Port: port}, true
 }
 
 // yamlInt reads an integer field as Envoy would: a number, or a string
@@ -82,20 +79,29 @@ func yamlInt(v any) (int, bool) {
 	}
 }
 
-// checkBootstrap reads the bootstrap once for the checks of its admin
-// (checkBootstrapAdmin) and of what the agent's copy of it changes
-// (checkRunningCopy).
+// checkBootstrap reads and decodes the bootstrap once for the checks of
+// its admin (checkBootstrapAdmin) and of what the agent's copy of it
+// changes (checkRunningCopy). A file that does not parse is left to
+// Envoy's own validation, which words it better; one too large to parse
+// in bounded memory (bootyaml.Decode) is a problem.
 func (c *Config) checkBootstrap(ps *problems) {
 	data, err := safefile.ReadRegular(c.Envoy.ConfigPath, bootyaml.MaxSize)
-	if err == nil {
-		err = c.checkBootstrapAdmin(ps, data)
-	}
 	if err != nil {
 		// checkReadable has passed: what is left is its size.
 		ps.add("envoy.config_path", "Envoy bootstrap %v", err)
 		return
 	}
-	c.checkRunningCopy(ps, data)
+	var doc yaml.Node
+	if err := bootyaml.Decode(data, &doc); err != nil {
+		if le := (*bootyaml.LimitError)(nil); errors.As(err, &le) {
+			ps.add("envoy.config_path", "Envoy bootstrap %s: %v", c.Envoy.ConfigPath, le)
+		}
+		return
+	}
+	c.checkBootstrapAdmin(ps, &doc)
+	if bootyaml.Rewritable(c.Envoy.ConfigPath) {
+		c.checkRunningCopy(ps, &doc)
+	}
 }
 
 // checkBootstrapAdmin adds a problem when the bootstrap's admin listener is
@@ -103,10 +109,10 @@ func (c *Config) checkBootstrap(ps *problems) {
 // or is a TCP one beyond loopback (without allow_remote_admin). A
 // bootstrap without an admin, or with one on TCP while the agent's is a
 // socket, runs with the agent's (checkRunningCopy says so).
-func (c *Config) checkBootstrapAdmin(ps *problems, data []byte) error {
-	admin, ok, err := readBootstrapAdmin(c.Envoy.ConfigPath, data)
-	if err != nil || !ok {
-		return err
+func (c *Config) checkBootstrapAdmin(ps *problems, doc *yaml.Node) {
+	admin, ok := readBootstrapAdmin(doc)
+	if !ok {
+		return
 	}
 	e := c.Envoy
 	if admin.Pipe != "" {
@@ -127,10 +133,10 @@ func (c *Config) checkBootstrapAdmin(ps *problems, data []byte) error {
 			ps.add("envoy.admin_socket", "the bootstrap %s gives Envoy's admin socket mode %04o: other users could connect to it and stop Envoy or read its configuration; use mode: 0600",
 				e.ConfigPath, admin.Mode)
 		}
-		return nil
+		return
 	}
 	if e.AdminSocket != "" {
-		return nil // the copy's admin is the socket (checkRunningCopy)
+		return // the copy's admin is the socket (checkRunningCopy)
 	}
 	if admin.Port != int(e.AdminPort) {
 		ps.add("envoy.admin_port", "is %d, but the bootstrap %s puts Envoy's admin listener on port %d: they must agree",
@@ -140,7 +146,6 @@ func (c *Config) checkBootstrapAdmin(ps *problems, data []byte) error {
 		ps.add("envoy.allow_remote_admin", "the bootstrap %s binds Envoy's admin listener to %q, reachable beyond this host: %s",
 			e.ConfigPath, admin.Address, "use 127.0.0.1, or set allow_remote_admin = true to accept it")
 	}
-	return nil
 }
 
 // maxSocketPath is the longest unix socket path Linux takes (sun_path is

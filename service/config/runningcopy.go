@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
@@ -28,12 +30,13 @@ func (c *Config) agentAdmin() inplace.AgentAdmin {
 	return inplace.AgentAdmin{Host: c.Agent.Localhost, Port: int(c.Envoy.AdminPort)}
 }
 
-// checkRunningCopy says what the running copy of the bootstrap data
-// changes: a warning when the bootstrap's TCP admin address is not used, a
-// note when the copy gets an admin or a node. A cluster that cannot follow
-// the admin to the agent's socket is a problem naming the edit to make.
-func (c *Config) checkRunningCopy(ps *problems, data []byte) {
-	_, edits, err := inplace.RunningCopy(data, c.Envoy.ConfigPath, c.agentAdmin())
+// checkRunningCopy says what the running copy of the decoded bootstrap doc
+// changes (it makes those changes in doc): a warning when the bootstrap's
+// TCP admin address is not used, a note when the copy gets an admin or a
+// node. A cluster that cannot follow the admin to the agent's socket is a
+// problem naming the edit to make.
+func (c *Config) checkRunningCopy(ps *problems, doc *yaml.Node) {
+	edits, err := inplace.EditRunningCopy(doc, c.agentAdmin())
 	var ace *inplace.AdminClusterError
 	switch {
 	case errors.As(err, &ace):
@@ -41,7 +44,7 @@ func (c *Config) checkRunningCopy(ps *problems, data []byte) {
 			c.Envoy.AdminSocket, c.Envoy.ConfigPath, ace.Cluster, ace.Port)
 		return
 	case err != nil:
-		ps.add("envoy.config_path", "Envoy bootstrap %v", err)
+		ps.add("envoy.config_path", "Envoy bootstrap %s: %v", c.Envoy.ConfigPath, err)
 		return
 	}
 	file := c.Envoy.ConfigPath
