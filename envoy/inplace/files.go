@@ -18,8 +18,8 @@ import (
 
 // The files of one epoch's resource folder.
 const (
-	ldsFile = "lds.yaml"
-	cdsFile  = "cds.yaml"
+	ldsFile       = "lds.yaml"
+	cdsFile       = "cds.yaml"
 	bootstrapFile = "bootstrap.yaml"
 
 	listenerType = "type.googleapis.com/envoy.config.listener.v3.Listener"
