@@ -94,7 +94,7 @@ func (c *Config) checkBootstrap(ps *problems) {
 	var doc yaml.Node
 	if err := bootyaml.Decode(data, &doc); err != nil {
 		if le := (*bootyaml.LimitError)(nil); errors.As(err, &le) {
-			ps.add("envoy.config_path", "Envoy bootstrap %s: %v", c.Envoy.ConfigPath, le)
+			ps.add("envoy.config_path", "Envoy bootstrap %v", fmt.Errorf("%s: %w", c.Envoy.ConfigPath, le))
 		}
 		return
 	}

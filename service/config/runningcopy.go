@@ -44,7 +44,7 @@ func (c *Config) checkRunningCopy(ps *problems, doc *yaml.Node) {
 			c.Envoy.AdminSocket, c.Envoy.ConfigPath, ace.Cluster, ace.Port)
 		return
 	case err != nil:
-		ps.add("envoy.config_path", "Envoy bootstrap %s: %v", c.Envoy.ConfigPath, err)
+		ps.add("envoy.config_path", "Envoy bootstrap %v", fmt.Errorf("%s: %w", c.Envoy.ConfigPath, err))
 		return
 	}
 	file := c.Envoy.ConfigPath
