@@ -45,8 +45,8 @@ func (c *Config) warnTCPAdmin() {
 	if c.Envoy.AdminSocket != "" || c.Envoy.AdminPort == 0 {
 		return
 	}
-	c.warnf("%s: envoy.admin_port: Envoy's admin API is on TCP %s:%d, and %s; put it on a unix socket instead: remove admin_port, and in the bootstrap %s set admin.address to pipe: { path: %s, mode: 0600 }",
-		c.File, c.Agent.Localhost, c.Envoy.AdminPort, tcpAdminRisk, c.Envoy.ConfigPath, c.DefaultAdminSocket())
+	c.warnf("%s: envoy.admin_port: Envoy's admin API is on TCP %s:%d, and %s; put it on a unix socket instead: remove admin_port (Envoy then runs its admin on the agent's socket %s, whatever address the bootstrap %s gives it)",
+		c.File, c.Agent.Localhost, c.Envoy.AdminPort, tcpAdminRisk, c.DefaultAdminSocket(), c.Envoy.ConfigPath)
 }
 
 // defaultAdminMismatch is the problem of a bootstrap whose admin is
