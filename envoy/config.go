@@ -11,6 +11,8 @@ import (
 
 	"github.com/envoy-agent/envoy-agent/envoy/adminapi"
 	"github.com/envoy-agent/envoy-agent/envoy/cli"
+	"github.com/envoy-agent/envoy-agent/envoy/epochfiles"
+	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 )
 
 // ProxyConfig describes one Envoy: how to launch it and how to reach its admin
@@ -32,9 +34,9 @@ type ProxyConfig struct {
 	// LogAsJSON makes Envoy write its own log lines as JSON (--log-format).
 	LogAsJSON bool
 	// OutlierLogPath is kept for API compatibility with Istio, where it feeds
-	// a generated bootstrap. envoy-agent generates no bootstrap (it runs the
-	// operator's, rewritten only as RewriteBootstrap and ResourceFiles say),
-	// so it is not used here (the package doc, Istio compatibility).
+	// a generated bootstrap. envoy-agent runs the operator's bootstrap,
+	// changed only where it must (envoy/inplace), so it is not used here (the
+	// package doc, Istio compatibility).
 	OutlierLogPath string
 
 	// BinaryPath is the Envoy executable.
@@ -161,6 +163,35 @@ func (c ProxyConfig) localHost() string {
 		return "127.0.0.1"
 	}
 	return c.LocalHost
+}
+
+// rewrite is what a bootstrap copy of cfg goes through (epochfiles.Rewrite):
+// the certificates (RewriteBootstrap), then the admin and the node
+// (inplace.RunningCopy), steps 1 and 2 of the rewrite envoy/inplace draws.
+func (c ProxyConfig) rewrite() epochfiles.Rewrite {
+	admin := c.agentAdmin()
+	return func(data []byte, name, runDir string) ([]byte, error) {
+		var err error
+		if c.RewriteBootstrap != nil {
+			if data, err = c.RewriteBootstrap(data, name, runDir); err != nil {
+				return nil, err
+			}
+		}
+		data, _, err = inplace.RunningCopy(data, name, admin)
+		return data, err
+	}
+}
+
+// agentAdmin is where the running copy's admin must be: where the agent
+// reaches it (inplace.RunningCopy); zero with no admin configured.
+func (c ProxyConfig) agentAdmin() inplace.AgentAdmin {
+	switch {
+	case c.AdminSocket != "":
+		return inplace.AgentAdmin{Socket: c.AdminSocket}
+	case c.AdminPort != 0:
+		return inplace.AgentAdmin{Host: c.localHost(), Port: int(c.AdminPort)}
+	}
+	return inplace.AgentAdmin{}
 }
 
 // newAdmin returns the client for the admin API the configuration names.

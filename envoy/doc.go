@@ -16,15 +16,15 @@
 // # Istio compatibility
 //
 // Istio's API is kept whole, so code written against it compiles here. Three
-// of its ProxyConfig fields are accepted and do nothing: OutlierLogPath
-// (Istio writes it into the bootstrap it generates; envoy-agent generates
-// none, it runs the operator's, rewritten only as RewriteBootstrap and
-// ResourceFiles say), TestOnly and AgentIsRoot (envoy-agent never changes
-// Envoy's credentials: privileges come from the systemd unit). NewAgent's
-// statusPort and prometheusPort are accepted and not stored: Istio leaves its
-// own Envoy listeners on them out of the drain's count, and here the agent
-// serves both ports itself, not through Envoy. Proxy.UpdateConfig works (it
-// atomically replaces the bootstrap file, keeping its mode; the next start or
-// hot restart reads it) but the agent does not call it: a reload reads the
-// file the operator edited.
+// of its ProxyConfig fields are accepted and do nothing, since envoy-agent runs
+// the operator's bootstrap, changed only where the agent must (envoy/inplace
+// draws what), and never changes Envoy's credentials:
+// OutlierLogPath (Istio writes it into a generated bootstrap), TestOnly and
+// AgentIsRoot (privileges come from the systemd unit). NewAgent's statusPort
+// and prometheusPort are accepted and not stored: Istio leaves its own
+// Envoy listeners on them out of the drain's count, and here the agent serves
+// both ports itself, not through Envoy. Proxy.UpdateConfig
+// works (it atomically replaces the bootstrap file, keeping its mode; the next
+// start or hot restart reads it) but the agent does not call it: a reload
+// reads the file the operator edited.
 package envoy

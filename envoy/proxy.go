@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/envoy-agent/envoy-agent/envoy/adminapi"
 	"github.com/envoy-agent/envoy-agent/envoy/conncount"
 	"github.com/envoy-agent/envoy-agent/envoy/epochfiles"
+	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 )
 
@@ -212,7 +214,7 @@ func (e *Envoy) setServing(p *process) {
 // copyBootstrap copies the bootstrap at source for epoch of cfg
 // (epochfiles.Copier.Copy), in the run folder.
 func (e *Envoy) copyBootstrap(cfg ProxyConfig, source string, epoch int) (string, error) {
-	return e.copies.Copy(e.runDir, source, cfg.ConfigPath, epoch, cfg.RewriteBootstrap)
+	return e.copies.Copy(e.runDir, source, cfg.ConfigPath, epoch, cfg.rewrite())
 }
 
 // startEpoch starts Envoy with cfg as the given epoch and tracks it until
@@ -246,6 +248,7 @@ func (e *Envoy) startEpochFrom(cfg ProxyConfig, copied string, epoch int) (*proc
 	if why != nil {
 		e.log.Warnf("envoy epoch %d runs %s as it is (a reload will hot restart it): %v", epoch, cfg.ConfigPath, why)
 	}
+	e.sayNames(e.NamedListeners(), files.Named())
 	runCfg := cfg
 	runCfg.ConfigPath = run
 	args := runCfg.args(epoch, path, e.hotRestartSocket)
@@ -263,6 +266,29 @@ func (e *Envoy) startEpochFrom(cfg ProxyConfig, copied string, epoch int) (*proc
 	e.log.Infof("started envoy epoch %d, pid %d: %s %s", epoch, p.pid, cfg.BinaryPath, strings.Join(args, " "))
 	e.track(p)
 	return p, nil
+}
+
+// sayNames logs the names given to listeners the operator left unnamed
+// (inplace.Bootstrap.Named), once: when they differ from before's.
+func (e *Envoy) sayNames(before, now []inplace.NamedListener) {
+	if len(now) == 0 || slices.Equal(before, now) {
+		return
+	}
+	var list []string
+	for _, n := range now {
+		list = append(list, n.String())
+	}
+	e.log.Infof("listeners without a name run under these names in the files the agent writes for Envoy (Envoy's statistics name a listener by its address, and keep theirs): %s", strings.Join(list, ", "))
+}
+
+// NamedListeners are the names the agent gave the serving epoch's
+// listeners that the operator left unnamed; none when it runs its
+// bootstrap as it is.
+func (e *Envoy) NamedListeners() []inplace.NamedListener {
+	if p := e.serving(); p != nil && p.files != nil {
+		return p.files.Named()
+	}
+	return nil
 }
 
 // ResourcesAccepted checks, for a serving epoch that runs from resource

@@ -129,7 +129,7 @@ func (e *Envoy) CopyBootstrap(path string) (*epochfiles.Copy, error) {
 	if err != nil {
 		return nil, err
 	}
-	return e.copies.Checked(dir, path, e.Epoch()+1, e.config().RewriteBootstrap)
+	return e.copies.Checked(dir, path, e.Epoch()+1, e.config().rewrite())
 }
 
 // PlanInPlace compares copied, a bootstrap copy that CopyBootstrap made,
@@ -161,7 +161,12 @@ func (e *Envoy) applyInPlace(ctx context.Context, plan *epochfiles.Plan, copied 
 		_ = os.Remove(copied)
 		return epochfiles.ErrPlanStale
 	}
-	return plan.Apply(ctx, p.files, adminBodies{e.admin})
+	before := p.files.Named()
+	if err := plan.Apply(ctx, p.files, adminBodies{e.admin}); err != nil {
+		return err
+	}
+	e.sayNames(before, p.files.Named())
+	return nil
 }
 
 // adminBodies is inplace.Admin over an admin client.

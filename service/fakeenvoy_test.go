@@ -16,6 +16,7 @@ import (
 	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/envoy-agent/envoy-agent/envoy/adminapi"
 	"github.com/envoy-agent/envoy-agent/envoy/epochfiles"
+	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 	"github.com/envoy-agent/envoy-agent/envoy/reexec"
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/service/config"
@@ -105,6 +106,7 @@ func (f *fakeEnvoy) Epoch() int {
 func (f *fakeEnvoy) Epochs() []envoy.EpochInfo                       { return nil }
 func (f *fakeEnvoy) Timings() (time.Duration, time.Duration)         { return time.Second, 2 * time.Second }
 func (f *fakeEnvoy) LastLines() []string                             { return nil }
+func (f *fakeEnvoy) NamedListeners() []inplace.NamedListener         { return nil }
 func (f *fakeEnvoy) ResourcesAccepted(context.Context) error         { return nil }
 func (f *fakeEnvoy) ReopenLogs(context.Context) (int, error)         { return 1, nil }
 func (f *fakeEnvoy) Handover(func(reexec.HandoverState) error) error { return errors.New("fake") }

@@ -17,6 +17,7 @@ import (
 	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/envoy-agent/envoy-agent/envoy/adminapi"
 	"github.com/envoy-agent/envoy-agent/envoy/epochfiles"
+	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 	"github.com/envoy-agent/envoy-agent/envoy/reexec"
 	"github.com/envoy-agent/envoy-agent/envoy/versions"
 	"github.com/envoy-agent/envoy-agent/internal/childenv"
@@ -36,6 +37,7 @@ type envoyProcess interface {
 	Epochs() []envoy.EpochInfo
 	Timings() (drain, parentShutdown time.Duration)
 	LastLines() []string
+	NamedListeners() []inplace.NamedListener
 	ResourcesAccepted(context.Context) error
 	ReopenLogs(context.Context) (int, error)
 	Handover(execute func(reexec.HandoverState) error) error

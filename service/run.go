@@ -83,6 +83,9 @@ func Run(ctx context.Context, opts Options) error {
 	for _, w := range cfg.Warnings() {
 		log.Warn(w)
 	}
+	for _, n := range cfg.Notes() {
+		log.Info(n)
+	}
 	s, err := newSupervisor(cfg, opts, handed, log, nil)
 	if err != nil {
 		log.Errorf("upgrade: cannot adopt the running Envoy: %v", err)

@@ -227,8 +227,12 @@ func (s *supervisor) statusReport(ctx context.Context) control.StatusReport {
 	if err == nil {
 		err = call(func(c context.Context) error {
 			ls, err := admin.Listeners(c)
+			named := map[string]bool{}
+			for _, n := range s.proxy.NamedListeners() {
+				named[n.Name] = true
+			}
 			for _, l := range ls {
-				es.Listeners = append(es.Listeners, control.Listener{Name: l.Name, Address: l.Address})
+				es.Listeners = append(es.Listeners, control.Listener{Name: l.Name, Address: l.Address, NamedByAgent: named[l.Name]})
 			}
 			return err
 		})

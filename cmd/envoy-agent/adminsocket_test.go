@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -178,7 +179,8 @@ func TestAdminOnAUnixSocketEndToEnd(t *testing.T) {
 // TestAdminSocketMismatchIsRefused: the bootstrap's admin socket and the
 // agent's admin_socket must agree, checked from the file (exit 3 before
 // Envoy starts) and from the address Envoy really bound (extra_args moving
-// it: Envoy is stopped, exit 3).
+// it: Envoy is stopped, exit 3). (A bootstrap whose admin is on TCP runs
+// with the agent's socket instead: TestTCPAdminRunsOnTheAgentsSocket.)
 func TestAdminSocketMismatchIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "admin.sock")
@@ -190,7 +192,6 @@ func TestAdminSocketMismatchIsRefused(t *testing.T) {
 		want      string
 	}{
 		{"bootstrap on another socket", other, nil, "envoy.admin_socket: is " + sock + ", but the bootstrap"},
-		{"bootstrap on TCP", "", nil, "envoy.admin_socket: is " + sock + ", but the bootstrap"},
 		{"admin_port and admin_socket", sock, map[string]string{"admin_port": "15999"}, "envoy.admin_port: is set, and so is admin_socket"},
 		{"moved by extra_args", sock, map[string]string{"extra_args": `["--config-yaml", "admin: {address: {pipe: {path: ` + other + `}}}"]`},
 			"Envoy's admin listener is on the unix socket " + other + ", not on " + sock},
@@ -310,5 +311,81 @@ func TestAdminSocketInAFolderOthersCanWriteIsRefused(t *testing.T) {
 	}
 	if n := heard.Load(); n != 0 {
 		t.Fatalf("the fake admin in %s heard %d requests", shared, n)
+	}
+}
+
+// TestTCPAdminRunsOnTheAgentsSocket: a bootstrap written as Envoy's
+// examples are, with the admin on TCP 0.0.0.0 and a listener that serves
+// /stats/prometheus through a cluster to that admin (the brotli, gzip,
+// zstd and local_ratelimit examples), was refused (exit 3). With no admin
+// key it runs unchanged: Envoy's admin is on the agent's socket, nothing
+// listens on the bootstrap's admin port, a warning says so once and points
+// at the metrics port (validate prints it too), and the statistics listener
+// answers as a bare Envoy's of the same bootstrap does. With admin_port
+// (and the admin on loopback) Envoy's TCP admin is kept, as before.
+func TestTCPAdminRunsOnTheAgentsSocket(t *testing.T) {
+	t.Parallel()
+	adminPort, statsPort := envoykit.FreePort(t), envoykit.FreePort(t)
+	p, path, o := exampleAgent(t, envoykit.ExampleOptions{Admin: fmt.Sprintf("0.0.0.0:%d", adminPort), StatsListener: statsPort}, nil)
+	warning := fmt.Sprintf("%s: envoy.admin_socket: the bootstrap puts Envoy's admin API on TCP 0.0.0.0:%d, which is not used: Envoy runs it on the agent's private socket %s", path, adminPort, filepath.Join(p.dir, "run", "admin.sock"))
+	if !p.logged(warning) || strings.Count(p.stderr.String(), warning) != 1 || !strings.Contains(p.stderr.String(), "level=warning msg=\""+warning) ||
+		!strings.Contains(p.stderr.String(), "agent.prometheus_port") || !strings.Contains(p.stderr.String(), "cluster envoy-stats, which reached that address, reaches the socket instead") {
+		t.Fatalf("run did not warn once %q, naming the metrics port and the cluster:\n%s", warning, p.stderr)
+	}
+	if code, stdout, stderr := runAgent(t, "validate", "--config", p.config); code != 0 || strings.Count(stdout, "warning: "+warning) != 1 {
+		t.Errorf("validate: exit %d, want 0 with the warning once: %s%s", code, stdout, stderr)
+	}
+	if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", adminPort)); err == nil {
+		c.Close()
+		t.Errorf("something listens on the bootstrap's admin port %d", adminPort)
+	}
+	got, err := envoykit.Get(envoykit.URL(statsPort, "/stats/prometheus"), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := envoykit.ExampleOptions{Listener: envoykit.FreePort(t), Upstream: o.Upstream, Admin: fmt.Sprintf("0.0.0.0:%d", envoykit.FreePort(t)), StatsListener: envoykit.FreePort(t)}
+	startBare(t, bare)
+	want, err := envoykit.Get(envoykit.URL(bare.StatsListener, "/stats/prometheus"), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Code != 200 || got.Code != want.Code || got.Header.Get("Content-Type") != want.Header.Get("Content-Type") {
+		t.Fatalf("/stats/prometheus through the listener: the agent's Envoy %d %q, the bare Envoy %d %q", got.Code, got.Header.Get("Content-Type"), want.Code, want.Header.Get("Content-Type"))
+	}
+	// Every metric family the bare Envoy serves, the agent's serves (which
+	// has more: those of its LDS, CDS and RDS files).
+	families := func(body string) map[string]bool {
+		out := map[string]bool{}
+		for line := range strings.Lines(body) {
+			if f, ok := strings.CutPrefix(line, "# TYPE "); ok {
+				name, _, _ := strings.Cut(f, " ")
+				out[name] = true
+			}
+		}
+		return out
+	}
+	mine, theirs := families(got.Body), families(want.Body)
+	var missing []string
+	for f := range theirs {
+		if !mine[f] {
+			missing = append(missing, f)
+		}
+	}
+	if len(theirs) == 0 || !mine["envoy_server_live"] || len(missing) > 0 {
+		t.Errorf("metric families the bare Envoy serves and the agent's does not: %v (the bare one serves %d)", missing, len(theirs))
+	}
+	t.Logf("/stats/prometheus through the listener: %d %s, %d metric families (the bare Envoy's: %d %s, %d)", got.Code, got.Header.Get("Content-Type"), len(mine), want.Code, want.Header.Get("Content-Type"), len(theirs))
+
+	// admin_port, and the admin on loopback: Envoy's TCP admin, as before.
+	tcpAdmin, tcpStats := envoykit.FreePort(t), envoykit.FreePort(t)
+	q, _, _ := exampleAgent(t, envoykit.ExampleOptions{Admin: fmt.Sprintf("127.0.0.1:%d", tcpAdmin), StatsListener: tcpStats}, map[string]string{"admin_port": strconv.Itoa(tcpAdmin)})
+	if r, err := envoykit.Get(envoykit.URL(tcpAdmin, "/ready"), 5*time.Second); err != nil || r.Code != 200 {
+		t.Errorf("the TCP admin with admin_port: %+v %v", r, err)
+	}
+	if r, err := envoykit.Get(envoykit.URL(tcpStats, "/stats/prometheus"), 5*time.Second); err != nil || r.Code != 200 || !strings.Contains(r.Body, "# TYPE envoy_server_live") {
+		t.Errorf("/stats/prometheus through the listener with admin_port: %d %v", r.Code, err)
+	}
+	if strings.Contains(q.stderr.String(), "which is not used") {
+		t.Errorf("a TCP admin kept by admin_port was said not to be used:\n%s", q.stderr)
 	}
 }

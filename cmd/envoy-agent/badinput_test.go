@@ -107,7 +107,8 @@ func TestValidateExampleConfig(t *testing.T) {
 	cmd := exec.Command(agentBin(t), "validate", "--config", filepath.Join(envoykit.RepoRoot(t), "config.example.toml"))
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(envoykit.Binary(t))+":"+os.Getenv("PATH"))
 	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.HasPrefix(string(out), "OK: ") {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if err != nil || !strings.HasPrefix(lines[len(lines)-1], "OK: ") || strings.Contains(string(out), "warning:") {
 		t.Fatalf("validate config.example.toml: %v\n%s", err, out)
 	}
 }

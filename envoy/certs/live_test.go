@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy/certs"
+	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
@@ -54,6 +55,7 @@ func serveWith(t *testing.T, certFile, keyFile string, poll time.Duration, opts 
 	if err != nil {
 		t.Fatal(err)
 	}
+	data = runningCopy(t, data, admin)
 	copyPath := filepath.Join(run, "envoy.yaml")
 	writeFile(t, copyPath, data)
 	out, err := os.Create(filepath.Join(t.TempDir(), "envoy.log"))
@@ -393,6 +395,18 @@ func TestHalfDoneRenewalKeepsThePairInUse(t *testing.T) {
 	}
 }
 
+// runningCopy is step 2 of the rewrite after the certificates' (the node
+// Envoy needs to read a secret from a file), as the agent makes each
+// copy; the admin stays on TCP port admin.
+func runningCopy(t *testing.T, data []byte, admin int) []byte {
+	t.Helper()
+	out, edits, err := inplace.RunningCopy(data, "envoy.yaml", inplace.AgentAdmin{Host: "127.0.0.1", Port: admin})
+	if err != nil || len(edits.NodeSet) != 2 {
+		t.Fatalf("the running copy: %+v %v", edits, err)
+	}
+	return out
+}
+
 // caBootstrap: listener "front" (plain HTTP) proxies to cluster "back",
 // which reaches the TLS listener over TLS, one request per connection,
 // trusting the CA file and checking the DNS name as well (so the rewrite
@@ -460,6 +474,7 @@ func TestTrustedCARenewal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	data = runningCopy(t, data, admin)
 	if !strings.Contains(string(data), "combined_validation_context") {
 		t.Fatalf("no combined_validation_context in:\n%s", data)
 	}

@@ -95,9 +95,6 @@ func (m *Manager) RewriteBootstrap(data []byte, name, runDir string) ([]byte, er
 	if len(res.Secrets) == 0 {
 		return res.Data, nil
 	}
-	if len(res.NodeSet) > 0 {
-		m.log.Infof("certificates: set %v to %q in the running copy of the bootstrap (Envoy needs a node id and cluster to read secrets from files)", res.NodeSet, DefaultNode)
-	}
 	for _, s := range res.Secrets {
 		if _, err := m.refresh(s, true); err != nil {
 			return nil, err

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 	"github.com/envoy-agent/envoy-agent/internal/printable"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
@@ -219,7 +219,7 @@ func sdsDocument(s Secret, m *material) ([]byte, error) {
 			"private_key":       map[string]string{"inline_string": string(m.key)},
 		}
 	}
-	return json.Marshal(map[string]any{"resources": []any{secret}})
+	return inplace.SecretDocument(secret)
 }
 
 // writeSDS writes the secret's SDS file: private (0600), whole, and by a

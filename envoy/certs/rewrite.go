@@ -6,21 +6,15 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 )
-
-// DefaultNode is the node id and cluster a rewritten bootstrap gets when the
-// operator left them empty: Envoy refuses an SDS secret from a file without
-// both ("TlsCertificateSdsApi: node 'id' and 'cluster' are required", Envoy
-// 1.40.0). A --service-node or --service-cluster argument still wins.
-const DefaultNode = "envoy-agent"
 
 // Kind is what a secret holds.
 type Kind int
@@ -41,7 +35,7 @@ type Secret struct {
 	// CertFile and KeyFile are the operator's files of a KindCertificate
 	// (absolute paths); CertFile alone is the bundle of a KindTrustedCA.
 	CertFile, KeyFile string
-	// Path is the SDS file Envoy reads: <run dir>/sds-<Name>.yaml.
+	// Path is the SDS file Envoy reads: <run dir>/inplace.SecretFile(Name).
 	Path string
 }
 
@@ -52,9 +46,6 @@ type Result struct {
 	Data []byte
 	// Secrets are the secrets the rewritten bootstrap reads, each once.
 	Secrets []Secret
-	// NodeSet lists what Rewrite filled in of an empty node ("node.id",
-	// "node.cluster").
-	NodeSet []string
 	// Skipped names TLS contexts left as they were, and why (a certificate
 	// with a password, say): their files are read once, as Envoy does.
 	Skipped []string
@@ -63,14 +54,15 @@ type Result struct {
 // Rewrite rewrites the bootstrap data (name is its file name: Envoy picks
 // the format by the extension, and only .yaml, .yml and .json are
 // rewritten) so that every certificate and trusted CA it names by file is
-// read from an SDS file in runDir instead. Everything else keeps its
-// meaning; data without such files comes back unchanged. Relative file
-// names are made absolute against the current folder, which Envoy
-// inherits.
+// read from an SDS file in runDir instead (step 1 of the rewrite that
+// envoy/inplace draws; Envoy reads such a file only with a node id and
+// cluster, which step 2, inplace.RunningCopy, fills in). Everything else
+// keeps its meaning; data without such files comes back unchanged.
+// Relative file names are made absolute against the current folder, which
+// Envoy inherits.
 func Rewrite(data []byte, name, runDir string) (Result, error) {
 	res := Result{Data: data}
-	ext := strings.ToLower(filepath.Ext(name))
-	if ext != ".yaml" && ext != ".yml" && ext != ".json" {
+	if !bootyaml.Rewritable(name) {
 		return res, nil
 	}
 	// Most bootstraps name no file at all: they are not parsed again (a
@@ -93,29 +85,9 @@ func Rewrite(data []byte, name, runDir string) (Result, error) {
 	if len(r.secrets) == 0 {
 		return res, nil
 	}
-	res.NodeSet = fillNode(doc.Content[0])
-	var out []byte
-	if ext == ".json" {
-		var v any
-		if err := doc.Decode(&v); err != nil {
-			return res, fmt.Errorf("re-encode bootstrap: %w", err)
-		}
-		b, err := json.Marshal(v)
-		if err != nil {
-			return res, fmt.Errorf("re-encode bootstrap: %w", err)
-		}
-		out = b
-	} else {
-		var buf bytes.Buffer
-		enc := yaml.NewEncoder(&buf)
-		enc.SetIndent(2)
-		if err := enc.Encode(&doc); err != nil {
-			return res, fmt.Errorf("re-encode bootstrap: %w", err)
-		}
-		if err := enc.Close(); err != nil {
-			return res, fmt.Errorf("re-encode bootstrap: %w", err)
-		}
-		out = buf.Bytes()
+	out, err := bootyaml.Encode(&doc, name)
+	if err != nil {
+		return res, err
 	}
 	res.Data = out
 	return res, nil
@@ -129,10 +101,6 @@ type rewriter struct {
 	visited map[*yaml.Node]bool
 }
 
-// norm folds a protobuf field name in either spelling (tls_certificates,
-// tlsCertificates) to one.
-func norm(k string) string { return strings.ReplaceAll(strings.ToLower(k), "_", "") }
-
 func (r *rewriter) walk(n *yaml.Node, where string) error {
 	if n == nil || r.visited[n] {
 		return nil
@@ -143,7 +111,7 @@ func (r *rewriter) walk(n *yaml.Node, where string) error {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			at := where + "." + k.Value
-			if norm(k.Value) == "commontlscontext" && v.Kind == yaml.MappingNode {
+			if bootyaml.SameField(k.Value, "common_tls_context") && v.Kind == yaml.MappingNode {
 				if err := r.context(v, at); err != nil {
 					return err
 				}
@@ -162,21 +130,10 @@ func (r *rewriter) walk(n *yaml.Node, where string) error {
 	return nil
 }
 
-// get returns the value of key k (either spelling) in mapping m, and its
-// index.
-func get(m *yaml.Node, k string) (*yaml.Node, int) {
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if norm(m.Content[i].Value) == norm(k) {
-			return m.Content[i+1], i
-		}
-	}
-	return nil, -1
-}
-
 // onlyFilename returns the filename of a DataSource that is a file and
 // nothing else.
 func onlyFilename(n *yaml.Node) (string, bool) {
-	if n == nil || n.Kind != yaml.MappingNode || len(n.Content) != 2 || norm(n.Content[0].Value) != "filename" || n.Content[1].Kind != yaml.ScalarNode || n.Content[1].Value == "" {
+	if n == nil || n.Kind != yaml.MappingNode || len(n.Content) != 2 || !bootyaml.SameField(n.Content[0].Value, "filename") || n.Content[1].Kind != yaml.ScalarNode || n.Content[1].Value == "" {
 		return "", false
 	}
 	return n.Content[1].Value, true
@@ -190,7 +147,7 @@ func (r *rewriter) context(ctx *yaml.Node, where string) error {
 }
 
 func (r *rewriter) certificates(ctx *yaml.Node, where string) error {
-	list, idx := get(ctx, "tls_certificates")
+	list, idx := bootyaml.Value(ctx, "tls_certificates"), bootyaml.Index(ctx, "tls_certificates")
 	if list == nil || list.Kind != yaml.SequenceNode || len(list.Content) == 0 {
 		return nil
 	}
@@ -200,10 +157,8 @@ func (r *rewriter) certificates(ctx *yaml.Node, where string) error {
 			r.skipped = append(r.skipped, where+".tls_certificates: an entry holds more than certificate_chain and private_key by filename")
 			return nil
 		}
-		chainNode, _ := get(c, "certificate_chain")
-		keyNode, _ := get(c, "private_key")
-		chain, ok1 := onlyFilename(chainNode)
-		key, ok2 := onlyFilename(keyNode)
+		chain, ok1 := onlyFilename(bootyaml.Value(c, "certificate_chain"))
+		key, ok2 := onlyFilename(bootyaml.Value(c, "private_key"))
 		if !ok1 || !ok2 {
 			r.skipped = append(r.skipped, where+".tls_certificates: an entry is not certificate_chain and private_key by filename")
 			return nil
@@ -214,25 +169,25 @@ func (r *rewriter) certificates(ctx *yaml.Node, where string) error {
 	}
 	// Replace tls_certificates with (or append to) the SDS references.
 	ctx.Content = append(ctx.Content[:idx], ctx.Content[idx+2:]...)
-	if have, _ := get(ctx, "tls_certificate_sds_secret_configs"); have != nil && have.Kind == yaml.SequenceNode {
+	if have := bootyaml.Value(ctx, "tls_certificate_sds_secret_configs"); have != nil && have.Kind == yaml.SequenceNode {
 		have.Content = append(have.Content, refs...)
 		return nil
 	}
-	ctx.Content = append(ctx.Content, scalar("tls_certificate_sds_secret_configs"), &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Content: refs})
+	ctx.Content = append(ctx.Content, bootyaml.Key("tls_certificate_sds_secret_configs"), bootyaml.Seq(refs...))
 	return nil
 }
 
 func (r *rewriter) validation(ctx *yaml.Node, where string) error {
-	vc, idx := get(ctx, "validation_context")
+	vc, idx := bootyaml.Value(ctx, "validation_context"), bootyaml.Index(ctx, "validation_context")
 	if vc == nil || vc.Kind != yaml.MappingNode {
 		return nil
 	}
-	caNode, caIdx := get(vc, "trusted_ca")
-	ca, ok := onlyFilename(caNode)
+	caIdx := bootyaml.Index(vc, "trusted_ca")
+	ca, ok := onlyFilename(bootyaml.Value(vc, "trusted_ca"))
 	if !ok {
 		return nil
 	}
-	if w, _ := get(vc, "watched_directory"); w != nil {
+	if bootyaml.Value(vc, "watched_directory") != nil {
 		r.skipped = append(r.skipped, where+".validation_context: has a watched_directory of its own")
 		return nil
 	}
@@ -240,14 +195,14 @@ func (r *rewriter) validation(ctx *yaml.Node, where string) error {
 	ref := sdsRef(s)
 	rest := append(append([]*yaml.Node{}, vc.Content[:caIdx]...), vc.Content[caIdx+2:]...)
 	if len(rest) == 0 {
-		ctx.Content[idx] = scalar("validation_context_sds_secret_config")
+		ctx.Content[idx] = bootyaml.Key("validation_context_sds_secret_config")
 		ctx.Content[idx+1] = ref
 		return nil
 	}
 	// Other checks beside the CA: Envoy merges them with the secret.
 	vc.Content = rest
-	ctx.Content[idx] = scalar("combined_validation_context")
-	ctx.Content[idx+1] = mapping("default_validation_context", vc, "validation_context_sds_secret_config", ref)
+	ctx.Content[idx] = bootyaml.Key("combined_validation_context")
+	ctx.Content[idx+1] = bootyaml.Mapping("default_validation_context", vc, "validation_context_sds_secret_config", ref)
 	return nil
 }
 
@@ -279,7 +234,7 @@ func SecretName(k Kind, certFile, keyFile string) string {
 
 func (r *rewriter) add(k Kind, certFile, keyFile string) Secret {
 	name := SecretName(k, certFile, keyFile)
-	s := Secret{Name: name, Kind: k, CertFile: certFile, KeyFile: keyFile, Path: filepath.Join(r.runDir, "sds-"+name+".yaml")}
+	s := Secret{Name: name, Kind: k, CertFile: certFile, KeyFile: keyFile, Path: filepath.Join(r.runDir, inplace.SecretFile(name))}
 	if !r.seen[name] {
 		r.seen[name] = true
 		r.secrets = append(r.secrets, s)
@@ -288,60 +243,11 @@ func (r *rewriter) add(k Kind, certFile, keyFile string) Secret {
 }
 
 func sdsRef(s Secret) *yaml.Node {
-	return mapping(
-		"name", scalar(s.Name),
-		"sds_config", mapping(
-			"path_config_source", mapping("path", scalar(s.Path)),
-			"resource_api_version", scalar("V3"),
+	return bootyaml.Mapping(
+		"name", bootyaml.Str(s.Name),
+		"sds_config", bootyaml.Mapping(
+			"path_config_source", bootyaml.Mapping("path", bootyaml.Str(s.Path)),
+			"resource_api_version", bootyaml.Str("V3"),
 		),
 	)
-}
-
-func scalar(v string) *yaml.Node {
-	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v}
-}
-
-// mapping builds a mapping of key, value pairs; a value is a string or a
-// *yaml.Node.
-func mapping(kv ...any) *yaml.Node {
-	m := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-	for i := 0; i+1 < len(kv); i += 2 {
-		var v *yaml.Node
-		switch x := kv[i+1].(type) {
-		case string:
-			v = scalar(x)
-		case *yaml.Node:
-			v = x
-		}
-		m.Content = append(m.Content, scalar(kv[i].(string)), v)
-	}
-	return m
-}
-
-// fillNode sets node.id and node.cluster to DefaultNode where they are
-// missing or empty, and says which it set.
-func fillNode(root *yaml.Node) []string {
-	var set []string
-	node, _ := get(root, "node")
-	if node == nil || node.Kind != yaml.MappingNode {
-		if node != nil { // node: ~ or node: {} spelled as a scalar
-			_, i := get(root, "node")
-			root.Content = append(root.Content[:i], root.Content[i+2:]...)
-		}
-		node = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-		root.Content = append([]*yaml.Node{scalar("node"), node}, root.Content...)
-	}
-	for _, k := range []string{"id", "cluster"} {
-		v, i := get(node, k)
-		switch {
-		case v == nil:
-			node.Content = append(node.Content, scalar(k), scalar(DefaultNode))
-		case v.Kind == yaml.ScalarNode && (v.Value == "" || v.Tag == "!!null"):
-			node.Content[i+1] = scalar(DefaultNode)
-		default:
-			continue
-		}
-		set = append(set, "node."+k)
-	}
-	return set
 }

@@ -70,7 +70,9 @@ func TestBootstrapCopiesNeverShareAFile(t *testing.T) {
 // whether the file was at rest, table-driven over what a writer does after
 // the copy was made.
 func TestBootstrapCopySourceUnchanged(t *testing.T) {
-	full := []byte("static_resources:\n  listeners: []\n  clusters: []\n")
+	// A bootstrap the running copy keeps as it is (inplace.RunningCopy):
+	// its node set, no admin for an Envoy configured without one.
+	full := []byte("node: {id: n, cluster: c}\nstatic_resources:\n  listeners: []\n  clusters: []\n")
 	for _, tc := range []struct {
 		name    string
 		after   func(t *testing.T, path string)

@@ -70,6 +70,16 @@ func Adopted(copy string) *Files {
 	return f
 }
 
+// Named are the names the agent gave the epoch's listeners that the
+// operator left unnamed (inplace.Bootstrap.Named); none when the epoch runs
+// its copy as it is.
+func (f *Files) Named() []inplace.NamedListener {
+	if b := f.layout.Load(); b != nil {
+		return b.Named()
+	}
+	return nil
+}
+
 // Remove removes the files: the epoch has ended, or never started.
 func (f *Files) Remove() {
 	_ = os.Remove(f.Copy)
@@ -152,7 +162,7 @@ func (p *Plan) Apply(ctx context.Context, f *Files, admin inplace.Admin) error {
 		_ = os.Remove(p.copied)
 		return ErrPlanStale
 	}
-	if _, err := inplace.Apply(ctx, f.Resources, p.old, p.new, admin); err != nil {
+	if err := inplace.Apply(ctx, f.Resources, p.old, p.new, p.Change, admin); err != nil {
 		_ = os.Remove(p.copied)
 		return err
 	}

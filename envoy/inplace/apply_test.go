@@ -39,6 +39,16 @@ func (a httpAdmin) Get(ctx context.Context, path string) ([]byte, error) {
 	return body, err
 }
 
+// compareAndApply applies what Compare finds from old to new, as a reload
+// does.
+func compareAndApply(ctx context.Context, dir string, old, new *Bootstrap, admin Admin) (Change, error) {
+	c, err := Compare(old, new)
+	if err != nil {
+		return c, err
+	}
+	return c, Apply(ctx, dir, old, new, c, admin)
+}
+
 // keepAlive is an HTTP/1.1 connection kept open between requests.
 type keepAlive struct {
 	conn net.Conn
@@ -145,7 +155,7 @@ func TestApplyWithEnvoy(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		c, err := Apply(ctx, dir, cur, next, admin)
+		c, err := compareAndApply(ctx, dir, cur, next, admin)
 		t.Logf("apply %s: %v in %s", c, err, time.Since(start).Round(time.Microsecond))
 		if err == nil {
 			cur = next
@@ -196,8 +206,8 @@ func TestApplyWithEnvoy(t *testing.T) {
 	}
 	defer held.Close()
 	heldPort := held.Addr().(*net.TCPAddr).Port
-	ldsBefore, _ := os.ReadFile(filepath.Join(dir, ListenersFile))
-	cdsBefore, _ := os.ReadFile(filepath.Join(dir, ClustersFile))
+	ldsBefore, _ := os.ReadFile(filepath.Join(dir, ldsFile))
+	cdsBefore, _ := os.ReadFile(filepath.Join(dir, cdsFile))
 	bad := strings.Replace(v2, "connect_timeout: 1s", "connect_timeout: 2s", 1)
 	bad = strings.Replace(bad, "  clusters:\n", fmt.Sprintf(`  - name: taken
     address: { socket_address: { address: 127.0.0.1, port_value: %d } }
@@ -212,8 +222,8 @@ func TestApplyWithEnvoy(t *testing.T) {
 	if c.String() != "listeners added taken; clusters updated upstream" {
 		t.Errorf("change %q", c)
 	}
-	ldsAfter, _ := os.ReadFile(filepath.Join(dir, ListenersFile))
-	cdsAfter, _ := os.ReadFile(filepath.Join(dir, ClustersFile))
+	ldsAfter, _ := os.ReadFile(filepath.Join(dir, ldsFile))
+	cdsAfter, _ := os.ReadFile(filepath.Join(dir, cdsFile))
 	if string(ldsAfter) != string(ldsBefore) || string(cdsAfter) != string(cdsBefore) {
 		t.Error("the files were not put back")
 	}
@@ -241,7 +251,7 @@ func TestApplyWithEnvoy(t *testing.T) {
 	if c, err := apply(v2); err != nil || c.String() != "listeners removed ingress_2; routes removed ingress_2/0/0" {
 		t.Fatalf("Apply = %q, %v", c, err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, RouteFile("ingress_2/0/0"))); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, routeFile("ingress_2/0/0"))); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the removed route's file: %v, want it gone", err)
 	}
 
@@ -320,12 +330,17 @@ func TestEmptyResourceFiles(t *testing.T) {
 	}
 }
 
-// runRewritten parses the bootstrap text (named name), writes what Envoy
-// runs into a folder of the test's and starts a bare Envoy on it (hot
-// restart off) until its admin on port admin answers LIVE. It returns the
-// resource files' folder.
+// runRewritten makes the running copy of the bootstrap text (named name;
+// the agent's admin on TCP port admin), parses it, writes what Envoy runs
+// into a folder of the test's and starts a bare Envoy on it (hot restart
+// off) until its admin answers LIVE. It returns the resource files'
+// folder.
 func runRewritten(t *testing.T, name string, text []byte, admin int) string {
 	t.Helper()
+	text, _, err := RunningCopy(text, name, AgentAdmin{Host: "127.0.0.1", Port: admin})
+	if err != nil {
+		t.Fatal(err)
+	}
 	b, err := Parse(name, text)
 	if err != nil {
 		t.Fatal(err)

@@ -1,49 +1,18 @@
-// Package inplace runs an operator's static bootstrap with its listeners,
-// their routes, its clusters and its static secrets as filesystem xDS
-// resources (dynamic_resources with a path_config_source for LDS and CDS,
-// an RDS source in each HTTP connection manager instead of its inline
-// route_config, an SDS source in each reference to a static secret; files
-// in a folder of the agent's), so that a reload can
-// change them in the Envoy that serves instead of starting a new one; a
-// change of routes alone drains no connection. It splits a bootstrap into the part Envoy reads at
-// start and the resources it can read again (Parse, Write), compares two
-// bootstraps (Compare) and applies the difference to a running Envoy
-// through its files and admin API (Apply).
-//
-// A bootstrap is run as it is (Parse returns a *NotRewritableError) when it
-// already has dynamic_resources, is not YAML or JSON, uses YAML anchors or
-// aliases, or has a listener without a name. Clusters that something
-// outside the listeners and clusters names (a stats sink, a tracer, an xDS
-// or gRPC service's cluster_name) stay static: a change to them is a
-// change to the bootstrap itself.
+// Step 3 of the rewrite (doc.go): the epoch copy split into the part
+// Envoy reads at start and the resources it can read again.
+
 package inplace
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
-)
-
-// The files of one epoch's resource folder.
-const (
-	ListenersFile = "lds.yaml"
-	ClustersFile  = "cds.yaml"
-	BootstrapFile = "bootstrap.yaml"
-	// DefaultNode is the node id and cluster given to a bootstrap that sets
-	// none: Envoy refuses an xDS subscription, files included, without them.
-	DefaultNode = "envoy-agent"
-
-	listenerType = "type.googleapis.com/envoy.config.listener.v3.Listener"
-	clusterType  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 )
 
 // NotRewritableError says why a bootstrap runs as the operator wrote it,
@@ -101,81 +70,137 @@ type Bootstrap struct {
 	routes    []resource        // the connection managers' route configurations (routes.go)
 	prefixes  map[string]string // their connection managers' stat prefixes, by route name
 	clusters  []resource
-	secrets   []resource // the static secrets moved to SDS files (secrets.go)
-	kept      []string   // clusters that stay static, named from outside
+	secrets   []resource      // the static secrets moved to SDS files (secrets.go)
+	kept      []string        // clusters that stay static, named from outside
+	named     []NamedListener // the listeners the operator left unnamed (names.go)
 }
 
 // Parse splits the bootstrap data, read from a file called name (Envoy
-// picks the format by the extension).
+// picks the format by the extension), into the part Envoy reads at start
+// and the resources it can read again, or says with a *NotRewritableError
+// why it runs as it is.
 func Parse(name string, data []byte) (*Bootstrap, error) {
-	switch strings.ToLower(filepath.Ext(name)) {
-	case ".yaml", ".yml", ".json":
-	default:
+	p, err := decodeRewritable(name, data)
+	if err != nil {
+		return nil, err
+	}
+	// The steps, in this order: each reads what the one before left.
+	for _, step := range []func() error{
+		p.nameListeners, // a. LDS keys listeners by name, and routes are named after them
+		p.takeResources, // b. every listener named
+		p.keepClusters,  // c. reads the listeners with their routes still inline: what routes name counts
+		p.moveSecrets,   // d. before the routes: secrets get the watch budget first
+		p.moveRoutes,    // e. what the secrets left of the budget
+		p.encodeRest,    // f. the rest, with nothing left to move
+	} {
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	return p.b, nil
+}
+
+// parser is one Parse under way: the operator's tree, the rest being cut
+// out of it, and the Bootstrap being filled.
+type parser struct {
+	root   *yaml.Node // the operator's top-level mapping
+	static *yaml.Node // rest's static_resources (a copy of the operator's), nil if none
+	budget int        // how many SDS and route files this Envoy may watch (watchesLeft)
+	b      *Bootstrap
+}
+
+// decodeRewritable decodes data and refuses what cannot be rewritten: not
+// YAML or JSON, not a mapping, anchors or aliases, dynamic_resources.
+func decodeRewritable(name string, data []byte) (*parser, error) {
+	if !bootyaml.Rewritable(name) {
 		return nil, notRewritable("only a YAML or JSON bootstrap is rewritten, not %s", filepath.Base(name))
 	}
 	var doc yaml.Node
 	if err := bootyaml.Decode(data, &doc); err != nil {
 		return nil, notRewritable("it cannot be parsed: %v", err)
 	}
-	root := &doc
-	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = root.Content[0]
-	}
-	if root.Kind != yaml.MappingNode {
+	root := bootyaml.Root(&doc)
+	if root == nil {
 		return nil, notRewritable("it is not a mapping")
 	}
 	if err := plain(root); err != nil {
 		return nil, err
 	}
-	if value(root, "dynamic_resources") != nil {
+	if bootyaml.Value(root, "dynamic_resources") != nil {
 		return nil, notRewritable("it has dynamic_resources (its own xDS)")
 	}
-	budget := watchesLeft(root)
-	b := &Bootstrap{rest: shallow(root)}
-	var static *yaml.Node
-	if sr := value(root, "static_resources"); sr != nil {
+	p := &parser{root: root, budget: watchesLeft(root), b: &Bootstrap{rest: bootyaml.Shallow(root)}}
+	if sr := bootyaml.Value(root, "static_resources"); sr != nil {
 		if sr.Kind != yaml.MappingNode {
 			return nil, notRewritable("static_resources is not a mapping")
 		}
-		static = shallow(sr)
-		set(b.rest, "static_resources", static)
+		p.static = bootyaml.Shallow(sr)
+		bootyaml.Set(p.b.rest, "static_resources", p.static)
+	}
+	return p, nil
+}
+
+// takeResources takes the listeners and clusters out of static_resources.
+func (p *parser) takeResources() error {
+	var err error
+	if p.b.listeners, err = resources(p.static, "listeners"); err != nil {
+		return err
+	}
+	if p.b.clusters, err = resources(p.static, "clusters"); err != nil {
+		return err
+	}
+	if p.static != nil {
+		bootyaml.Del(p.static, "listeners")
+		bootyaml.Del(p.static, "clusters")
+	}
+	return nil
+}
+
+// keepClusters puts back into static_resources the clusters that must stay
+// static (keptClusters).
+func (p *parser) keepClusters() error {
+	b := p.b
+	b.kept = keptClusters(b.rest, b.listeners, b.clusters)
+	if len(b.kept) == 0 {
+		return nil
+	}
+	seq := bootyaml.Seq()
+	for _, c := range b.clusters {
+		if slices.Contains(b.kept, c.name) {
+			seq.Content = append(seq.Content, c.node)
+		}
+	}
+	bootyaml.Set(p.static, "clusters", seq)
+	b.clusters = slices.DeleteFunc(b.clusters, func(c resource) bool { return slices.Contains(b.kept, c.name) })
+	return nil
+}
+
+// moveSecrets moves the static secrets that only moved resources name to
+// SDS files (secrets.go).
+func (p *parser) moveSecrets() error {
+	if p.static == nil {
+		return nil
 	}
 	var err error
-	if b.listeners, err = resources(static, "listeners"); err != nil {
-		return nil, err
+	p.b.secrets, err = moveSecrets(p.b.rest, p.static, p.b.listeners, p.b.clusters, min(maxSecretFiles, p.budget))
+	return err
+}
+
+// moveRoutes moves the connection managers' inline routes to RDS files
+// (routes.go), with what the secrets left of the watch budget.
+func (p *parser) moveRoutes() error {
+	p.b.routes, p.b.prefixes = moveRoutes(p.b.listeners, min(maxRouteFiles, p.budget-len(p.b.secrets)))
+	return nil
+}
+
+// encodeRest drops an emptied static_resources and keeps the rest's text.
+func (p *parser) encodeRest() error {
+	if p.static != nil && len(p.static.Content) == 0 {
+		bootyaml.Del(p.b.rest, "static_resources")
 	}
-	if b.clusters, err = resources(static, "clusters"); err != nil {
-		return nil, err
-	}
-	if static != nil {
-		del(static, "listeners")
-		del(static, "clusters")
-	}
-	// The routes are still inside the listeners: what they name counts.
-	b.kept = keptClusters(b.rest, b.listeners, b.clusters)
-	if len(b.kept) > 0 {
-		seq := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
-		for _, c := range b.clusters {
-			if slices.Contains(b.kept, c.name) {
-				seq.Content = append(seq.Content, c.node)
-			}
-		}
-		set(static, "clusters", seq)
-		b.clusters = slices.DeleteFunc(b.clusters, func(c resource) bool { return slices.Contains(b.kept, c.name) })
-	}
-	if static != nil {
-		if b.secrets, err = moveSecrets(b.rest, static, b.listeners, b.clusters, min(MaxSecretFiles, budget)); err != nil {
-			return nil, err
-		}
-	}
-	b.routes, b.prefixes = moveRoutes(b.listeners, min(MaxRouteFiles, budget-len(b.secrets)))
-	if static != nil && len(static.Content) == 0 {
-		del(b.rest, "static_resources")
-	}
-	if b.restText, err = encode(b.rest); err != nil {
-		return nil, err
-	}
-	return b, nil
+	text, err := bootyaml.Encode(p.b.rest, bootstrapFile)
+	p.b.restText = string(text)
+	return err
 }
 
 // Listeners and Clusters are the names of the resources that can change in
@@ -197,75 +222,12 @@ func names(rs []resource) []string {
 	return out
 }
 
-// Runnable is the bootstrap Envoy runs: the rest, a node id and cluster if
-// the operator set none, and dynamic_resources reading the files in dir.
-func (b *Bootstrap) Runnable(dir string) ([]byte, error) {
-	root := shallow(b.rest)
-	node := value(root, "node")
-	if node == nil || node.Kind != yaml.MappingNode {
-		node = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-		if value(root, "node") != nil {
-			del(root, "node")
-		}
-		set(root, "node", node)
-	} else {
-		node = shallow(node)
-		set(root, "node", node)
-	}
-	for _, k := range []string{"id", "cluster"} {
-		if v := value(node, k); v == nil || v.Kind != yaml.ScalarNode || v.Value == "" {
-			del(node, k)
-			set(node, k, str(DefaultNode))
-		}
-	}
-	source := func(file string) *yaml.Node {
-		return mapping("path_config_source", mapping("path", str(filepath.Join(dir, file))), "resource_api_version", str("V3"))
-	}
-	set(root, "dynamic_resources", mapping("lds_config", source(ListenersFile), "cds_config", source(ClustersFile)))
-	out, err := encode(root)
-	return []byte(out), err
-}
-
-// resourceFile is a DiscoveryResponse of rs, typed typ, whose version is a
-// digest of the resources, with the resource folder dir in the RDS and SDS
-// sources that read from it (inFolder).
-func resourceFile(typ string, rs []resource, dir string) ([]byte, error) {
-	h := sha256.New()
-	seq := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
-	for _, r := range rs {
-		h.Write(r.sum[:])
-		n := shallow(r.node)
-		if value(n, "@type") == nil {
-			n.Content = append([]*yaml.Node{str("@type"), str(typ)}, n.Content...) // "@type" must be quoted
-		}
-		seq.Content = append(seq.Content, n)
-	}
-	version := hex.EncodeToString(h.Sum(nil))[:16]
-	out, err := encode(mapping("version_info", str(version), "resources", seq))
-	if err != nil {
-		return nil, err
-	}
-	return inFolder([]byte(out), dir)
-}
-
-// ListenerFile is the LDS file of b's listeners, whose RDS and SDS sources
-// read from the resource folder dir.
-func (b *Bootstrap) ListenerFile(dir string) ([]byte, error) {
-	return resourceFile(listenerType, b.listeners, dir)
-}
-
-// ClusterFile is the CDS file of b's dynamic clusters, whose SDS sources
-// read from the resource folder dir.
-func (b *Bootstrap) ClusterFile(dir string) ([]byte, error) {
-	return resourceFile(clusterType, b.clusters, dir)
-}
-
 // resources takes the named sequence of static (nil: none) apart.
 func resources(static *yaml.Node, key string) ([]resource, error) {
 	if static == nil {
 		return nil, nil
 	}
-	seq := value(static, key)
+	seq := bootyaml.Value(static, key)
 	if seq == nil {
 		return nil, nil
 	}
@@ -275,7 +237,7 @@ func resources(static *yaml.Node, key string) ([]resource, error) {
 	var out []resource
 	seen := map[string]bool{}
 	for i, n := range seq.Content {
-		name := value(n, "name")
+		name := bootyaml.Value(n, "name")
 		if n.Kind != yaml.MappingNode || name == nil || name.Kind != yaml.ScalarNode || name.Value == "" {
 			return nil, notRewritable("static_resources.%s[%d] has no name", key, i)
 		}
@@ -315,7 +277,7 @@ func keptClusters(rest *yaml.Node, listeners, clusters []resource) []string {
 		n := queue[0]
 		queue = queue[1:]
 		scalars(n, func(s string) {
-			if s != value(n, "name").Value {
+			if s != bootyaml.Value(n, "name").Value {
 				mark(s)
 			}
 		})
@@ -377,72 +339,4 @@ func plain(n *yaml.Node) error {
 		}
 	}
 	return nil
-}
-
-func encode(n *yaml.Node) (string, error) {
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if err := enc.Encode(n); err != nil {
-		return "", fmt.Errorf("encode bootstrap: %w", err)
-	}
-	if err := enc.Close(); err != nil {
-		return "", fmt.Errorf("encode bootstrap: %w", err)
-	}
-	return buf.String(), nil
-}
-
-// value is the value of key in mapping m, nil if none (or m is not one).
-func value(m *yaml.Node, key string) *yaml.Node {
-	if m == nil || m.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			return m.Content[i+1]
-		}
-	}
-	return nil
-}
-
-// shallow copies a node and its list of children (not the children).
-func shallow(n *yaml.Node) *yaml.Node {
-	c := *n
-	c.Content = slices.Clone(n.Content)
-	return &c
-}
-
-func set(m *yaml.Node, key string, v *yaml.Node) {
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			m.Content[i+1] = v
-			return
-		}
-	}
-	m.Content = append(m.Content, plainKey(key), v)
-}
-
-// plainKey is a mapping key, plain.
-func plainKey(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s} }
-
-func del(m *yaml.Node, key string) {
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			m.Content = slices.Delete(m.Content, i, i+2)
-			return
-		}
-	}
-}
-
-// str is a double-quoted string (Envoy's YAML reads a bare n or y as a bool).
-func str(s string) *yaml.Node {
-	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s, Style: yaml.DoubleQuotedStyle}
-}
-
-func mapping(kv ...any) *yaml.Node {
-	m := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-	for i := 0; i+1 < len(kv); i += 2 {
-		m.Content = append(m.Content, plainKey(kv[i].(string)), kv[i+1].(*yaml.Node))
-	}
-	return m
 }

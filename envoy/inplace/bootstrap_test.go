@@ -63,17 +63,17 @@ func TestParseSplitsListenersAndClusters(t *testing.T) {
 	if got := strings.Join(b.Kept(), ","); got != "statsd" {
 		t.Errorf("kept clusters %s, want statsd (the stats sink's)", got)
 	}
-	run, err := b.Runnable("/run/x/epoch-0-1-envoy.yaml.d")
+	run, err := b.bootstrapData("/run/x/epoch-0-1-envoy.yaml.d")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got map[string]any
 	if err := yaml.Unmarshal(run, &got); err != nil {
-		t.Fatalf("runnable bootstrap: %v\n%s", err, run)
+		t.Fatalf("bootstrapData bootstrap: %v\n%s", err, run)
 	}
 	sr := got["static_resources"].(map[string]any)
 	if _, ok := sr["listeners"]; ok {
-		t.Errorf("the runnable bootstrap still has static listeners:\n%s", run)
+		t.Errorf("the bootstrapData bootstrap still has static listeners:\n%s", run)
 	}
 	if cl := sr["clusters"].([]any); len(cl) != 1 || cl[0].(map[string]any)["name"] != "statsd" {
 		t.Errorf("static clusters %v, want statsd only", cl)
@@ -85,7 +85,7 @@ func TestParseSplitsListenersAndClusters(t *testing.T) {
 	if strings.Contains(string(run), "operator's comment") {
 		t.Errorf("comments are kept:\n%s", run)
 	}
-	lds, err := b.ListenerFile("/run/x/epoch-0-1-envoy.yaml.d")
+	lds, err := b.ldsData("/run/x/epoch-0-1-envoy.yaml.d")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,22 +101,6 @@ func TestParseSplitsListenersAndClusters(t *testing.T) {
 	}
 }
 
-func TestParseDefaultsTheNode(t *testing.T) {
-	b := parse(t, "admin: {}\nstatic_resources: {}\n")
-	run, err := b.Runnable("/d")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(run), `id: "`+DefaultNode+`"`) || !strings.Contains(string(run), `cluster: "`+DefaultNode+`"`) {
-		t.Errorf("no default node (quoted):\n%s", run)
-	}
-	b = parse(t, base)
-	run, _ = b.Runnable("/d")
-	if strings.Contains(string(run), DefaultNode) {
-		t.Errorf("the operator's node was replaced:\n%s", run)
-	}
-}
-
 func TestParseRefuses(t *testing.T) {
 	for _, tt := range []struct {
 		name, file, text, reason string
@@ -124,7 +108,7 @@ func TestParseRefuses(t *testing.T) {
 		{"dynamic", "e.yaml", "dynamic_resources: {}\n", "dynamic_resources"},
 		{"proto", "e.pb", "x", "YAML or JSON"},
 		{"anchors", "e.yaml", "a: &x {b: 1}\nc: *x\n", "anchors"},
-		{"unnamed listener", "e.yaml", "static_resources: { listeners: [ { address: {} } ] }\n", "listeners[0] has no name"},
+		{"unnamed cluster", "e.yaml", "static_resources: { clusters: [ { type: STATIC } ] }\n", "clusters[0] has no name"},
 		{"twice", "e.yaml", "static_resources: { clusters: [ { name: a }, { name: a } ] }\n", "two named"},
 		{"not a mapping", "e.yaml", "[1]\n", "not a mapping"},
 	} {
@@ -273,7 +257,7 @@ func TestRoutesMoveOutOfListeners(t *testing.T) {
 			if err != nil || c.String() != tt.want {
 				t.Errorf("Compare = %q, %v; want %q", c, err, tt.want)
 			}
-			lds, err := b.ListenerFile("/run/x")
+			lds, err := b.ldsData("/run/x")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -285,20 +269,41 @@ func TestRoutesMoveOutOfListeners(t *testing.T) {
 			}
 		})
 	}
-	if _, err := parse(t, hcm).ListenerFile(`/run/"x`); err == nil {
-		t.Error("a folder with a quote was put into the listener file")
+	// The folder goes into the tree, not the text: any path is written as
+	// it is, and a relative one is refused.
+	lds, err := parse(t, hcm).ldsData(`/run/"x`)
+	var file struct {
+		Resources []struct {
+			FilterChains []struct {
+				Filters []struct {
+					TypedConfig struct {
+						RDS struct {
+							ConfigSource struct {
+								PathConfigSource struct{ Path string } `yaml:"path_config_source"`
+							} `yaml:"config_source"`
+						} `yaml:"rds"`
+					} `yaml:"typed_config"`
+				}
+			} `yaml:"filter_chains"`
+		}
+	}
+	if err != nil || yaml.Unmarshal(lds, &file) != nil || !strings.HasPrefix(file.Resources[0].FilterChains[0].Filters[0].TypedConfig.RDS.ConfigSource.PathConfigSource.Path, `/run/"x/rds-`) {
+		t.Errorf("a folder with a quote: %v\n%s", err, lds)
+	}
+	if _, err := parse(t, hcm).ldsData("run/x"); err == nil {
+		t.Error("a relative folder was put into the listener file")
 	}
 }
 
-// Past MaxRouteFiles connection managers, routes stay inline: Envoy opens
+// Past maxRouteFiles connection managers, routes stay inline: Envoy opens
 // an inotify instance for each file it watches (128 to a user by default).
 func TestRouteFilesBounded(t *testing.T) {
 	many := func(status int) string {
 		var b strings.Builder
 		b.WriteString("static_resources:\n  listeners:\n")
-		for i := range MaxRouteFiles + 8 {
+		for i := range maxRouteFiles + 8 {
 			s := 200
-			if i == MaxRouteFiles+4 {
+			if i == maxRouteFiles+4 {
 				s = status
 			}
 			fmt.Fprintf(&b, `  - name: l%d
@@ -309,10 +314,10 @@ func TestRouteFilesBounded(t *testing.T) {
 		return b.String()
 	}
 	old, b := parse(t, many(200)), parse(t, many(201))
-	if n := len(b.Routes()); n != MaxRouteFiles {
-		t.Errorf("%d route files, want %d", n, MaxRouteFiles)
+	if n := len(b.Routes()); n != maxRouteFiles {
+		t.Errorf("%d route files, want %d", n, maxRouteFiles)
 	}
-	want := fmt.Sprintf("listeners updated l%d", MaxRouteFiles+4)
+	want := fmt.Sprintf("listeners updated l%d", maxRouteFiles+4)
 	if c, err := Compare(old, b); err != nil || c.String() != want {
 		t.Errorf("Compare = %q, %v; want %q", c, err, want)
 	}

@@ -12,32 +12,28 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 )
 
 const (
 	routeType = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 	hcmType   = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
-	// folderToken stands for the resource folder in a listener's RDS
-	// source until its file is written (ListenerFile), so that comparing
-	// two bootstraps does not depend on the folder they run from.
-	folderToken = "@envoy-agent-resource-folder@"
 )
 
-// MaxRouteFiles bounds how many connection managers get an RDS file: Envoy
+// maxRouteFiles bounds how many connection managers get an RDS file: Envoy
 // opens an inotify instance for every file it reads resources from, and
 // Linux allows 128 of them to a user by default (fs.inotify.max_user_instances,
 // shared by all of that user's processes). With 1,000 listeners each
 // reading its routes from a file, Envoy 1.40 aborted at its start
-// ("assert failure: inotify_fd_ >= 0"). The first MaxRouteFiles connection
+// ("assert failure: inotify_fd_ >= 0"). The first maxRouteFiles connection
 // managers of the bootstrap, in order, get one; the others keep their
 // routes inline, and a change of those is a listener change.
-const MaxRouteFiles = 32
+const maxRouteFiles = 32
 
 // watchBudget is how many watched files the agent lets one Envoy have in
 // all (the LDS and CDS files, the SDS files of the certificates the agent
@@ -71,12 +67,14 @@ func watchesLeft(root *yaml.Node) int {
 // safeName is what a route configuration's name and its connection
 // manager's stat_prefix may hold for the agent to find the route's stats
 // (http.<stat_prefix>.rds.<name>.*) as it wrote them: Envoy rewrites some
-// characters in stat names.
-var safeName = regexp.MustCompile(`^[A-Za-z0-9_/-]+$`)
+// characters in stat names (a colon), and keeps these (measured with
+// Envoy 1.40.0: http.ingress_http.rds.[__]_10000/0/0.version_text, for
+// the route of an unnamed listener on [::]:10000, names.go).
+var safeName = regexp.MustCompile(`^[A-Za-z0-9_./\[\]-]+$`)
 
-// RouteFile is the name of the RDS file of the route configuration name
+// routeFile is the name of the RDS file of the route configuration name
 // in a resource folder.
-func RouteFile(name string) string {
+func routeFile(name string) string {
 	sum := sha256.Sum256([]byte(name))
 	return "rds-" + hex.EncodeToString(sum[:8]) + ".yaml"
 }
@@ -102,36 +100,36 @@ func moveRoutes(listeners []resource, budget int) ([]resource, map[string]string
 				return
 			}
 			for fi, f := range filters.Content {
-				tc := value(f, "typed_config")
-				rc := value(tc, "route_config")
-				if rc == nil || rc.Kind != yaml.MappingNode || scalar(value(tc, "@type")) != hcmType {
+				tc := bootyaml.Value(f, "typed_config")
+				rc := bootyaml.Value(tc, "route_config")
+				if rc == nil || rc.Kind != yaml.MappingNode || bootyaml.Text(bootyaml.Value(tc, "@type")) != hcmType {
 					continue
 				}
 				name := fmt.Sprintf("%s/%s/%d", l.name, chain, fi)
-				if len(routes) >= budget || !safeName.MatchString(name) || !safeName.MatchString(scalar(value(tc, "stat_prefix"))) {
+				if len(routes) >= budget || !safeName.MatchString(name) || !safeName.MatchString(bootyaml.Text(bootyaml.Value(tc, "stat_prefix"))) {
 					continue
 				}
-				prefixes[name] = scalar(value(tc, "stat_prefix"))
-				route := shallow(rc)
-				del(route, "name")
-				route.Content = append([]*yaml.Node{plainKey("name"), str(name)}, route.Content...)
+				prefixes[name] = bootyaml.Text(bootyaml.Value(tc, "stat_prefix"))
+				route := bootyaml.Shallow(rc)
+				bootyaml.Del(route, "name")
+				route.Content = append([]*yaml.Node{bootyaml.Key("name"), bootyaml.Str(name)}, route.Content...)
 				routes = append(routes, resource{name: name, node: route, sum: digest(route)})
-				source := mapping("route_config_name", str(name), "config_source",
-					mapping("path_config_source", mapping("path", str(folderToken+"/"+RouteFile(name))), "resource_api_version", str("V3")))
+				source := bootyaml.Mapping("route_config_name", bootyaml.Str(name), "config_source",
+					bootyaml.Mapping("path_config_source", bootyaml.Mapping("path", bootyaml.Str(folderToken+"/"+routeFile(name))), "resource_api_version", bootyaml.Str("V3")))
 				for i := 0; i+1 < len(tc.Content); i += 2 {
 					if tc.Content[i].Value == "route_config" {
-						tc.Content[i], tc.Content[i+1] = plainKey("rds"), source
+						tc.Content[i], tc.Content[i+1] = bootyaml.Key("rds"), source
 					}
 				}
 				moved = true
 			}
 		}
-		if chains := value(l.node, "filter_chains"); chains != nil && chains.Kind == yaml.SequenceNode {
+		if chains := bootyaml.Value(l.node, "filter_chains"); chains != nil && chains.Kind == yaml.SequenceNode {
 			for ci, c := range chains.Content {
-				move(strconv.Itoa(ci), value(c, "filters"))
+				move(strconv.Itoa(ci), bootyaml.Value(c, "filters"))
 			}
 		}
-		move("default", value(value(l.node, "default_filter_chain"), "filters"))
+		move("default", bootyaml.Value(bootyaml.Value(l.node, "default_filter_chain"), "filters"))
 		if moved {
 			l.sum = digest(l.node)
 		}
@@ -139,30 +137,13 @@ func moveRoutes(listeners []resource, budget int) ([]resource, map[string]string
 	return routes, prefixes
 }
 
-// scalar is n's value when it is a scalar, else "".
-func scalar(n *yaml.Node) string {
-	if n == nil || n.Kind != yaml.ScalarNode {
-		return ""
-	}
-	return n.Value
-}
-
 // Routes are the names of the route configurations served from files.
 func (b *Bootstrap) Routes() []string { return names(b.routes) }
 
-// routeFile is the RDS file of one route configuration, whose SDS sources
+// routeData is the text of the RDS file of one route configuration, whose SDS sources
 // (a filter's per-route secret) read from the resource folder dir.
-func routeFile(r resource, dir string) ([]byte, error) {
-	return resourceFile(routeType, []resource{r}, dir)
-}
-
-// inFolder puts the resource folder dir into a resource file's RDS and SDS
-// sources.
-func inFolder(data []byte, dir string) ([]byte, error) {
-	if strings.ContainsAny(dir, "\"\\\n") || !filepath.IsAbs(dir) {
-		return nil, fmt.Errorf("resource folder %q: not a plain absolute path", dir)
-	}
-	return []byte(strings.ReplaceAll(string(data), folderToken, dir)), nil
+func routeData(r resource, dir string) ([]byte, error) {
+	return resourceData(routeType, []resource{r}, dir)
 }
 
 // routeKind is the RDS file of the route configuration name, and the stats
@@ -171,5 +152,5 @@ func inFolder(data []byte, dir string) ([]byte, error) {
 // an in-place listener update, the old stat prefix's counters are there
 // too).
 func routeKind(name, statPrefix string) kind {
-	return kind{file: RouteFile(name), stats: "http." + statPrefix + ".rds." + name, what: "route configuration"}
+	return kind{file: routeFile(name), stats: "http." + statPrefix + ".rds." + name, what: "route configuration"}
 }

@@ -12,10 +12,14 @@ package inplace
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 )
 
 const (
@@ -24,28 +28,61 @@ const (
 	secretWhat = "secret"
 )
 
-// MaxSecretFiles bounds how many static secrets get an SDS file, as
-// MaxRouteFiles does for route files (each is one of Envoy's inotify
+// maxSecretFiles bounds how many static secrets get an SDS file, as
+// maxRouteFiles does for route files (each is one of Envoy's inotify
 // instances). Secrets are given their share of the watch budget before
 // route files: left static, a secret's change needs a hot restart, while
 // a connection manager whose routes stay inline changes as a listener.
-const MaxSecretFiles = 32
+const maxSecretFiles = 32
 
 // safeSecretName is what a secret's name may hold for the agent to find
 // its stats (sds.<name>.*) as it wrote them.
 var safeSecretName = regexp.MustCompile(`^[A-Za-z0-9_./-]+$`)
 
-// SecretFile is the name of the SDS file of the secret name in a resource
-// folder.
+// The one layout of an SDS file the agent writes, whether the secret is
+// the operator's (moved out of static_resources, in an epoch's resource
+// folder) or made from certificate files (envoy/certs, in the run folder):
+// its name, SecretFile, and its text, SecretDocument.
+
+// readableSecretName is a secret's name that SecretFile keeps as it is.
+var readableSecretName = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$`)
+
+// SecretFile is the name of the SDS file of the secret name in its folder:
+// sds-<name>.yaml, or sds-<a digest of it>.yaml for a name that is not
+// made of letters, digits, '_', '-' and '.', or is longer than 64 bytes.
 func SecretFile(name string) string {
+	if readableSecretName.MatchString(name) {
+		return "sds-" + name + ".yaml"
+	}
 	sum := sha256.Sum256([]byte(name))
 	return "sds-" + hex.EncodeToString(sum[:8]) + ".yaml"
 }
 
-// secretFile is the SDS file of one secret (dir as for the other files:
-// a secret reads nothing from it).
-func secretFile(r resource, dir string) ([]byte, error) {
-	return resourceFile(secretType, []resource{r}, dir)
+// SecretDocument is the text of an SDS file: a DiscoveryResponse of the
+// one secret (its fields as protobuf's JSON names them; "@type" is set),
+// whose version_info is a digest of it. It is JSON, which is YAML:
+// encoding/json escapes whatever the secret holds.
+func SecretDocument(secret map[string]any) ([]byte, error) {
+	secret["@type"] = secretType
+	body, err := json.Marshal(secret)
+	if err != nil {
+		return nil, fmt.Errorf("secret: %w", err)
+	}
+	sum := sha256.Sum256(body)
+	return json.Marshal(struct {
+		Version   string            `json:"version_info"`
+		Resources []json.RawMessage `json:"resources"`
+	}{hex.EncodeToString(sum[:8]), []json.RawMessage{body}})
+}
+
+// secretData is the text of the SDS file of one of the operator's secrets (dir as for
+// the other files: a secret reads nothing from it).
+func secretData(r resource, _ string) ([]byte, error) {
+	var secret map[string]any
+	if err := r.node.Decode(&secret); err != nil {
+		return nil, fmt.Errorf("secret %s: %w", r.name, err)
+	}
+	return SecretDocument(secret)
 }
 
 // secretKind is the SDS file of the secret name and the stats of its
@@ -62,7 +99,7 @@ func secretKind(name string) kind {
 func secretRefs(n *yaml.Node, f func(name string, ref *yaml.Node)) {
 	if n.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := norm(n.Content[i].Value), n.Content[i+1]
+			k, v := bootyaml.Norm(n.Content[i].Value), n.Content[i+1]
 			switch {
 			case strings.HasSuffix(k, "sdssecretconfig") && v.Kind == yaml.MappingNode:
 				byName(v, f)
@@ -87,9 +124,9 @@ func byName(ref *yaml.Node, f func(string, *yaml.Node)) {
 	if ref.Kind != yaml.MappingNode {
 		return
 	}
-	name := scalar(value(ref, "name"))
+	name := bootyaml.Text(bootyaml.Value(ref, "name"))
 	for i := 0; i+1 < len(ref.Content); i += 2 {
-		if norm(ref.Content[i].Value) == "sdsconfig" {
+		if bootyaml.Norm(ref.Content[i].Value) == "sdsconfig" {
 			return
 		}
 	}
@@ -97,11 +134,6 @@ func byName(ref *yaml.Node, f func(string, *yaml.Node)) {
 		f(name, ref)
 	}
 }
-
-// norm folds a protobuf field name in either spelling
-// (validation_context_sds_secret_config, validationContextSdsSecretConfig)
-// to one.
-func norm(k string) string { return strings.ReplaceAll(strings.ToLower(k), "_", "") }
 
 // moveSecrets takes out of static (the bootstrap's static_resources, in
 // rest) the secrets that only the moved listeners and clusters name, each
@@ -152,9 +184,9 @@ func moveSecrets(rest, static *yaml.Node, listeners, clusters []resource, budget
 			continue
 		}
 		moved = append(moved, s)
-		source := mapping("path_config_source", mapping("path", str(folderToken+"/"+SecretFile(s.name))), "resource_api_version", str("V3"))
+		source := bootyaml.Mapping("path_config_source", bootyaml.Mapping("path", bootyaml.Str(folderToken+"/"+SecretFile(s.name))), "resource_api_version", bootyaml.Str("V3"))
 		for _, ref := range refs[s.name] {
-			ref.Content = append(ref.Content, plainKey("sds_config"), source)
+			ref.Content = append(ref.Content, bootyaml.Key("sds_config"), source)
 		}
 		for _, r := range owners[s.name] {
 			r.sum = digest(r.node)
@@ -164,14 +196,14 @@ func moveSecrets(rest, static *yaml.Node, listeners, clusters []resource, budget
 		return nil, nil
 	}
 	if len(left) == 0 {
-		del(static, "secrets")
+		bootyaml.Del(static, "secrets")
 		return moved, nil
 	}
 	seq := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
 	for _, s := range left {
 		seq.Content = append(seq.Content, s.node)
 	}
-	set(static, "secrets", seq)
+	bootyaml.Set(static, "secrets", seq)
 	return moved, nil
 }
 

@@ -63,11 +63,11 @@ func TestSecretsMoveOutOfStatic(t *testing.T) {
 	if strings.Contains(b.restText, "srv.cert") || strings.Contains(b.restText, "upstream-ca") {
 		t.Errorf("a moved secret is still in the bootstrap:\n%s", b.restText)
 	}
-	lds, err := b.ListenerFile("/run/x")
+	lds, err := b.ldsData("/run/x")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cds, err := b.ClusterFile("/run/x")
+	cds, err := b.cdsData("/run/x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,15 +113,15 @@ func TestSecretsMoveOutOfStatic(t *testing.T) {
 func TestSecretFilesBounded(t *testing.T) {
 	var s strings.Builder
 	s.WriteString("static_resources:\n  secrets:\n")
-	for i := range MaxSecretFiles + 3 {
+	for i := range maxSecretFiles + 3 {
 		fmt.Fprintf(&s, "  - { name: s%d, generic_secret: { secret: { inline_string: x } } }\n", i)
 	}
 	s.WriteString("  listeners:\n  - name: l\n    address: { socket_address: { address: 127.0.0.1, port_value: 10000 } }\n    filter_chains:\n")
-	for i := range MaxSecretFiles + 3 {
+	for i := range maxSecretFiles + 3 {
 		fmt.Fprintf(&s, "    - { filter_chain_match: { server_names: [h%d] }, transport_socket: { name: tls, typed_config: { common_tls_context: { tls_certificate_sds_secret_configs: [{ name: s%d }] } } } }\n", i, i)
 	}
-	if n := len(parse(t, s.String()).Secrets()); n != MaxSecretFiles {
-		t.Errorf("%d secrets moved, want %d", n, MaxSecretFiles)
+	if n := len(parse(t, s.String()).Secrets()); n != maxSecretFiles {
+		t.Errorf("%d secrets moved, want %d", n, maxSecretFiles)
 	}
 }
 
@@ -168,7 +168,7 @@ func TestSecretUpdatedInPlace(t *testing.T) {
 
 	cur := parse(t, string(v1))
 	next := parse(t, string(envoykit.SecretTLSBootstrap(pairs[1][0], pairs[1][1], port, admin)))
-	if c, err := Apply(ctx, dir, cur, next, httpAdmin(admin)); err != nil || c.String() != "secrets updated srv" {
+	if c, err := compareAndApply(ctx, dir, cur, next, httpAdmin(admin)); err != nil || c.String() != "secrets updated srv" {
 		t.Fatalf("Apply = %q, %v; want secrets updated srv", c, err)
 	}
 	if s, err := envoykit.TLSSerial(port); err != nil || s != pairs[1][2] {
@@ -188,7 +188,7 @@ func TestSecretUpdatedInPlace(t *testing.T) {
 
 	// The third certificate with the second's key: Envoy refuses it.
 	bad := parse(t, string(envoykit.SecretTLSBootstrap(pairs[2][0], pairs[1][1], port, admin)))
-	_, err = Apply(ctx, dir, next, bad, httpAdmin(admin))
+	_, err = compareAndApply(ctx, dir, next, bad, httpAdmin(admin))
 	var rej *RejectedError
 	if !errors.As(err, &rej) || !rej.Restored || !strings.Contains(err.Error(), SecretFile("srv")) {
 		t.Fatalf("Apply of a mismatched key = %v; want a *RejectedError naming the secret's file, restored", err)
@@ -228,7 +228,7 @@ func TestSecretNamedFromRoutes(t *testing.T) {
 	if len(b.routes) != 1 {
 		t.Fatalf("%d route configurations moved, want 1", len(b.routes))
 	}
-	data, err := routeFile(b.routes[0], "/run/x")
+	data, err := routeData(b.routes[0], "/run/x")
 	if err != nil {
 		t.Fatal(err)
 	}

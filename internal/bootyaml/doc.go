@@ -7,4 +7,10 @@
 // yaml gave up). Every parse of a bootstrap in the agent goes through
 // Decode, which counts the input's tokens before the parser sees it and
 // the nodes its aliases expand to before decoding.
+//
+// The decoded tree is read and changed with the helpers of tree.go (Value,
+// Set, Del, Str, Mapping, Encode...), which every step of the agent's
+// rewrite of a bootstrap shares: a field is found in either of the
+// spellings Envoy takes (stat_prefix, statPrefix), and a string the agent
+// writes is double-quoted.
 package bootyaml

@@ -3,7 +3,9 @@ package envoykit
 import (
 	"bytes"
 	"cmp"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -232,4 +234,124 @@ static_resources:
           - name: envoy.filters.http.router
             typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
 `, admin, port, certFile, keyFile))
+}
+
+// ExampleOptions shape a bootstrap written the way Envoy's own examples
+// (the envoyproxy/examples sandboxes) are: no node, listeners without
+// names on every address, the admin on TCP or absent.
+type ExampleOptions struct {
+	// Listener is the port of a listener that routes everything to the
+	// cluster "service" on 127.0.0.1:Upstream.
+	Listener, Upstream int
+	// Admin is the admin's TCP address, such as "0.0.0.0:9901"; "" leaves
+	// the bootstrap without an admin.
+	Admin string
+	// StatsListener, when set, is the port of a listener that serves
+	// /stats/prometheus through the cluster "envoy-stats", which reaches
+	// the admin's own port on 127.0.0.1 (as the brotli, gzip, zstd and
+	// local_ratelimit examples expose Envoy's statistics).
+	StatsListener int
+	// ResponseHeader, when set, is added to every proxied response as
+	// x-config-version.
+	ResponseHeader string
+}
+
+var exampleTmpl = template.Must(template.New("example").Parse(`static_resources:
+  listeners:
+  - address:
+      socket_address: { address: 0.0.0.0, port_value: {{.Listener}} }
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress_http
+          codec_type: AUTO
+          route_config:
+            name: local_route
+            virtual_hosts:
+            - name: backend
+              domains: ["*"]
+              {{- if .ResponseHeader}}
+              response_headers_to_add:
+              - header: { key: x-config-version, value: "{{.ResponseHeader}}" }
+              {{- end}}
+              routes:
+              - match: { prefix: "/" }
+                route: { cluster: service }
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+{{- if .StatsListener}}
+  - address:
+      socket_address: { address: 0.0.0.0, port_value: {{.StatsListener}} }
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: stats_server
+          route_config:
+            virtual_hosts:
+            - name: admin_interface
+              domains: ["*"]
+              routes:
+              - match: { prefix: "/stats/prometheus" }
+                route: { cluster: envoy-stats }
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+{{- end}}
+  clusters:
+  - name: service
+    type: STRICT_DNS
+    lb_policy: ROUND_ROBIN
+    load_assignment:
+      cluster_name: service
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: { address: 127.0.0.1, port_value: {{.Upstream}} }
+{{- if .StatsListener}}
+  - name: envoy-stats
+    connect_timeout: 0.25s
+    type: STATIC
+    load_assignment:
+      cluster_name: envoy-stats
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: { address: 127.0.0.1, port_value: {{.AdminPort}} }
+{{- end}}
+{{- if .Admin}}
+admin:
+  address:
+    socket_address: { address: {{.AdminHost}}, port_value: {{.AdminPort}} }
+{{- end}}
+`))
+
+// ExampleBootstrap returns the bootstrap YAML for o.
+func ExampleBootstrap(o ExampleOptions) ([]byte, error) {
+	data := struct {
+		ExampleOptions
+		AdminHost, AdminPort string
+	}{ExampleOptions: o}
+	if o.Admin != "" {
+		host, port, err := net.SplitHostPort(o.Admin)
+		if err != nil {
+			return nil, fmt.Errorf("example bootstrap: admin %q: %w", o.Admin, err)
+		}
+		data.AdminHost, data.AdminPort = host, port
+	} else if o.StatsListener != 0 {
+		return nil, errors.New("example bootstrap: a stats listener needs an admin")
+	}
+	var b bytes.Buffer
+	if err := exampleTmpl.Execute(&b, data); err != nil {
+		return nil, fmt.Errorf("example bootstrap template: %w", err)
+	}
+	return b.Bytes(), nil
 }

@@ -42,3 +42,39 @@ func TestRenderBootstrapResponseHeaders(t *testing.T) {
 		})
 	}
 }
+
+// TestExampleBootstrap: written as Envoy's examples are, no listener and
+// no node has a name, the admin is there or not, and a stats listener
+// needs an admin to reach.
+func TestExampleBootstrap(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		o    ExampleOptions
+		want []string
+		not  []string
+	}{
+		{"no admin", ExampleOptions{Listener: 1, Upstream: 2}, []string{"port_value: 1 }", "port_value: 2 }"}, []string{"admin:", "name: ingress", "node:"}},
+		{"TCP admin and stats", ExampleOptions{Listener: 1, Upstream: 2, Admin: "0.0.0.0:9901", StatsListener: 3},
+			[]string{"socket_address: { address: 0.0.0.0, port_value: 9901 }", "route: { cluster: envoy-stats }", "socket_address: { address: 127.0.0.1, port_value: 9901 }"}, []string{"node:"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := ExampleBootstrap(tt.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range tt.want {
+				if !strings.Contains(string(b), s) {
+					t.Errorf("no %q in\n%s", s, b)
+				}
+			}
+			for _, s := range tt.not {
+				if strings.Contains(string(b), s) {
+					t.Errorf("%q in\n%s", s, b)
+				}
+			}
+		})
+	}
+	if _, err := ExampleBootstrap(ExampleOptions{StatsListener: 3}); err == nil {
+		t.Error("a stats listener without an admin rendered")
+	}
+}

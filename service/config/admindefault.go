@@ -13,7 +13,8 @@ import (
 // of mode 0600 in the run folder, only the agent's user does. So when the
 // file says nothing (neither admin_port nor admin_socket), the admin is the
 // unix socket <run_dir>/admin.sock, and a TCP admin is a choice the
-// operator makes, warned about once.
+// operator makes, warned about once. A bootstrap whose admin is on TCP
+// runs with the socket instead (checkRunningCopy): its address is not used.
 
 // adminSocketName is the admin socket's name in run_dir when neither
 // envoy.admin_port nor envoy.admin_socket is set.
@@ -44,13 +45,14 @@ func (c *Config) warnTCPAdmin() {
 	if c.Envoy.AdminSocket != "" || c.Envoy.AdminPort == 0 {
 		return
 	}
-	c.warnf("%s: envoy.admin_port: Envoy's admin API is on TCP %s:%d, and %s; put it on a unix socket instead: remove admin_port, and in the bootstrap %s set admin.address to pipe: { path: %s, mode: 0600 }",
-		c.File, c.Agent.Localhost, c.Envoy.AdminPort, tcpAdminRisk, c.Envoy.ConfigPath, c.DefaultAdminSocket())
+	c.warnf("%s: envoy.admin_port: Envoy's admin API is on TCP %s:%d, and %s; put it on a unix socket instead: remove admin_port (Envoy then runs its admin on the agent's socket %s, whatever address the bootstrap %s gives it)",
+		c.File, c.Agent.Localhost, c.Envoy.AdminPort, tcpAdminRisk, c.DefaultAdminSocket(), c.Envoy.ConfigPath)
 }
 
-// defaultAdminMismatch is the problem of a bootstrap whose admin is not on
-// the default socket, the file setting neither admin key.
-func (c *Config) defaultAdminMismatch(ps *problems, where string) {
-	ps.add("envoy.admin_socket", "is not set (nor admin_port), so Envoy's admin API is on the unix socket %s, but the bootstrap %s puts it %s: set admin.address there to pipe: { path: %s, mode: 0600 } (or set admin_socket to the bootstrap's socket); admin_port keeps a TCP admin, which every local user can reach",
-		c.Envoy.AdminSocket, c.Envoy.ConfigPath, where, c.Envoy.AdminSocket)
+// defaultAdminMismatch is the problem of a bootstrap whose admin is
+// another unix socket than the default one, the file setting neither
+// admin key.
+func (c *Config) defaultAdminMismatch(ps *problems, socket string) {
+	ps.add("envoy.admin_socket", "is not set (nor admin_port), so Envoy's admin API is on the unix socket %s, but the bootstrap %s puts it on the unix socket %s: set admin_socket = %q (or remove the bootstrap's admin: the agent then gives Envoy its own)",
+		c.Envoy.AdminSocket, c.Envoy.ConfigPath, socket, socket)
 }

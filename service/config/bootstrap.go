@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
@@ -24,16 +26,10 @@ type bootstrapAdmin struct {
 }
 
 // readBootstrapAdmin reads admin.address from an Envoy bootstrap (YAML or
-// JSON). ok is false when the bootstrap has none (or one the agent cannot
-// read); a file that does not parse is left to Envoy's own validation,
-// which words it better. A file too large to parse in bounded memory
-// (bootyaml.Decode) is an error.
-func readBootstrapAdmin(path string) (admin bootstrapAdmin, ok bool, err error) {
-	data, err := safefile.ReadRegular(path, bootyaml.MaxSize)
-	if err != nil {
-		return bootstrapAdmin{}, false, err
-	}
-	var doc struct {
+// JSON), decoded. ok is false when the bootstrap has none (or one the agent
+// cannot read).
+func readBootstrapAdmin(doc *yaml.Node) (admin bootstrapAdmin, ok bool) {
+	var b struct {
 		Admin struct {
 			Address struct {
 				SocketAddress struct {
@@ -47,28 +43,25 @@ func readBootstrapAdmin(path string) (admin bootstrapAdmin, ok bool, err error) 
 			} `yaml:"address"`
 		} `yaml:"admin"`
 	}
-	if err := bootyaml.Decode(data, &doc); err != nil {
-		if le := (*bootyaml.LimitError)(nil); errors.As(err, &le) {
-			return bootstrapAdmin{}, false, fmt.Errorf("%s: %w", path, le)
-		}
-		return bootstrapAdmin{}, false, nil
+	if doc.Decode(&b) != nil {
+		return bootstrapAdmin{}, false
 	}
-	if pipe := doc.Admin.Address.Pipe; pipe.Path != "" {
+	if pipe := b.Admin.Address.Pipe; pipe.Path != "" {
 		mode, ok := yamlInt(pipe.Mode)
 		if !ok {
-			return bootstrapAdmin{}, false, nil
+			return bootstrapAdmin{}, false
 		}
-		return bootstrapAdmin{Pipe: pipe.Path, Mode: mode}, true, nil
+		return bootstrapAdmin{Pipe: pipe.Path, Mode: mode}, true
 	}
-	sa := doc.Admin.Address.SocketAddress
+	sa := b.Admin.Address.SocketAddress
 	if sa.Address == "" && sa.PortValue == nil {
-		return bootstrapAdmin{}, false, nil
+		return bootstrapAdmin{}, false
 	}
 	port, ok := yamlInt(sa.PortValue)
 	if !ok {
-		return bootstrapAdmin{}, false, nil
+		return bootstrapAdmin{}, false
 	}
-	return bootstrapAdmin{Address: sa.Address, Port: port}, true, nil
+	return bootstrapAdmin{Address: sa.Address, Port: port}, true
 }
 
 // yamlInt reads an integer field as Envoy would: a number, or a string
@@ -87,16 +80,38 @@ func yamlInt(v any) (int, bool) {
 	}
 }
 
-// checkBootstrapAdmin adds a problem when the bootstrap's admin listener is
-// not where admin_port or admin_socket says, or is a TCP one beyond
-// loopback (without allow_remote_admin).
-func (c *Config) checkBootstrapAdmin(ps *problems) {
-	admin, ok, err := readBootstrapAdmin(c.Envoy.ConfigPath)
+// checkBootstrap reads and decodes the bootstrap once for the checks of
+// its admin (checkBootstrapAdmin) and of what the agent's copy of it
+// changes (checkRunningCopy). A file that does not parse is left to
+// Envoy's own validation, which words it better; one too large to parse
+// in bounded memory (bootyaml.Decode) is a problem.
+func (c *Config) checkBootstrap(ps *problems) {
+	data, err := safefile.ReadRegular(c.Envoy.ConfigPath, bootyaml.MaxSize)
 	if err != nil {
 		// checkReadable has passed: what is left is its size.
 		ps.add("envoy.config_path", "Envoy bootstrap %v", err)
 		return
 	}
+	var doc yaml.Node
+	if err := bootyaml.Decode(data, &doc); err != nil {
+		if le := (*bootyaml.LimitError)(nil); errors.As(err, &le) {
+			ps.add("envoy.config_path", "Envoy bootstrap %v", fmt.Errorf("%s: %w", c.Envoy.ConfigPath, le))
+		}
+		return
+	}
+	c.checkBootstrapAdmin(ps, &doc)
+	if bootyaml.Rewritable(c.Envoy.ConfigPath) {
+		c.checkRunningCopy(ps, &doc)
+	}
+}
+
+// checkBootstrapAdmin adds a problem when the bootstrap's admin listener is
+// a unix socket other than admin_socket, or is not where admin_port says,
+// or is a TCP one beyond loopback (without allow_remote_admin). A
+// bootstrap without an admin, or with one on TCP while the agent's is a
+// socket, runs with the agent's (checkRunningCopy says so).
+func (c *Config) checkBootstrapAdmin(ps *problems, doc *yaml.Node) {
+	admin, ok := readBootstrapAdmin(doc)
 	if !ok {
 		return
 	}
@@ -107,7 +122,7 @@ func (c *Config) checkBootstrapAdmin(ps *problems) {
 		path, _ := filepath.Abs(admin.Pipe)
 		switch {
 		case c.adminSocketDefault && path != e.AdminSocket:
-			c.defaultAdminMismatch(ps, "on the unix socket "+path)
+			c.defaultAdminMismatch(ps, path)
 		case e.AdminSocket == "":
 			ps.add("envoy.admin_port", "is %d, but the bootstrap %s puts Envoy's admin on the unix socket %s: set admin_socket = %q instead",
 				e.AdminPort, e.ConfigPath, admin.Pipe, path)
@@ -121,14 +136,8 @@ func (c *Config) checkBootstrapAdmin(ps *problems) {
 		}
 		return
 	}
-	if c.adminSocketDefault {
-		c.defaultAdminMismatch(ps, fmt.Sprintf("on TCP %s port %d", admin.Address, admin.Port))
-		return
-	}
 	if e.AdminSocket != "" {
-		ps.add("envoy.admin_socket", "is %s, but the bootstrap %s puts Envoy's admin listener on %s port %d: they must agree",
-			e.AdminSocket, e.ConfigPath, admin.Address, admin.Port)
-		return
+		return // the copy's admin is the socket (checkRunningCopy)
 	}
 	if admin.Port != int(e.AdminPort) {
 		ps.add("envoy.admin_port", "is %d, but the bootstrap %s puts Envoy's admin listener on port %d: they must agree",

@@ -146,7 +146,7 @@ func (c *Config) check(ps *problems, fileTrust error) {
 	} else {
 		bootstrapOK = true
 		if e.AdminPort != 0 || e.AdminSocket != "" {
-			c.checkBootstrapAdmin(ps)
+			c.checkBootstrap(ps)
 		}
 	}
 	c.checkWriters(ps, bootstrapOK, fileTrust)

@@ -373,3 +373,68 @@ func TestUnsetReloadMethodLeftOutOfTheJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestRunningCopyIsSaid: what the agent changes in its copy of the
+// bootstrap is said once, as the configuration is loaded (run logs it,
+// validate prints it): a TCP admin not used, at warning, pointing at the
+// metrics port; an admin or a node given, as notes; a cluster that cannot
+// follow the admin to the socket is refused with the edit to make.
+func TestRunningCopyIsSaid(t *testing.T) {
+	bin := envoykit.Binary(t)
+	const node = "node: { id: n, cluster: c }\n"
+	const tcpAdmin = "admin: { address: { socket_address: { address: 0.0.0.0, port_value: 9901 } } }\n"
+	cluster := func(typ, endpoints string) string {
+		return "static_resources:\n  clusters:\n  - name: envoy-stats\n    type: " + typ + "\n    load_assignment:\n      cluster_name: envoy-stats\n      endpoints: [{ lb_endpoints: [" + endpoints + "] }]\n"
+	}
+	admin := "{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 9901 } } } }"
+	other := "{ endpoint: { address: { socket_address: { address: app, port_value: 80 } } } }"
+	for _, tt := range []struct {
+		name, bootstrap, toml string
+		warnings, notes       []string // substrings, one a warning or note
+		problem               string
+	}{
+		{name: "TCP admin, no admin key", bootstrap: node + tcpAdmin + cluster("STATIC", admin),
+			warnings: []string{"puts Envoy's admin API on TCP 0.0.0.0:9901, which is not used: Envoy runs it on the agent's private socket", "agent.prometheus_port", "cluster envoy-stats, which reached that address, reaches the socket instead"}},
+		{name: "no admin", bootstrap: node,
+			notes: []string{"the bootstrap has no admin address; Envoy runs with its admin API on unix:"}},
+		{name: "no admin, admin_port", bootstrap: node, toml: "admin_port = 15000\n",
+			notes:    []string{"the bootstrap has no admin address; Envoy runs with its admin API on 127.0.0.1:15000"},
+			warnings: []string{"Envoy's admin API is on TCP 127.0.0.1:15000"}},
+		{name: "no node", bootstrap: "admin: { address: { pipe: { path: DIR/run/admin.sock, mode: 0600 } } }\n",
+			notes: []string{`sets no node.id and node.cluster; Envoy runs with "envoy-agent" there`}},
+		{name: "a DNS cluster mixing the admin and others", bootstrap: node + tcpAdmin + cluster("STRICT_DNS", admin+", "+other),
+			problem: "envoy.admin_port: is not set, so Envoy's admin API runs on the unix socket"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "envoy.yaml"), []byte(strings.ReplaceAll(tt.bootstrap, "DIR", dir)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := LoadConfig(writeConfig(t, dir, "[envoy]\nbinary_path = \""+bin+"\"\nconfig_path = \"envoy.yaml\"\n"+tt.toml+"[agent]\nrun_dir = \"run\"\n"))
+			if tt.problem != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.problem) || !strings.Contains(err.Error(), "set admin_port = 9901") {
+					t.Fatalf("LoadConfig = %v; want the problem %q naming admin_port = 9901", err, tt.problem)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []struct {
+				what string
+				got  []string
+				subs []string
+			}{{"warning", cfg.Warnings(), tt.warnings}, {"note", cfg.Notes(), tt.notes}} {
+				text := strings.Join(want.got, "\n")
+				for _, s := range want.subs {
+					if !strings.Contains(text, s) {
+						t.Errorf("no %s says %q:\n%s", want.what, s, text)
+					}
+				}
+				if len(want.subs) == 0 && len(want.got) > 0 {
+					t.Errorf("%ss %q, want none", want.what, want.got)
+				}
+			}
+		})
+	}
+}

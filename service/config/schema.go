@@ -30,6 +30,9 @@ type Config struct {
 	// warnings are what a valid configuration should still change
 	// (Warnings).
 	warnings []string
+	// notes say what the agent changes in its copy of the bootstrap
+	// (Notes).
+	notes []string
 }
 
 // Warnings are what the checks found that does not make the configuration
@@ -39,6 +42,15 @@ func (c *Config) Warnings() []string { return c.warnings }
 
 func (c *Config) warnf(format string, args ...any) {
 	c.warnings = append(c.warnings, fmt.Sprintf(format, args...))
+}
+
+// Notes say what the agent changes in the copy of the bootstrap that
+// Envoy runs and the operator need not change (runningcopy.go), each a
+// sentence naming the file; validate prints them and run logs them, once.
+func (c *Config) Notes() []string { return c.notes }
+
+func (c *Config) notef(format string, args ...any) {
+	c.notes = append(c.notes, fmt.Sprintf(format, args...))
 }
 
 // EnvoyConfig is the [envoy] table: how Envoy is launched.

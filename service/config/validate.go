@@ -5,6 +5,7 @@ package config
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os/exec"
@@ -52,16 +53,25 @@ func (c *Config) ReloadClientTimeout() time.Duration {
 	return c.ReloadBound(c.ReloadWaitBound()) + ValidateTimeout
 }
 
-// Validate checks the configuration file at path and has Envoy validate its
-// bootstrap (envoy --mode validate), without starting anything. It writes
-// each warning, then "OK" and a summary to out, or returns a *ConfigError listing every problem.
+// Validate checks the configuration file at path and has Envoy validate the
+// copy of its bootstrap that run would start (envoy --mode validate;
+// Config.RunningCopy), without starting anything. It writes each warning,
+// each note of what that copy changes, then "OK" and a summary to out, or
+// returns a *ConfigError listing every problem.
 func Validate(ctx context.Context, path string, out io.Writer) error {
 	cfg, err := LoadConfig(path)
 	if err != nil {
 		return err
 	}
-	if err := ValidateBootstrap(ctx, cfg, new(versions.Cache)); err != nil {
-		return err
+	running, remove, err := cfg.RunningCopy()
+	if err != nil {
+		return Problemf(cfg, "envoy.config_path", "Envoy bootstrap %v", err)
+	}
+	defer remove()
+	check := *cfg
+	check.Envoy.ConfigPath = running
+	if err := ValidateBootstrap(ctx, &check, new(versions.Cache)); err != nil {
+		return inFile(err, running, cfg.Envoy.ConfigPath)
 	}
 	// Paths, certificates' names and Envoy's words reach the terminal with
 	// their control characters escaped (printable).
@@ -71,8 +81,27 @@ func Validate(ctx context.Context, path string, out io.Writer) error {
 	for _, w := range certificateWarnings(cfg, time.Now()) {
 		fmt.Fprintf(out, "warning: %s\n", printable.String(w))
 	}
+	for _, n := range cfg.Notes() {
+		fmt.Fprintf(out, "note: %s\n", printable.String(n))
+	}
+	if n := cfg.ListenerNames(running); n != "" {
+		fmt.Fprintf(out, "note: %s\n", printable.String(n))
+	}
 	fmt.Fprintf(out, "OK: %s\n", printable.String(fmt.Sprintf("%s is valid; %s accepts the bootstrap %s", cfg.File, cfg.Envoy.BinaryPath, cfg.Envoy.ConfigPath)))
 	return nil
+}
+
+// inFile is err with the path of a copy of a bootstrap in its problems
+// replaced by the path of the bootstrap it was made of.
+func inFile(err error, copied, original string) error {
+	var ce *ConfigError
+	if errors.As(err, &ce) && copied != original {
+		for i := range ce.Problems {
+			ce.Problems[i].File = strings.ReplaceAll(ce.Problems[i].File, copied, original)
+			ce.Problems[i].Msg = strings.ReplaceAll(ce.Problems[i].Msg, copied, original)
+		}
+	}
+	return err
 }
 
 // certificateWarnings warns of the bootstrap's certificates (those named by

@@ -10,6 +10,9 @@ import (
 type Listener struct {
 	Name    string `json:"name"`
 	Address string `json:"address"` // host:port, a pipe path, or "" when Envoy gives none
+	// NamedByAgent: the bootstrap leaves the listener unnamed, and Name is
+	// the one the agent gave it in the files Envoy runs (from its address).
+	NamedByAgent bool `json:"named_by_agent,omitempty"`
 }
 
 // StatusSchemaVersion is the version of the JSON that GET /status and

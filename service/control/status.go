@@ -156,7 +156,11 @@ func FormatStatus(r StatusReport) string {
 		}
 		var ls []string
 		for _, l := range e.Listeners {
-			ls = append(ls, l.Name+" "+l.Address)
+			text := l.Name + " " + l.Address
+			if l.NamedByAgent {
+				text += " (named by the agent)"
+			}
+			ls = append(ls, text)
 		}
 		if len(ls) > 0 {
 			line("listeners", "%s", strings.Join(ls, ", "))

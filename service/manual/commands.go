@@ -27,7 +27,7 @@ var Commands = []Command{
 	{
 		Name: "validate", Args: "[--config FILE]", ConfigFlag: true,
 		Summary:     "check the configuration and Envoy's bootstrap",
-		Description: "check the TOML and run `envoy --mode validate` on the bootstrap; prints `OK: ...` or each problem as `file:line: key: what is wrong` (the unit's `ExecStartPre=`); warns of a certificate the bootstrap names that has expired or expires within 14 days",
+		Description: "check the TOML and run `envoy --mode validate` on the copy of the bootstrap that `run` starts; prints `OK: ...` or each problem as `file:line: key: what is wrong` (the unit's `ExecStartPre=`); warns of a certificate the bootstrap names that has expired or expires within 14 days; notes what the agent changes in its copy (the admin, the node, names for unnamed listeners)",
 	},
 	{
 		Name: "reload", Args: "[--config FILE]", ConfigFlag: true,

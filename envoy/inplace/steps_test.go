@@ -1,0 +1,301 @@
+package inplace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// stepsDoc is a bootstrap for the order of Apply's steps: listener web
+// (its routes answer status, its TLS certificate is the secret srv with
+// chain) and listener other (a tcp_proxy whose stat prefix is otherPrefix),
+// cluster app (connect_timeout appTimeout), then extra listeners and
+// clusters and secrets.
+func stepsDoc(status int, chain, otherPrefix, appTimeout, listeners, clusters, secrets string) string {
+	return fmt.Sprintf(`node: { id: n, cluster: c }
+static_resources:
+  listeners:
+  - name: web
+    address: { socket_address: { address: 127.0.0.1, port_value: 10000 } }
+    filter_chains:
+    - transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+          common_tls_context: { tls_certificate_sds_secret_configs: [{ name: srv }] }
+      filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: web
+          route_config: { virtual_hosts: [{ name: all, domains: ["*"], routes: [{ match: { prefix: "/" }, direct_response: { status: %d } }] }] }
+  - name: other
+    address: { socket_address: { address: 127.0.0.1, port_value: 10001 } }
+    filter_chains: [{ filters: [{ name: envoy.filters.network.tcp_proxy, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy, stat_prefix: %s, cluster: app } }] }]
+%s  clusters:
+  - { name: app, type: STATIC, connect_timeout: %s }
+%s  secrets:
+  - { name: srv, tls_certificate: { certificate_chain: { inline_string: %q }, private_key: { inline_string: "K" } } }
+%s`, status, otherPrefix, listeners, appTimeout, clusters, chain, secrets)
+}
+
+const (
+	// newListener is a listener with routes of its own, whose TLS
+	// certificate is the secret srv2.
+	newListener = `  - name: new
+    address: { socket_address: { address: 127.0.0.1, port_value: 10002 } }
+    filter_chains:
+    - transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+          common_tls_context: { tls_certificate_sds_secret_configs: [{ name: srv2 }] }
+      filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: new
+          route_config: { virtual_hosts: [{ name: all, domains: ["*"], routes: [{ match: { prefix: "/" }, route: { cluster: spare } }] }] }
+`
+	takenListener = `  - name: taken
+    address: { socket_address: { address: 127.0.0.1, port_value: 1 } }
+    filter_chains: [{ filters: [{ name: envoy.filters.network.tcp_proxy, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy, stat_prefix: t, cluster: app } }] }]
+`
+	spareCluster = "  - { name: spare, type: STATIC }\n"
+	authzCluster = "  - { name: authz, type: STATIC }\n"
+	srv2Secret   = "  - { name: srv2, tls_certificate: { certificate_chain: { inline_string: C2 }, private_key: { inline_string: K2 } } }\n"
+)
+
+// startSteps writes the files of the bootstrap text into a folder of the
+// test's and has a fake Envoy (fakeEnvoy) read them.
+func startSteps(t *testing.T, text string) (*Bootstrap, string, *fakeEnvoy) {
+	t.Helper()
+	b := parse(t, text)
+	dir := filepath.Join(t.TempDir(), "r")
+	if _, err := Write(dir, b); err != nil {
+		t.Fatal(err)
+	}
+	f := newFakeEnvoy(dir)
+	if err := Accepted(context.Background(), dir, f); err != nil {
+		t.Fatalf("Accepted: %v", err)
+	}
+	f.log = nil
+	return b, dir, f
+}
+
+// folder is every file of dir and its text.
+func folder(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[e.Name()] = string(data)
+	}
+	return out
+}
+
+// TestApplyOrder: every kind of change at once reaches Envoy in two
+// stages: first what can fail on this host and existing listeners do not
+// serve (the added secret's and route's files, the added cluster, warm,
+// the added listener, warm, each beside the previous versions of what is
+// updated), then what existing listeners serve (the cluster updated, the
+// secret, the route, the listener updated, the cluster removed).
+func TestApplyOrder(t *testing.T) {
+	old, dir, f := startSteps(t, stepsDoc(200, "A", "other", "1s", "", authzCluster, ""))
+	f.warmReads = 2
+	next := parse(t, stepsDoc(503, "B", "other2", "2s", newListener, spareCluster, srv2Secret))
+	c, err := Compare(old, next)
+	want := "listeners added new; listeners updated other; routes added new/0/0; routes updated web/0/0; clusters added spare; clusters updated app; clusters removed authz; secrets added srv2; secrets updated srv"
+	if err != nil || c.String() != want {
+		t.Fatalf("Compare = %q, %v", c, err)
+	}
+	if err := Apply(context.Background(), dir, old, next, c, f); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	wantLog := []string{
+		"took " + routeFile("new/0/0") + " new/0/0", "took " + SecretFile("srv2") + " srv2", // in name order, read together
+		"took cds.yaml app,spare,authz", // app as it was
+		"took lds.yaml web,other,new",   // other as it was
+		"took cds.yaml app,spare,authz", // app updated
+		"took " + SecretFile("srv") + " srv",
+		"took " + routeFile("web/0/0") + " web/0/0",
+		"took lds.yaml web,other,new", // other updated
+		"took cds.yaml app,spare",
+	}
+	if got := f.reads(); !slices.Equal(got, wantLog) {
+		t.Errorf("Envoy read\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantLog, "\n"))
+	}
+	cdsTexts := f.history[cdsFile]
+	if len(cdsTexts) != 4 || !strings.Contains(cdsTexts[1], "connect_timeout: 1s") || !strings.Contains(cdsTexts[2], "connect_timeout: 2s") {
+		t.Errorf("the cluster files Envoy read: %q", cdsTexts)
+	}
+	ldsTexts := f.history[ldsFile]
+	if len(ldsTexts) != 3 || !strings.Contains(ldsTexts[1], "stat_prefix: other,") || !strings.Contains(ldsTexts[2], "stat_prefix: other2") {
+		t.Errorf("the listener files Envoy read: %q", ldsTexts)
+	}
+	// Each warm step read the warming gauge until it was back down.
+	if f.gauge[cds.warming] != 4 || f.gauge[lds.warming] != 4 {
+		t.Errorf("warming gauge reads %v, want 4 each (before, twice warming, then warm)", f.gauge)
+	}
+	if !sameFiles(folder(t, dir), filesOf(t, next, dir)) {
+		t.Errorf("the folder after Apply is not what Write makes of the new bootstrap")
+	}
+}
+
+// filesOf is what the folder dir holds for b, but its bootstrap.
+func filesOf(t *testing.T, b *Bootstrap, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	add := func(name string, data []byte, err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = string(data)
+	}
+	lds, err := b.ldsData(dir)
+	add(ldsFile, lds, err)
+	cds, err := b.cdsData(dir)
+	add(cdsFile, cds, err)
+	for _, r := range b.routes {
+		data, err := routeData(r, dir)
+		add(routeFile(r.name), data, err)
+	}
+	for _, r := range b.secrets {
+		data, err := secretData(r, dir)
+		add(SecretFile(r.name), data, err)
+	}
+	return out
+}
+
+// sameFiles compares two folders but their bootstraps.
+func sameFiles(a, b map[string]string) bool {
+	delete(a, bootstrapFile)
+	delete(b, bootstrapFile)
+	return maps.Equal(a, b)
+}
+
+// TestApplyRefusedOnTheHost: a listener whose port is taken, beside a
+// route and a cluster change, is refused at the first stage: Envoy read
+// neither the route nor the cluster, and the listeners are put back.
+func TestApplyRefusedOnTheHost(t *testing.T) {
+	old, dir, f := startSteps(t, stepsDoc(200, "A", "other", "1s", "", "", ""))
+	before := folder(t, dir)
+	f.refuse = func(file string, data []byte) (string, string) {
+		if file == ldsFile && strings.Contains(string(data), "taken") {
+			return "taken", "cannot bind '127.0.0.1:1': Address already in use"
+		}
+		return "", ""
+	}
+	next := parse(t, stepsDoc(503, "A", "other", "2s", takenListener, "", ""))
+	c, _ := Compare(old, next)
+	err := Apply(context.Background(), dir, old, next, c, f)
+	var rej *RejectedError
+	if !errors.As(err, &rej) || !rej.Restored || !strings.Contains(rej.Reason, "listener taken: cannot bind") {
+		t.Fatalf("Apply = %v; want a RejectedError naming the bind, restored", err)
+	}
+	if got, want := f.reads(), []string{"refused lds.yaml", "took lds.yaml web,other"}; !slices.Equal(got, want) {
+		t.Errorf("Envoy read %q, want %q: nothing of the route or the cluster", got, want)
+	}
+	if !sameFiles(folder(t, dir), before) {
+		t.Errorf("the folder was not put back")
+	}
+}
+
+// TestApplyRefusedLater: a route Envoy refuses at the second stage (no
+// reason in config_dump: a generic one after rejectedGrace) puts back, in
+// reverse order, the listeners and clusters the first stage added, and
+// removes the route file it added.
+func TestApplyRefusedLater(t *testing.T) {
+	old, dir, f := startSteps(t, stepsDoc(200, "A", "other", "1s", "", "", ""))
+	before := folder(t, dir)
+	f.quiet = true
+	f.refuse = func(file string, data []byte) (string, string) {
+		if file == routeFile("web/0/0") && strings.Contains(string(data), "503") {
+			return "web/0/0", "refused"
+		}
+		return "", ""
+	}
+	next := parse(t, stepsDoc(503, "A", "other", "1s", newListener, spareCluster, srv2Secret))
+	c, _ := Compare(old, next)
+	err := Apply(context.Background(), dir, old, next, c, f)
+	var rej *RejectedError
+	if !errors.As(err, &rej) || !rej.Restored || !strings.Contains(rej.Reason, "Envoy rejected "+routeFile("web/0/0")) {
+		t.Fatalf("Apply = %v; want a generic RejectedError for the route, restored", err)
+	}
+	got := f.reads()
+	want := []string{"took " + routeFile("web/0/0") + " web/0/0", "took lds.yaml web,other", "took cds.yaml app"}
+	if len(got) < 3 || !slices.Equal(got[len(got)-3:], want) {
+		t.Errorf("Envoy read %q; want it to end with the put-back %q", got, want)
+	}
+	if !sameFiles(folder(t, dir), before) {
+		t.Errorf("the folder was not put back")
+	}
+}
+
+// TestApplyWaitsForWarmth: an added cluster that stays warming fails the
+// apply when its time is up, and the clusters are put back.
+func TestApplyWaitsForWarmth(t *testing.T) {
+	old, dir, f := startSteps(t, stepsDoc(200, "A", "other", "1s", "", "", ""))
+	f.warmReads = 1 << 30
+	next := parse(t, stepsDoc(200, "A", "other", "1s", "", spareCluster, ""))
+	c, _ := Compare(old, next)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err := Apply(ctx, dir, old, next, c, f)
+	var rej *RejectedError
+	if !errors.As(err, &rej) || !rej.Restored || !strings.Contains(rej.Reason, "were still warming") {
+		t.Fatalf("Apply = %v; want a RejectedError saying the clusters were still warming, restored", err)
+	}
+	if got, want := f.reads(), []string{"took cds.yaml app,spare", "took cds.yaml app"}; !slices.Equal(got, want) {
+		t.Errorf("Envoy read %q, want %q", got, want)
+	}
+}
+
+// TestApplyNothingOrUnwritable: an empty change reads nothing; a folder
+// that is not absolute fails before any file is written.
+func TestApplyNothingOrUnwritable(t *testing.T) {
+	old, dir, f := startSteps(t, stepsDoc(200, "A", "other", "1s", "", "", ""))
+	if err := Apply(context.Background(), dir, old, old, Change{}, f); err != nil || len(f.reads()) != 0 {
+		t.Errorf("Apply of nothing = %v, read %q", err, f.reads())
+	}
+	next := parse(t, stepsDoc(200, "A", "other", "1s", "", spareCluster, ""))
+	c, _ := Compare(old, next)
+	var rej *RejectedError
+	if err := Apply(context.Background(), "relative/r", old, next, c, f); err == nil || errors.As(err, &rej) {
+		t.Errorf("Apply into a relative folder = %v, want a plain error", err)
+	}
+}
+
+// TestAcceptedByTheFake: a start whose listener Envoy refused is not
+// accepted, with Envoy's reason.
+func TestAcceptedByTheFake(t *testing.T) {
+	b := parse(t, stepsDoc(200, "A", "other", "1s", "", "", ""))
+	dir := filepath.Join(t.TempDir(), "r")
+	if _, err := Write(dir, b); err != nil {
+		t.Fatal(err)
+	}
+	f := newFakeEnvoy(dir)
+	f.refuse = func(file string, _ []byte) (string, string) {
+		if file == ldsFile {
+			return "other", "cannot bind '127.0.0.1:10001': Address already in use"
+		}
+		return "", ""
+	}
+	if err := Accepted(context.Background(), dir, f); err == nil || !strings.Contains(err.Error(), "listener other: cannot bind") {
+		t.Errorf("Accepted = %v; want listener other's bind failure", err)
+	}
+}

@@ -1,0 +1,119 @@
+//go:build linux
+
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/envoy-agent/envoy-agent/envoy/inplace"
+	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
+	"github.com/envoy-agent/envoy-agent/internal/safefile"
+)
+
+// What the agent changes in the copy of the bootstrap that Envoy runs
+// (envoy/inplace's pipeline, steps 2 and 3), said once: run logs it at its
+// start, validate prints it. The same functions make the copy, so what is
+// said is what runs.
+
+// agentAdmin is where the agent reaches Envoy's admin, which the running
+// copy's admin must be.
+func (c *Config) agentAdmin() inplace.AgentAdmin {
+	if c.Envoy.AdminSocket != "" {
+		return inplace.AgentAdmin{Socket: c.Envoy.AdminSocket}
+	}
+	return inplace.AgentAdmin{Host: c.Agent.Localhost, Port: int(c.Envoy.AdminPort)}
+}
+
+// checkRunningCopy says what the running copy of the decoded bootstrap doc
+// changes (it makes those changes in doc): a warning when the bootstrap's
+// TCP admin address is not used, a note when the copy gets an admin or a
+// node. A cluster that cannot follow the admin to the agent's socket is a
+// problem naming the edit to make.
+func (c *Config) checkRunningCopy(ps *problems, doc *yaml.Node) {
+	edits, err := inplace.EditRunningCopy(doc, c.agentAdmin())
+	var ace *inplace.AdminClusterError
+	switch {
+	case errors.As(err, &ace):
+		ps.add("envoy.admin_port", "is not set, so Envoy's admin API runs on the unix socket %s, which the bootstrap %s's cluster %s cannot reach (it resolves its other endpoints by DNS): set admin_port = %s to keep Envoy's admin on TCP (with the bootstrap's admin address on 127.0.0.1), or make that cluster STATIC",
+			c.Envoy.AdminSocket, c.Envoy.ConfigPath, ace.Cluster, ace.Port)
+		return
+	case err != nil:
+		ps.add("envoy.config_path", "Envoy bootstrap %v", fmt.Errorf("%s: %w", c.Envoy.ConfigPath, err))
+		return
+	}
+	file := c.Envoy.ConfigPath
+	if edits.AdminAdded {
+		c.notef("%s: the bootstrap has no admin address; Envoy runs with its admin API on %s, the agent's, in the agent's copy only", file, c.AdminAddress())
+	}
+	if edits.AdminMoved != "" {
+		clusters := ""
+		if len(edits.AdminClusters) > 0 {
+			clusters = fmt.Sprintf("; cluster %s, which reached that address, reaches the socket instead", strings.Join(edits.AdminClusters, ", "))
+		}
+		c.warnf("%s: envoy.admin_socket: the bootstrap puts Envoy's admin API on TCP %s, which is not used: Envoy runs it on the agent's private socket %s instead, in the agent's copy only (%s)%s; read Envoy's statistics from the agent's metrics port (agent.prometheus_port: Envoy's /stats/prometheus and the agent's own), or set admin_port to keep a TCP admin on loopback",
+			file, edits.AdminMoved, c.Envoy.AdminSocket, "on TCP, "+tcpAdminRisk, clusters)
+	}
+	if len(edits.NodeSet) > 0 {
+		c.notef("%s: the bootstrap sets no %s; Envoy runs with %q there, in the agent's copy only (Envoy reads resources from files only with a node id and cluster)", file, strings.Join(edits.NodeSet, " and "), inplace.DefaultNode)
+	}
+}
+
+// RunningCopy is the copy of the bootstrap that Envoy runs, as far as it
+// depends on the configuration alone (inplace.RunningCopy: the admin, the
+// node; the certificates' secrets are written by run, and until then the
+// copy names the files themselves), written to a private temporary file
+// of the same name, and how to remove it. It is the bootstrap itself
+// (and nothing to remove) when the copy changes nothing.
+func (c *Config) RunningCopy() (path string, remove func(), err error) {
+	data, err := safefile.ReadRegular(c.Envoy.ConfigPath, bootyaml.MaxSize)
+	if err != nil {
+		return "", nil, err
+	}
+	out, edits, err := inplace.RunningCopy(data, c.Envoy.ConfigPath, c.agentAdmin())
+	if err != nil || edits.Empty() {
+		return c.Envoy.ConfigPath, func() {}, err
+	}
+	dir, err := os.MkdirTemp("", "envoy-agent-validate-")
+	if err != nil {
+		return "", nil, err
+	}
+	path = filepath.Join(dir, filepath.Base(c.Envoy.ConfigPath))
+	if err := safefile.CreatePrivate(path, out); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
+	return path, func() { _ = os.RemoveAll(dir) }, nil
+}
+
+// ListenerNames says which listeners of the running copy at path (a copy
+// RunningCopy made of the bootstrap) the agent names in the files it
+// writes, with reload_method "auto", or why every reload of it is a hot
+// restart; "" when neither.
+func (c *Config) ListenerNames(path string) string {
+	if !c.Agent.InPlace() {
+		return ""
+	}
+	data, err := safefile.ReadRegular(path, bootyaml.MaxSize)
+	if err != nil {
+		return ""
+	}
+	b, err := inplace.Parse(c.Envoy.ConfigPath, data)
+	var nr *inplace.NotRewritableError
+	switch {
+	case errors.As(err, &nr):
+		return fmt.Sprintf("%s: every reload hot-restarts Envoy: %s", c.Envoy.ConfigPath, nr.Reason)
+	case err != nil || len(b.Named()) == 0:
+		return ""
+	}
+	var named []string
+	for _, n := range b.Named() {
+		named = append(named, n.String())
+	}
+	return fmt.Sprintf("%s: listeners without a name run under these names in the agent's resource files (Envoy's statistics name a listener by its address, so they keep theirs): %s", c.Envoy.ConfigPath, strings.Join(named, ", "))
+}
