@@ -166,11 +166,11 @@ func (b *bench) scaleListenersAgent(ctx context.Context, r *ScaleListeners) erro
 		// A start that failed is a result; the edits still need an agent
 		// that started, so it is tried again, at most scaleStartAttempts times.
 		if attempt == scaleStartAttempts || ctx.Err() != nil {
-			return errors.New(strings.Join(failures, "; "))
+			return fmt.Errorf("%d of %d starts failed; the first: %s", len(failures), attempt, failures[0])
 		}
 	}
 	if len(failures) > 0 {
-		r.AgentFailure = strings.Join(failures, "; ") + " (then a start worked)"
+		r.AgentFailure = fmt.Sprintf("%d start(s) failed before one worked; the first: %s", len(failures), failures[0])
 	}
 	for i := range r.Edits {
 		e := &r.Edits[i]
