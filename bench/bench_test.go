@@ -113,6 +113,58 @@ func TestBenchInPlaceSmoke(t *testing.T) {
 	}
 }
 
+// A smoke run of the scale scenario at its smallest: 3 certificates, 3
+// listeners, a run of 2 small starts. Every part gives its figures, each
+// side beside the other; the agent's edits of a listener's route take the
+// path in place with the same Envoy, and the renewal reaches new
+// handshakes with no reload, while a bare Envoy, which reads a file-named
+// certificate once, does not take it.
+func TestBenchScaleSmoke(t *testing.T) {
+	if testing.Short() || envoykit.UnitTier() {
+		t.Skip("the scale smoke run takes about 40 s and runs the real Envoy: make test")
+	}
+	envoyBin, agent := smokeBinaries(t)
+	_, stdout, res := runSmoke(t, "-agent", agent, "-envoy", envoyBin, "-scenarios", "scale", "-scale-certs", "3", "-scale-cert-starts", "1",
+		"-scale-listeners", "3", "-scale-start-runs", "1", "-scale-starts-per-run", "2")
+	s := res.Scale
+	if s == nil {
+		t.Fatalf("no scale scenario in results.json")
+	}
+	c := s.Certs
+	if c.N != 3 || c.Agent.StartsOK != 1 || c.Bare.StartsOK != 1 || c.Agent.ServedMs.N != 1 || c.Bare.ReadyMs.Median <= 0 {
+		t.Errorf("certificates: %+v; want one start each way that served every name", c)
+	}
+	if r := c.Agent.Renewal; r == nil || !r.Served || !r.SamePid || r.Reloads != 0 {
+		t.Errorf("the agent's renewal: %+v; want it served, the same Envoy, no reload", r)
+	}
+	if r := c.Bare.Renewal; r == nil || r.Served {
+		t.Errorf("the bare Envoy's renewal: %+v; want it not served (a file-named certificate is read once)", r)
+	}
+	l := s.Listeners
+	if l.N != 3 || len(l.Edits) != 3 || l.AgentStartMs <= 0 || l.BareStartMs <= 0 {
+		t.Fatalf("listeners: %+v; want 3 listeners, 3 edits, both starts", l)
+	}
+	for _, e := range l.Edits {
+		if !e.Agent.Done || e.Agent.Path != "in place" || !e.Agent.SamePid || e.Agent.Load.Sent == 0 || e.Agent.Load.Failed != 0 {
+			t.Errorf("the agent's edit of the %s listener: %+v; want it in place, the same Envoy, a load with 0 failed", e.Label, e.Agent)
+		}
+		if !e.Bare.Done || e.Bare.Ms <= 0 || e.Bare.Load.Sent == 0 {
+			t.Errorf("the bare Envoy's edit of the %s listener: %+v; want it served, timed, under load", e.Label, e.Bare)
+		}
+	}
+	if b := l.BootstrapEdit; !b.Done || !strings.HasPrefix(b.Path, "hot restart") || b.SamePid {
+		t.Errorf("the edit outside the listeners: %+v; want a hot restart", b)
+	}
+	if st := s.SmallStart; st.Agent.N != 2 || st.Bare.N != 2 || len(st.RunRatios) != 1 {
+		t.Errorf("small start: %+v; want 2 starts each, 1 run", st)
+	}
+	for _, want := range []string{"## 7. Scale", "**3 certificates named by file**", "**3 HTTP listeners**", "issue: 204 ms", "≤ ×1.20"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the table lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
 // steadyAndPeak splits the RSS samples at the first reload.
 func TestSteadyAndPeak(t *testing.T) {
 	t0 := time.Now()

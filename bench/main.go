@@ -1,8 +1,9 @@
 // Command bench measures envoy-agent against a bare Envoy with a real Envoy
 // binary: start-up to readiness, config reloads under load, stops under
 // load, the agent's own overhead, how the admin calls the agent makes
-// grow with the number of listeners, and the agent's reload in place
-// against its hot restart. It prints a markdown table and writes
+// grow with the number of listeners, the agent's reload in place
+// against its hot restart, and the agent at scale (a thousand
+// certificates, a thousand listeners). It prints a markdown table and writes
 // results.md, results.json and reload.svg to the output folder.
 //
 // Run it with `make bench`, or by hand:
@@ -41,6 +42,13 @@ type options struct {
 	keepWorkDir    bool
 	scenarioList   string
 	scaleListeners int
+
+	// The scale scenario's sizes.
+	scaleCerts         int
+	scaleCertStarts    int
+	scaleHTTPListeners int
+	scaleStartRuns     int
+	scaleStartsPerRun  int
 }
 
 func main() {
@@ -62,8 +70,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.workers, "workers", 4, "load workers (each keeps its own keep-alive connection)")
 	fs.Float64Var(&o.rate, "rate", 300, "load requests per second, all workers together")
 	fs.BoolVar(&o.keepWorkDir, "keep", false, "keep the temporary work folder (bootstraps, configs)")
-	fs.StringVar(&o.scenarioList, "scenarios", "start,reload,stop,overhead,growth,inplace", "comma-separated scenarios to run")
+	fs.StringVar(&o.scenarioList, "scenarios", "start,reload,stop,overhead,growth,inplace,scale", "comma-separated scenarios to run")
 	fs.IntVar(&o.scaleListeners, "inplace-listeners", 1000, "listeners of the in-place scenario's reloads at scale (0: none)")
+	fs.IntVar(&o.scaleCerts, "scale-certs", 1000, "the scale scenario's file-named certificates, one per SNI filter chain (0: none)")
+	fs.IntVar(&o.scaleCertStarts, "scale-cert-starts", 3, "starts per side on those certificates, taking turns")
+	fs.IntVar(&o.scaleHTTPListeners, "scale-listeners", 1000, "the scale scenario's HTTP listeners, whose first, middle and last route are edited (0: none)")
+	fs.IntVar(&o.scaleStartRuns, "scale-start-runs", 5, "the scale scenario's runs of small-bootstrap starts")
+	fs.IntVar(&o.scaleStartsPerRun, "scale-starts-per-run", 15, "starts per side in each of those runs, taking turns")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -76,6 +89,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.starts < 10 {
 		fmt.Fprintln(stderr, "bench: -starts must be at least 10")
+		return 2
+	}
+	if o.scaleCertStarts < 1 || o.scaleStartRuns < 1 || o.scaleStartsPerRun < 1 || o.scaleCerts < 0 || o.scaleHTTPListeners < 0 {
+		fmt.Fprintln(stderr, "bench: the -scale- counts must be positive (-scale-certs and -scale-listeners may be 0)")
 		return 2
 	}
 	if o.workers < 1 || o.rate <= 0 || o.reloads < 1 || o.scaleListeners < 0 {

@@ -23,6 +23,7 @@ func renderMarkdown(r *Results) string {
 	renderOverhead(w, r)
 	renderGrowth(w, r)
 	renderInPlace(w, r)
+	renderScale(w, r)
 	return b.String()
 }
 

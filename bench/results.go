@@ -16,6 +16,7 @@ type Results struct {
 	Overhead *OverheadResult   `json:"overhead,omitempty"`
 	Growth   *GrowthResult     `json:"growth,omitempty"`
 	InPlace  *InPlaceResult    `json:"in_place,omitempty"`
+	Scale    *ScaleResult      `json:"scale,omitempty"`
 	Errors   map[string]string `json:"errors,omitempty"` // scenario: why it could not run
 }
 
@@ -255,6 +256,92 @@ type InPlaceResult struct {
 	InPlace          InPlaceSide      `json:"in_place"`
 	ScaleHotRestart  InPlaceScaleSide `json:"scale_hot_restart"`
 	ScaleInPlace     InPlaceScaleSide `json:"scale_in_place"`
+}
+
+// ScaleResult is scenario 7: the agent at scale, each part beside a bare
+// Envoy doing the same.
+type ScaleResult struct {
+	Certs      ScaleCerts     `json:"certs"`
+	Listeners  ScaleListeners `json:"listeners"`
+	SmallStart ScaleStart     `json:"small_start"`
+}
+
+// ScaleCerts is a bootstrap of N TLS filter chains, one certificate each,
+// named by file, chosen by SNI.
+type ScaleCerts struct {
+	N      int      `json:"n"`
+	Starts int      `json:"starts"` // per side, taking turns
+	Agent  CertSide `json:"agent"`
+	Bare   CertSide `json:"bare"`
+}
+
+// CertSide is one side of ScaleCerts.
+type CertSide struct {
+	StartsOK int    `json:"starts_ok"`
+	Failure  string `json:"failure,omitempty"` // the first start that failed, and why
+	// ReadyMs: exec to READY=1 (agent) or /ready 200 (bare); ServedMs:
+	// exec until a handshake with every name got that name's certificate.
+	ReadyMs  Dist     `json:"ready_ms"`
+	ServedMs Dist     `json:"served_ms"`
+	Renewal  *Renewal `json:"renewal,omitempty"`
+}
+
+// Renewal is one certificate replaced on disk (both files renamed into
+// place) while Envoy serves.
+type Renewal struct {
+	Name     string  `json:"name"`
+	Served   bool    `json:"served"`    // new handshakes got the new certificate within RenewalWait
+	ServedMs float64 `json:"served_ms"` // from the rename to the first handshake that did
+	WaitMs   float64 `json:"wait_ms"`
+	SamePid  bool    `json:"same_pid"`
+	Reloads  int     `json:"reloads"` // the agent's reloads meanwhile (its log)
+	Note     string  `json:"note,omitempty"`
+}
+
+// ScaleListeners is a bootstrap of N HTTP listeners, each with its own
+// route, and route edits of the first, a middle and the last.
+type ScaleListeners struct {
+	N             int            `json:"n"`
+	AgentStartMs  float64        `json:"agent_start_ms"` // exec to READY=1
+	BareStartMs   float64        `json:"bare_start_ms"`  // exec to /ready 200, the LDS file's listeners
+	AgentFailure  string         `json:"agent_failure,omitempty"`
+	BareFailure   string         `json:"bare_failure,omitempty"`
+	Edits         []ListenerEdit `json:"edits"`
+	BootstrapEdit EditSide       `json:"bootstrap_edit"` // the agent's reload of an edit outside listeners and clusters
+}
+
+// ListenerEdit is one listener's route edit, each way.
+type ListenerEdit struct {
+	Label string   `json:"label"` // first, middle, last
+	Index int      `json:"index"`
+	Agent EditSide `json:"agent"` // `envoy-agent reload` of the edited bootstrap
+	Bare  EditSide `json:"bare"`  // a bare Envoy's update of the same edit from its LDS file
+}
+
+// EditSide is one edit applied one way, under a load of raw HTTP/1.1
+// workers on the edited listener that do not retry.
+type EditSide struct {
+	Done    bool    `json:"done"`
+	Error   string  `json:"error,omitempty"`
+	Ms      float64 `json:"ms"`   // agent: `envoy-agent reload` returned; bare: the rename until the new route answered
+	Path    string  `json:"path"` // the agent's answer: "in place" or "hot restart: why"
+	SamePid bool    `json:"same_pid"`
+	// ServedAtReturn: the first request after `envoy-agent reload` returned
+	// answered the new route.
+	ServedAtReturn bool            `json:"served_at_return"`
+	Load           LoadStats       `json:"load"`
+	Steps          map[string]Dist `json:"steps,omitempty"` // the agent's log of this reload
+}
+
+// ScaleStart is the small bootstrap's start, agent against bare Envoy,
+// taking turns: Runs runs of PerRun starts each.
+type ScaleStart struct {
+	Runs      int       `json:"runs"`
+	PerRun    int       `json:"per_run"`
+	RunRatios []float64 `json:"run_ratios"` // each run's agent median / bare median
+	Agent     Dist      `json:"agent"`
+	Bare      Dist      `json:"bare"`
+	Error     string    `json:"error,omitempty"`
 }
 
 // JSON is results.json.

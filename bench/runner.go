@@ -45,6 +45,10 @@ var scenarios = []scenario{
 		r.InPlace, err = b.scenarioInPlace(ctx)
 		return err
 	}},
+	{"scale", 900 * time.Second, func(ctx context.Context, b *bench, r *Results) (err error) {
+		r.Scale, err = b.scenarioScale(ctx)
+		return err
+	}},
 }
 
 // runAll sets the bench up and runs the chosen scenarios one after another;

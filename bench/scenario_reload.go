@@ -115,10 +115,16 @@ var reloadStepKeys = []string{"load_ms", "copy_ms", "validate_ms", "versions_ms"
 // reloadSteps reads the agent's log for its successful reloads and sums up
 // how long each part took.
 func reloadSteps(logPath string) map[string]Dist {
+	return reloadStepsSince(logPath, 0)
+}
+
+// reloadStepsSince is reloadSteps of the log from byte offset on.
+func reloadStepsSince(logPath string, offset int64) map[string]Dist {
 	b, err := os.ReadFile(logPath)
 	if err != nil {
 		return nil
 	}
+	b = b[min(offset, int64(len(b))):]
 	got := map[string][]time.Duration{}
 	for _, line := range strings.Split(string(b), "\n") {
 		if !strings.Contains(line, "event=reload ") || !strings.Contains(line, "ok=true") {

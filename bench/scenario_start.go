@@ -58,21 +58,8 @@ func (b *bench) scenarioStart(ctx context.Context) (*StartResult, error) {
 		}
 		return at.Sub(p.Started()), gap, err
 	}
-	agentOnce := func() (time.Duration, error) {
-		d, _, err := agentStart(false)
-		return d, err
-	}
-	bareOnce := func() (time.Duration, error) {
-		p, err := b.startEnvoy("start-envoy", run.bootPath)
-		if err != nil {
-			return 0, err
-		}
-		at, err := pollReady(ctx, p, run.admin, time.Millisecond, startTimeout)
-		if serr := p.stop(ctx, 10*time.Second); err == nil && serr != nil {
-			err = fmt.Errorf("stop envoy: %w", serr)
-		}
-		return at.Sub(p.Started()), err
-	}
+	agentOnce := func() (time.Duration, error) { return b.timeAgentStart(ctx, run, "start-agent") }
+	bareOnce := func() (time.Duration, error) { return b.timeBareStart(ctx, "start-envoy", run.bootPath, run.admin) }
 
 	// The floor: the least a Go supervisor does (bench/launcher), on the
 	// bare Envoy's command line, until its READY=1.
@@ -146,4 +133,36 @@ func (b *bench) scenarioStart(ctx context.Context) (*StartResult, error) {
 	r.MaxDiffMs = round3(r.Agent.Max - r.Baseline.Max)
 	b.logf("start: agent median %.1fms, bare envoy median %.1fms", r.Agent.Median, r.Baseline.Median)
 	return r, nil
+}
+
+// timeAgentStart starts the run's agent once (its process and log called
+// name), waits for its READY=1, quits it, and returns exec to READY=1.
+func (b *bench) timeAgentStart(ctx context.Context, run *agentRun, name string) (time.Duration, error) {
+	if err := run.writeConfig(b); err != nil {
+		return 0, err
+	}
+	mark := run.ns.Mark()
+	p, err := b.startAgentRun(run, name)
+	if err != nil {
+		return 0, err
+	}
+	at, err := waitNotify(ctx, run.ns, p, "READY=1", mark, startTimeout)
+	if qerr := quitAgent(ctx, p, run.controlSocket()); err == nil && qerr != nil {
+		err = fmt.Errorf("stop the agent: %w", qerr)
+	}
+	return at.Sub(p.Started()), err
+}
+
+// timeBareStart starts a bare Envoy on bootPath once (called name), waits
+// for its /ready (1 ms polls), stops it, and returns exec to /ready 200.
+func (b *bench) timeBareStart(ctx context.Context, name, bootPath string, admin int) (time.Duration, error) {
+	p, err := b.startEnvoy(name, bootPath)
+	if err != nil {
+		return 0, err
+	}
+	at, err := pollReady(ctx, p, admin, time.Millisecond, startTimeout)
+	if serr := p.stop(ctx, 10*time.Second); err == nil && serr != nil {
+		err = fmt.Errorf("stop envoy: %w", serr)
+	}
+	return at.Sub(p.Started()), err
 }
