@@ -41,38 +41,7 @@ const (
 // the test makes the edit by hand a user makes today (an admin on the
 // agent's socket, or a TCP admin moved to 127.0.0.1 with admin_port) and
 // holds the rest of the case to its requirements.
-var knownFailures = map[string]string{
-	"front-proxy: " + runsUnchanged:           noAdmin,
-	"tls: " + runsUnchanged:                   noAdmin,
-	"sni: " + runsUnchanged:                   noAdmin,
-	"tcp-proxy: " + runsUnchanged:             noAdmin,
-	"lua: " + runsUnchanged:                   noAdmin,
-	"websocket: " + runsUnchanged:             noAdmin,
-	"ext-authz: " + runsUnchanged:             noAdmin,
-	"local-ratelimit: " + runsUnchanged:       noAdmin,
-	"zipkin: " + runsUnchanged:                noAdmin,
-	"tcp-admin: " + runsUnchanged:             tcpAdmin,
-	"udp: " + runsUnchanged:                   tcpAdmin,
-	"metrics-through-admin: " + runsUnchanged: tcpAdmin,
-
-	"front-proxy: " + editInPlace:           unnamed,
-	"tcp-admin: " + editInPlace:             unnamed,
-	"tls: " + editInPlace:                   unnamed,
-	"sni: " + editInPlace:                   unnamed,
-	"tcp-proxy: " + editInPlace:             unnamed,
-	"websocket: " + editInPlace:             unnamed,
-	"ext-authz: " + editInPlace:             unnamed,
-	"local-ratelimit: " + editInPlace:       unnamed,
-	"zipkin: " + editInPlace:                unnamed,
-	"metrics-through-admin: " + editInPlace: unnamed,
-}
-
-// The reasons of knownFailures.
-const (
-	noAdmin  = "no admin: the agent waits for an admin API the bootstrap does not have, and Envoy is never LIVE for it"
-	tcpAdmin = "a TCP admin: the agent refuses it (exit 3) unless admin_port names it, on loopback"
-	unnamed  = "unnamed listeners: the agent runs the bootstrap as it is, so every reload is a hot restart"
-)
+var knownFailures = map[string]string{}
 
 // corpusCase is one bootstrap of testdata/ and the requests it is asked.
 type corpusCase struct {
