@@ -12,8 +12,7 @@ import (
 const (
 	// MaxSize is the largest bootstrap the agent reads, to check it or to
 	// copy it for an epoch. yaml keeps a few copies of a long scalar (an
-	// 8 MiB one peaked at 45 MB); MaxTokens allows about 1 MB of ordinary
-	// YAML, and the rest is room for long strings (inline certificates).
+	// 8 MiB one peaked at 45 MB).
 	MaxSize = 4 << 20
 	// MaxTokens bounds the tokens of a bootstrap, each weighed by what
 	// yaml's parse can spend on it, in units of about 200 bytes (an empty
@@ -22,11 +21,17 @@ const (
 	// blanks and indicators (a scalar), 1 for the other indicators
 	// ([ ] { } , * & ! | >). It knows nothing of strings or comments, so it
 	// weighs more than yaml spends, never less. A static cluster of a
-	// bootstrap weighs about 85, so this is room for some 2,800 of them.
-	MaxTokens = 240_000
+	// bootstrap, about 330 bytes, weighs about 85: this is room for MaxSize
+	// of such YAML (some 12,000 clusters), so that for a bootstrap written
+	// as operators write them the size is the bound, not this: 240,000, a
+	// megabyte of it, refused 1,000 SNI filter chains with a connection
+	// manager each that a bare Envoy serves. Its nodes then take about
+	// 220 MB at most.
+	MaxTokens = 1_100_000
 	// MaxNodes bounds the nodes a document holds once its aliases are
-	// expanded, which is what a decode into a generic tree builds.
-	MaxNodes = 240_000
+	// expanded, which is what a decode into a generic tree builds: as
+	// many as MaxTokens allows without aliases.
+	MaxNodes = MaxTokens
 	// MaxKeyPairs bounds the pairs of keys yaml compares as it decodes:
 	// every key of a mapping with every other, each time the mapping is
 	// decoded (once more for each alias of it). A mapping of 150,000 keys

@@ -40,8 +40,8 @@ func clusters(n int) string {
 // string a pair), and expands aliases when it decodes into a generic tree
 // (190 KB of aliases to one mapping: 6.5 s of CPU). Each is refused, with a
 // *LimitError, or decoded within bounds, in a child under a 1 GiB data
-// limit; a bootstrap of 1,500 static clusters still decodes, into a struct
-// and into a generic tree.
+// limit; bootstraps of 1,500 static clusters, and of 12,000 (just under
+// MaxSize), still decode, into a struct and into a generic tree.
 func TestHostileYAMLIsRefusedInBoundedMemory(t *testing.T) {
 	if child, used := envoykit.UnderMemoryLimit(t, 1<<30); !child {
 		if used.CPU > 10*time.Second {
@@ -90,7 +90,7 @@ func TestHostileYAMLIsRefusedInBoundedMemory(t *testing.T) {
 			}
 		})
 	}
-	for _, n := range []int{1, 1500} {
+	for _, n := range []int{1, 1500, 12000} {
 		var tree map[string]any
 		if err := Decode([]byte(clusters(n)), &tree); err != nil {
 			t.Fatalf("%d clusters: %v", n, err)
