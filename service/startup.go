@@ -194,7 +194,7 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 		cancel()
 		if err == nil {
 			if r.Live {
-				if err := s.checkResources(); err != nil {
+				if err := s.checkResources(started.Add(startTimeout)); err != nil {
 					lines := s.proxy.LastLines()
 					s.runner.DisableDraining()
 					stopEnvoy()
@@ -224,9 +224,12 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 
 // checkResources fails a start whose Envoy, LIVE, left out a listener or
 // cluster of its resource files (reload_method "auto"): a static bootstrap
-// with that listener would not have started at all.
-func (s *supervisor) checkResources() error {
-	ctx, cancel := context.WithTimeout(context.Background(), serverInfoTimeout)
+// with that listener would not have started at all. It has until deadline,
+// the start's own (start_timeout): at 1,000 listeners on a busy machine,
+// Envoy's admin took longer than serverInfoTimeout to answer, and a start
+// that would have served failed.
+func (s *supervisor) checkResources(deadline time.Time) error {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	if err := s.proxy.ResourcesAccepted(ctx); err != nil {
 		return fmt.Errorf("envoy is LIVE without all of its listeners and clusters: %w", err)
