@@ -3,6 +3,8 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -28,6 +30,7 @@ func LoadConfig(path string) (*Config, error) {
 	}
 	cfg := DefaultConfig()
 	cfg.File = path
+	cfg.sum = textSum(data)
 	cfg.src = newKeyLines(strings.Split(string(data), "\n"))
 	ps := &problems{file: path, lines: cfg.src}
 	if err := checkNesting(data); err != nil {
@@ -79,6 +82,27 @@ func article(typ string) string {
 		return "an " + typ
 	}
 	return "a " + typ
+}
+
+// Sum is the SHA-256 (hex) of the text the configuration was loaded from,
+// "" for one that was not loaded from its file by this process (handed
+// over in a live upgrade): with FileSum, it tells whether the file on disk
+// still holds what is in force.
+func (c *Config) Sum() string { return c.sum }
+
+// FileSum is the SHA-256 (hex) of the configuration file at path as
+// LoadConfig would read it now.
+func FileSum(path string) (string, error) {
+	data, err := readConfigFile(path)
+	if err != nil {
+		return "", err
+	}
+	return textSum(data), nil
+}
+
+func textSum(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }
 
 func readConfigFile(path string) ([]byte, error) {

@@ -30,9 +30,6 @@ import (
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
-// readEvery is how often the tests read Envoy, as the agent does.
-const readEvery = time.Second
-
 // warmReads are the reads before a change: the baseline's.
 const warmReads = 6
 
@@ -277,7 +274,7 @@ func (r *rig) read() Sample {
 // warm starts the load and reads warmReads times, a second apart.
 func (r *rig) warm() {
 	r.load = startDialLoad(r.t, r.edit.Port)
-	tick := time.NewTicker(readEvery)
+	tick := time.NewTicker(ReadEvery)
 	defer tick.Stop()
 	for range warmReads {
 		r.h.Add(r.read())
@@ -292,7 +289,7 @@ func (r *rig) change(window time.Duration, apply func()) (Verdict, time.Duration
 	apply()
 	applied := time.Now()
 	w := r.h.Open(DefaultThresholds(), applied, window)
-	tick := time.NewTicker(readEvery)
+	tick := time.NewTicker(ReadEvery)
 	defer tick.Stop()
 	for {
 		<-tick.C

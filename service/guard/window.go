@@ -5,6 +5,15 @@ import (
 	"time"
 )
 
+// ReadEvery is how often the daemon reads Envoy for the guard (its /stats,
+// listeners and the operator's URL): the reads FailuresInARow counts are
+// this far apart.
+const ReadEvery = time.Second
+
+// MinWindow is the shortest window that can call a regression: one that
+// shows from the first read on needs FailuresInARow reads.
+const MinWindow = FailuresInARow * ReadEvery
+
 // FailuresInARow is how many reads in a row a signal must be over its
 // threshold before a Window calls a regression, as Argo Rollouts' and
 // Flagger's analyses count failed measurements before they abort: one
