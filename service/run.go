@@ -85,9 +85,10 @@ func Run(ctx context.Context, opts Options) error {
 	for _, w := range cfg.Warnings() {
 		log.Warn(w)
 	}
-	s := &supervisor{state: state{cfg: cfg}, log: log, notify: systemd.NewNotifier(log), metrics: newMetrics(), sigs: sigs, handover: handed, version: opts.Version, certs: certs.NewManager(log)}
+	s := &supervisor{state: newState(cfg), log: log, notify: systemd.NewNotifier(log), metrics: newMetrics(), sigs: sigs, handover: handed, version: opts.Version, certs: certs.NewManager(log)}
 	s.selfPath, _ = os.Executable()
 	s.certs.OnChange = s.metrics.certificatesChanged(s.certs)
+	s.metrics.countDrift(s.driftedFiles)
 	return s.run(ctx, opts.Version, stderr)
 }
 

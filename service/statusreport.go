@@ -78,7 +78,10 @@ func (r *statusRecord) reloadDone(start time.Time, res control.ReloadResult) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lastReload = &control.ReloadStatus{At: start.UTC().Format(time.RFC3339Nano), TookMs: res.TookMs, OK: res.OK, Epoch: res.Epoch, Error: res.Error,
-		Path: res.Path, Changed: res.Changed}
+		Path: res.Path, Changed: res.Changed, Outcome: control.OutcomeOK}
+	if !res.OK {
+		r.lastReload.Outcome = control.OutcomeFailed
+	}
 	if res.OK {
 		r.counts.OK++
 	} else {
@@ -147,6 +150,8 @@ func (s *supervisor) statusReport(ctx context.Context) control.StatusReport {
 		rep.Drain = &d
 	}
 	r.mu.Unlock()
+	files := s.filesStatus()
+	rep.Files = &files
 	for _, c := range s.certs.Certificates() {
 		rep.Certificates = append(rep.Certificates, control.CertificateStatus{File: c.File, KeyFile: c.KeyFile, CA: c.CA,
 			Subject: c.Subject, DNSNames: c.DNSNames, Serial: c.Serial, NotAfter: c.NotAfter.UTC().Format(time.RFC3339),
