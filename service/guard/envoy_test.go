@@ -354,6 +354,7 @@ func expect(t *testing.T, v Verdict, took time.Duration, signal Signal, limit ti
 const detectWithin = 8 * time.Second
 
 func TestSignalRouteToRefusingCluster(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.warm()
 	v, took := r.change(10*time.Second, r.reloadInPlace(func(e *edit) { e.Cluster = "dead" }))
@@ -363,6 +364,7 @@ func TestSignalRouteToRefusingCluster(t *testing.T) {
 }
 
 func TestSignalHostsUnhealthy(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.warm()
 	v, took := r.change(10*time.Second, r.reloadInPlace(func(e *edit) { e.HealthPath = "/healthz-typo" }))
@@ -370,6 +372,7 @@ func TestSignalHostsUnhealthy(t *testing.T) {
 }
 
 func TestSignalListenerMoved(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.warm()
 	moved := envoykit.FreePort(t)
@@ -378,6 +381,7 @@ func TestSignalListenerMoved(t *testing.T) {
 }
 
 func TestSignalListenerRefuses(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.warm()
 	v, took := r.change(10*time.Second, r.reloadInPlace(func(e *edit) { e.ServerNames = "www.example.com" }))
@@ -385,6 +389,7 @@ func TestSignalListenerRefuses(t *testing.T) {
 }
 
 func TestSignalTimeouts(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.up.delay.Store(int64(20 * time.Millisecond))
 	r.warm()
@@ -393,6 +398,7 @@ func TestSignalTimeouts(t *testing.T) {
 }
 
 func TestSignalURL(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.url = "http://127.0.0.1:" + strconv.Itoa(r.edit.Port) + "/healthz"
 	r.warm()
@@ -407,6 +413,7 @@ func TestSignalURL(t *testing.T) {
 // 503, good reloads (a response header changed in place, and hot restarts
 // into the same files) are never called regressions.
 func TestGoodReloadsUnderBackground5xx(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	r.up.failEvery.Store(100)
 	r.warm()
