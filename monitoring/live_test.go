@@ -159,6 +159,8 @@ func TestLivePrometheusAlerts(t *testing.T) {
 			t.Fatalf("a reload into a broken bootstrap succeeded:\n%s", out)
 		}
 		p.waitFiring(t, "EnvoyAgentReloadFailed")
+		// The refused bootstrap stays on disk, unlike what Envoy serves.
+		p.waitFiring(t, "EnvoyAgentConfigDrift")
 		if r, err := envoykit.Get(envoykit.URL(a.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
 			t.Errorf("Envoy no longer serves after the bad reload: %v %v", r.Code, err)
 		}

@@ -31,6 +31,12 @@ import (
 //     (Envoy rejected a resource; the previous ones were put back).
 //   - envoy_agent_reload_failures_total (counter): reloads refused or failed; the serving epoch kept serving.
 //   - envoy_agent_last_reload_seconds (gauge): how long the last reload took, from the request to READY=1.
+//   - envoy_agent_reload_rollbacks_total (counter): reloads the reload guard rolled back (agent.reload_guard):
+//     the configuration before serves again, and the files on disk are not what Envoy serves.
+//   - envoy_agent_config_drift_files (gauge): how many of the agent's TOML and Envoy's bootstrap hold other
+//     bytes on disk than the configuration Envoy serves (a reload that failed, was refused or rolled back; an
+//     edit not reloaded yet); 0 when the agent cannot tell (after a live upgrade, until the next reload).
+//     Read and compared at each scrape.
 //   - envoy_agent_drains_incomplete_total{kind="stop"|"restart"} (counter): drains that ran to
 //     termination_drain_duration with downstream connections left (cut when Envoy stopped): the drain
 //     of a stop, or of a reload that restarts Envoy without hot restart. A stop's is seen only by a
@@ -49,6 +55,7 @@ type metrics struct {
 
 	reloadsInPlace       *vmetrics.Counter
 	reloadsInPlaceFailed *vmetrics.Counter
+	reloadRollbacks      *vmetrics.Counter
 
 	drainsIncompleteStop    *vmetrics.Counter
 	drainsIncompleteRestart *vmetrics.Counter
@@ -99,10 +106,17 @@ func newMetrics() *metrics {
 		// Both outcomes from the start, at 0.
 		reloadsInPlace:       set.NewCounter(`envoy_agent_reloads_in_place_total{outcome="ok"}`),
 		reloadsInPlaceFailed: set.NewCounter(`envoy_agent_reloads_in_place_total{outcome="failed"}`),
+		reloadRollbacks:      set.NewCounter("envoy_agent_reload_rollbacks_total"),
 		// Both kinds from the start, at 0: an alert on increase() sees the first one.
 		drainsIncompleteStop:    set.NewCounter(`envoy_agent_drains_incomplete_total{kind="stop"}`),
 		drainsIncompleteRestart: set.NewCounter(`envoy_agent_drains_incomplete_total{kind="restart"}`),
 	}
+}
+
+// countDrift registers envoy_agent_config_drift_files, asked of drifted at
+// each scrape.
+func (m *metrics) countDrift(drifted func() int) {
+	m.set.NewGauge("envoy_agent_config_drift_files", func() float64 { return float64(drifted()) })
 }
 
 // drainEnded counts a drain that ended at its bound with connections left.

@@ -130,10 +130,11 @@ type supervisor struct {
 // fresh start), and from are the Envoys it runs (nil: the real ones, a
 // unit test's fake otherwise).
 func newSupervisor(cfg *config.Config, opts Options, handed *handover.State, log *logrus.Logger, from envoys) (*supervisor, error) {
-	s := &supervisor{state: state{cfg: cfg}, log: log, stderr: opts.Stderr, notify: systemd.NewNotifier(log), metrics: newMetrics(),
+	s := &supervisor{state: newState(cfg), log: log, stderr: opts.Stderr, notify: systemd.NewNotifier(log), metrics: newMetrics(),
 		sigs: opts.Signals, version: opts.Version, handover: handed, certs: certs.NewManager(log)}
 	s.selfPath, _ = os.Executable()
 	s.certs.OnChange = s.metrics.certificatesChanged(s.certs)
+	s.metrics.countDrift(s.driftedFiles)
 	s.envoys = from
 	if s.envoys == nil {
 		s.envoys = realEnvoys{&s.versions}

@@ -12,6 +12,7 @@ package service
 
 import (
 	"sync"
+	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/envoy-agent/envoy-agent/service/config"
@@ -42,8 +43,22 @@ const (
 type state struct {
 	lock      sync.Mutex
 	cfg       *config.Config
+	files     servedFiles // cfg's files when it came into force (drift.go)
 	phase     phase
 	hrVersion string // the serving Envoy's hot-restart version
+}
+
+// inForce is what state keeps of the configuration in force: what a
+// rollback puts back.
+type inForce struct {
+	cfg       *config.Config
+	files     servedFiles
+	hrVersion string
+}
+
+// newState is the state of a supervisor that starts with cfg.
+func newState(cfg *config.Config) state {
+	return state{cfg: cfg, files: filesOf(cfg, time.Now())}
 }
 
 func (st *state) config() *config.Config {
@@ -53,11 +68,35 @@ func (st *state) config() *config.Config {
 }
 
 // reloaded takes a reload's configuration and the hot-restart version of
-// the Envoy that now serves it, together.
+// the Envoy that now serves it, together, with its files as they are now.
 func (st *state) reloaded(c *config.Config, hotRestartVersion string) {
+	files := filesOf(c, time.Now())
 	st.lock.Lock()
-	st.cfg, st.hrVersion = c, hotRestartVersion
+	st.cfg, st.hrVersion, st.files = c, hotRestartVersion, files
 	st.lock.Unlock()
+}
+
+// current is the configuration in force, for a rollback to put back.
+func (st *state) current() inForce {
+	st.lock.Lock()
+	defer st.lock.Unlock()
+	return inForce{cfg: st.cfg, files: st.files, hrVersion: st.hrVersion}
+}
+
+// putBack makes f, taken by current before a reload, the configuration in
+// force again: a rollback, whose files are those of before (not the
+// files on disk, which hold what was rolled back).
+func (st *state) putBack(f inForce) {
+	st.lock.Lock()
+	st.cfg, st.files, st.hrVersion = f.cfg, f.files, f.hrVersion
+	st.lock.Unlock()
+}
+
+// served is the configuration in force with its files when it came in.
+func (st *state) served() (*config.Config, servedFiles) {
+	st.lock.Lock()
+	defer st.lock.Unlock()
+	return st.cfg, st.files
 }
 
 func (st *state) hotRestartVersion() string {

@@ -7,19 +7,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy/reexec"
+	"github.com/envoy-agent/envoy-agent/service/config"
 	"github.com/envoy-agent/envoy-agent/service/control"
 	"github.com/envoy-agent/envoy-agent/service/handover"
 )
 
 // The old agent's side of a live upgrade: it re-executes the new binary in
 // its own process and hands over a state file (package handover, which
-// also probes the new binary). adopt.go is the new agent's side; README.md
+// also probes the new binary); the new agent's side is at the end of this file; README.md
 // "Upgrading envoy-agent".
 
 // upgradeState guards the live upgrade: one at a time.
@@ -207,4 +209,25 @@ func (s *supervisor) execHandover(up preparedUpgrade, o *opened) error {
 		_ = os.Remove(path)
 		return err
 	})
+}
+
+// The new agent's side of a live upgrade: what it adopts from the agent
+// that re-executed into it (s.handover, package handover). The old agent's
+// side is upgrade.go; README.md "Upgrading envoy-agent".
+
+// openPorts binds the status and metrics ports, or takes them over from
+// the agent that handed over (no moment without them).
+func (s *supervisor) openPorts(cfg *config.Config) (statusLn, promLn net.Listener, err error) {
+	if st := s.handover; st != nil {
+		return st.AdoptListeners()
+	}
+	return bindPorts(cfg)
+}
+
+// adoptedNote is what READY's STATUS= adds after a handover.
+func (s *supervisor) adoptedNote() string {
+	if st := s.handover; st != nil {
+		return fmt.Sprintf("; adopted epoch %d from envoy-agent %s", s.proxy.Epoch(), st.FromAgentVersion)
+	}
+	return ""
 }

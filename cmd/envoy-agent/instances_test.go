@@ -138,9 +138,26 @@ func TestStatusFollowsTheAgent(t *testing.T) {
 	if len(rep.Envoy.Listeners) != 1 || rep.Envoy.Listeners[0].Address != listener || rep.Envoy.ActiveConnections == nil {
 		t.Fatalf("want the listener on %s and a connection count:\n%s", listener, out)
 	}
+	if f := rep.Files; f == nil || f.State != control.FilesInSync || f.Config.Path != p.config || f.Bootstrap.SHA256 == "" ||
+		f.Bootstrap.SHA256 != f.Bootstrap.ServedSHA256 || p.metric("envoy_agent_config_drift_files") != "0" {
+		t.Fatalf("files after the start, drift metric %q:\n%s", p.metric("envoy_agent_config_drift_files"), out)
+	}
 	_, text, _ := runAgent(t, "status", "--config", p.config)
-	if !strings.Contains(text, ": live (") || !strings.Contains(text, fmt.Sprintf("epoch 0, pid %d, serving", p.envoyPid)) {
+	if !strings.Contains(text, ": live (") || !strings.Contains(text, fmt.Sprintf("epoch 0, pid %d, serving", p.envoyPid)) ||
+		!strings.Contains(text, "  files:        as Envoy serves them (taken ") {
 		t.Fatalf("text status:\n%s", text)
+	}
+	// An edit not reloaded yet: the files differ, and say so.
+	bootstrap := filepath.Join(p.dir, "envoy.yaml")
+	served, err := os.ReadFile(bootstrap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, bootstrap, string(served)+"# an edit\n")
+	_, rep, out = p.status(t)
+	if f := rep.Files; f == nil || f.State != control.FilesDiffer || !f.Bootstrap.Differs || f.Config.Differs || !strings.Contains(f.Reason, "not reloaded yet") ||
+		p.metric("envoy_agent_config_drift_files") != "1" || p.metric("envoy_agent_reload_rollbacks_total") != "0" {
+		t.Fatalf("files after an edit, drift metric %q:\n%s", p.metric("envoy_agent_config_drift_files"), out)
 	}
 
 	if code, out := p.reload(); code != 0 {
@@ -149,16 +166,27 @@ func TestStatusFollowsTheAgent(t *testing.T) {
 	code, rep, out = p.status(t)
 	if code != 0 || rep.State != "live" || len(rep.Epochs) != 2 || rep.Epochs[0].Epoch != 1 || rep.Epochs[0].Role != "serving" ||
 		rep.Epochs[1].Pid != p.envoyPid || rep.Epochs[1].Role != "draining" || rep.Epochs[1].DrainEndsInSeconds == nil ||
-		rep.Envoy.ServingEpoch != 1 || rep.LastReload == nil || !rep.LastReload.OK || rep.LastReload.Epoch != 1 || rep.Reloads.OK != 1 {
+		rep.Envoy.ServingEpoch != 1 || rep.LastReload == nil || !rep.LastReload.OK || rep.LastReload.Epoch != 1 || rep.Reloads.OK != 1 ||
+		rep.LastReload.Outcome != control.OutcomeOK || rep.Files == nil || rep.Files.State != control.FilesInSync {
 		t.Fatalf("status after a reload (exit %d):\n%s", code, out)
 	}
-	writeFile(t, filepath.Join(p.dir, "envoy.yaml"), "static_resources: {listeners: [{name: broken}]\n")
+	writeFile(t, bootstrap, "static_resources: {listeners: [{name: broken}]\n")
 	if code, _ := p.reload(); code == 0 {
 		t.Fatal("a reload of an invalid bootstrap succeeded")
 	}
 	_, rep, out = p.status(t)
-	if rep.LastReload == nil || rep.LastReload.OK || rep.LastReload.Error == "" || rep.Reloads.Failed != 1 || rep.Envoy.ServingEpoch != 1 {
+	if rep.LastReload == nil || rep.LastReload.OK || rep.LastReload.Error == "" || rep.Reloads.Failed != 1 || rep.Envoy.ServingEpoch != 1 ||
+		rep.LastReload.Outcome != control.OutcomeFailed {
 		t.Fatalf("status after a failed reload:\n%s", out)
+	}
+	// The refused files are not what Envoy serves, and the status says why.
+	if f := rep.Files; f == nil || f.State != control.FilesDiffer || !strings.Contains(f.Reason, "the reload of these files at "+rep.LastReload.At+" failed: ") ||
+		p.metric("envoy_agent_config_drift_files") != "1" {
+		t.Fatalf("files after a refused reload:\n%s", out)
+	}
+	_, text, _ = runAgent(t, "status", "--config", p.config)
+	if !strings.Contains(text, "  files:        "+bootstrap+" NOT what Envoy serves: the reload of these files at ") {
+		t.Fatalf("text status after a refused reload:\n%s", text)
 	}
 
 	p.signal(syscall.SIGTERM)

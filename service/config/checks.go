@@ -38,6 +38,7 @@ var durationKeys = []struct {
 	{"agent.termination_drain_duration", func(c *Config) Duration { return c.Agent.TerminationDrainDuration }},
 	{"agent.min_drain_duration", func(c *Config) Duration { return c.Agent.MinDrainDuration }},
 	{"agent.start_timeout", func(c *Config) Duration { return c.Agent.StartTimeout }},
+	{"agent.reload_guard", func(c *Config) Duration { return c.Agent.ReloadGuard }},
 }
 
 // agentOwnedFlags are Envoy's flags the agent sets itself (envoy/args.go)
@@ -237,6 +238,7 @@ func (c *Config) check(ps *problems, fileTrust error) {
 		ps.add("agent.log_format", "unknown format %q (text or json)", a.LogFormat)
 	}
 	c.checkLimits(ps)
+	c.checkGuard(ps)
 	runDirOK := true
 	if dir := c.RunDir(); dir != "" {
 		if err := hostfiles.CheckHotRestartSocketPath(dir, c.Envoy.BaseID); err != nil {

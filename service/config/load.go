@@ -3,6 +3,8 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -29,6 +31,7 @@ func LoadConfig(path string) (*Config, error) {
 	}
 	cfg := DefaultConfig()
 	cfg.File = path
+	cfg.sum = textSum(data)
 	cfg.src = newKeyLines(strings.Split(string(data), "\n"))
 	ps := &problems{file: path, lines: cfg.src}
 	if err := checkNesting(data); err != nil {
@@ -98,6 +101,27 @@ func readTrustedConfigFile(path string) (data []byte, trust, err error) {
 		return nil, nil, fmt.Errorf("cannot read the configuration: %w", err)
 	}
 	return data, nil, nil
+}
+
+// Sum is the SHA-256 (hex) of the text the configuration was loaded from,
+// "" for one that was not loaded from its file by this process (handed
+// over in a live upgrade): with FileSum, it tells whether the file on disk
+// still holds what is in force.
+func (c *Config) Sum() string { return c.sum }
+
+// FileSum is the SHA-256 (hex) of the configuration file at path as
+// LoadConfig would read it now.
+func FileSum(path string) (string, error) {
+	data, err := readConfigFile(path)
+	if err != nil {
+		return "", err
+	}
+	return textSum(data), nil
+}
+
+func textSum(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }
 
 func readConfigFile(path string) ([]byte, error) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy/cli"
+	"github.com/envoy-agent/envoy-agent/service/guard"
 )
 
 // Config is the agent's configuration file, /etc/envoy-agent/config.toml.
@@ -33,6 +34,8 @@ type Config struct {
 	// notes say what the agent changes in its copy of the bootstrap
 	// (Notes).
 	notes []string
+	// sum is the SHA-256 of the text it was loaded from (Sum).
+	sum string
 }
 
 // Warnings are what the checks found that does not make the configuration
@@ -91,6 +94,17 @@ type AgentConfig struct {
 	// a live upgrade's state (package handover) then stays readable by an
 	// agent that predates the key.
 	ReloadMethod string `toml:"reload_method" json:",omitempty"`
+	// ReloadGuard is how long the reload guard watches Envoy's traffic
+	// after a reload (guard.go); 0, the default, turns it off. With
+	// ReloadGuardURL, left out of the JSON when unset, as ReloadMethod.
+	ReloadGuard    Duration `toml:"reload_guard" json:",omitempty"`
+	ReloadGuardURL string   `toml:"reload_guard_url" json:",omitempty"`
+	// The guard's thresholds (GuardThresholds). Left out of a live
+	// upgrade's state: the guard judges a reload with the thresholds of
+	// the file that reload read, never with those handed over.
+	ReloadGuardErrorRise    Ratio `toml:"reload_guard_error_rise" json:"-"`
+	ReloadGuardMinRequests  int64 `toml:"reload_guard_min_requests" json:"-"`
+	ReloadGuardHealthyShare Ratio `toml:"reload_guard_healthy_share" json:"-"`
 }
 
 // InPlace reports whether Envoy runs from resource files that a reload
@@ -176,6 +190,9 @@ func DefaultConfig() Config {
 			StartTimeout:             Duration(60 * time.Second),
 			LogLevel:                 "info",
 			LogFormat:                "text",
+			ReloadGuardErrorRise:     guard.DefaultErrorRise,
+			ReloadGuardMinRequests:   guard.DefaultMinRequests,
+			ReloadGuardHealthyShare:  guard.DefaultHealthyShare,
 		},
 	}
 }

@@ -41,6 +41,9 @@ type StatusReport struct {
 	Drain         *DrainStatus  `json:"drain,omitempty"`
 	LastReload    *ReloadStatus `json:"last_reload,omitempty"`
 	Reloads       ReloadCounts  `json:"reloads"`
+	// Files says whether the agent's TOML and Envoy's bootstrap on disk are
+	// what Envoy serves.
+	Files *FilesStatus `json:"files,omitempty"`
 	// Certificates are those the bootstrap names by file, served to Envoy
 	// as secrets and watched for renewals (envoy/certs).
 	Certificates []CertificateStatus `json:"certificates,omitempty"`
@@ -137,6 +140,87 @@ type ReloadStatus struct {
 	// Path and Changed are ReloadResult's (reload_method "auto" only).
 	Path    string `json:"path,omitempty"`
 	Changed string `json:"changed,omitempty"`
+	// Outcome is one of the Outcome constants.
+	Outcome string `json:"outcome,omitempty"`
+	// GuardEnds is when the reload guard stops watching the reload, with
+	// OutcomeGuarding (RFC 3339).
+	GuardEnds string `json:"guard_ends,omitempty"`
+	// Rollback is the reload guard's rollback, with OutcomeRolledBack.
+	Rollback *RollbackStatus `json:"rollback,omitempty"`
+}
+
+// The outcomes of a reload (ReloadStatus.Outcome).
+const (
+	// OutcomeOK: the new configuration serves (and the reload guard, when
+	// on, saw no regression).
+	OutcomeOK = "ok"
+	// OutcomeFailed: refused or failed; the configuration before serves.
+	OutcomeFailed = "failed"
+	// OutcomeGuarding: the new configuration serves and the reload guard
+	// watches it until GuardEnds.
+	OutcomeGuarding = "guarding"
+	// OutcomeRolledBack: the reload guard saw a regression and put the
+	// configuration before back; Rollback says why.
+	OutcomeRolledBack = "rolled_back"
+)
+
+// RollbackStatus is the reload guard's rollback of a reload.
+type RollbackStatus struct {
+	At     string `json:"at"`     // when the guard called the regression, RFC 3339
+	Reason string `json:"reason"` // the first finding, as a sentence
+	// Findings are every signal that was past its threshold, most telling
+	// first.
+	Findings []GuardFinding `json:"findings"`
+	// Path is how the configuration before came back: PathInPlace (the
+	// previous resources put back in the same Envoy) or PathHotRestart (to
+	// the previous bootstrap copy).
+	Path   string `json:"path"`
+	TookMs int64  `json:"took_ms"` // from the regression until the configuration before served
+	// Error is why the rollback failed: the reloaded configuration still
+	// serves.
+	Error string `json:"error,omitempty"`
+}
+
+// GuardFinding is one signal past its threshold (package guard's Finding).
+type GuardFinding struct {
+	Signal  string `json:"signal"`            // downstream_5xx, upstream_5xx, connect_failures, timeouts, healthy_hosts, listener_gone, listener_refused, url
+	Subject string `json:"subject,omitempty"` // the cluster, the listener's address or the URL
+	Before  string `json:"before"`            // its figures before the reload, "0.4% of 2410 requests"
+	After   string `json:"after"`             // and after
+}
+
+// FilesStatus says whether the files on disk are what Envoy serves: the
+// agent's TOML and Envoy's bootstrap as they were when the configuration
+// in force came in (at the start or by the last reload that took one).
+type FilesStatus struct {
+	State string `json:"state"` // FilesInSync, FilesDiffer or FilesUnknown
+	// ServedSince is when the configuration in force came in, RFC 3339.
+	ServedSince string     `json:"served_since,omitempty"`
+	Config      FileStatus `json:"config"`
+	Bootstrap   FileStatus `json:"bootstrap"`
+	// Reason says why they differ (the last reload of these files failed,
+	// was refused or rolled back; an edit not reloaded yet), or why the
+	// agent cannot tell.
+	Reason string `json:"reason,omitempty"`
+}
+
+// The states of FilesStatus.
+const (
+	FilesInSync  = "in_sync"
+	FilesDiffer  = "differ"
+	FilesUnknown = "unknown"
+)
+
+// FileStatus is one of the files.
+type FileStatus struct {
+	Path string `json:"path"`
+	// ServedSHA256 is the SHA-256 of the file's bytes that Envoy serves,
+	// "" when the agent does not know them; SHA256 of those on disk now.
+	ServedSHA256 string `json:"served_sha256,omitempty"`
+	SHA256       string `json:"sha256,omitempty"`
+	Differs      bool   `json:"differs"`
+	Modified     string `json:"modified,omitempty"` // the file's modification time, RFC 3339
+	Error        string `json:"error,omitempty"`    // why it could not be read
 }
 
 // ReloadCounts counts the reloads since the agent started.

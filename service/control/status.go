@@ -181,17 +181,14 @@ func FormatStatus(r StatusReport) string {
 		}
 	}
 	if lr := r.LastReload; lr != nil {
-		if lr.OK && lr.Path == PathInPlace {
-			line("last reload", "%s: ok in place in %d ms (%s), epoch %d serving", lr.At, lr.TookMs, lr.Changed, lr.Epoch)
-		} else if lr.OK {
-			line("last reload", "%s: ok in %d ms, epoch %d serving", lr.At, lr.TookMs, lr.Epoch)
-		} else {
-			line("last reload", "%s: FAILED after %d ms, epoch %d kept serving: %s", lr.At, lr.TookMs, lr.Epoch, firstLine(lr.Error))
-		}
+		line("last reload", "%s", reloadText(lr))
 	} else {
 		line("last reload", "none")
 	}
 	line("reloads", "%d ok, %d failed", r.Reloads.OK, r.Reloads.Failed)
+	if f := r.Files; f != nil {
+		line("files", "%s", filesText(f))
+	}
 	for i, c := range r.Certificates {
 		label := ""
 		if i == 0 {
@@ -212,6 +209,48 @@ func FormatStatus(r StatusReport) string {
 		}
 	}
 	return b.String()
+}
+
+// reloadText is the last reload's line.
+func reloadText(lr *ReloadStatus) string {
+	if rb := lr.Rollback; lr.Outcome == OutcomeRolledBack && rb != nil {
+		if rb.Error != "" {
+			return fmt.Sprintf("%s: the reload guard saw a regression at %s and its rollback FAILED: %s; the reloaded configuration serves (epoch %d); regression: %s",
+				lr.At, rb.At, firstLine(rb.Error), lr.Epoch, rb.Reason)
+		}
+		return fmt.Sprintf("%s: ROLLED BACK by the reload guard at %s (%s in %d ms), epoch %d serves the configuration from before: %s",
+			lr.At, rb.At, strings.ReplaceAll(rb.Path, "_", " "), rb.TookMs, lr.Epoch, rb.Reason)
+	}
+	var text string
+	switch {
+	case !lr.OK:
+		return fmt.Sprintf("%s: FAILED after %d ms, epoch %d kept serving: %s", lr.At, lr.TookMs, lr.Epoch, firstLine(lr.Error))
+	case lr.Path == PathInPlace:
+		text = fmt.Sprintf("%s: ok in place in %d ms (%s), epoch %d serving", lr.At, lr.TookMs, lr.Changed, lr.Epoch)
+	default:
+		text = fmt.Sprintf("%s: ok in %d ms, epoch %d serving", lr.At, lr.TookMs, lr.Epoch)
+	}
+	if lr.Outcome == OutcomeGuarding {
+		text += "; the reload guard watches it until " + lr.GuardEnds
+	}
+	return text
+}
+
+// filesText is the files' line.
+func filesText(f *FilesStatus) string {
+	switch f.State {
+	case FilesInSync:
+		return "as Envoy serves them (taken " + f.ServedSince + ")"
+	case FilesDiffer:
+		var differ []string
+		for _, fs := range []FileStatus{f.Config, f.Bootstrap} {
+			if fs.Differs {
+				differ = append(differ, fs.Path)
+			}
+		}
+		return fmt.Sprintf("%s NOT what Envoy serves: %s", strings.Join(differ, " and "), f.Reason)
+	}
+	return "unknown: " + f.Reason
 }
 
 func secs(s float64) string {

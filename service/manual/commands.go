@@ -42,7 +42,7 @@ var Commands = []Command{
 	{
 		Name: "status", Args: "[--config FILE] [--json]",
 		Summary:     "what the running agent and its Envoy are doing",
-		Description: "what the agent running with this file and its Envoy are doing: state, epochs, versions, connections, listeners, drain, last reload, the certificates in use with their expiry; `--json` for the documented JSON (schema_version 1). Exits 0 when the agent answers, 3 when none runs, 4 when the file or the answer cannot be read",
+		Description: "what the agent running with this file and its Envoy are doing: state, epochs, versions, connections, listeners, drain, last reload, whether the files on disk are what Envoy serves, the certificates in use with their expiry; `--json` for the documented JSON (schema_version 1). Exits 0 when the agent answers, 3 when none runs, 4 when the file or the answer cannot be read",
 	},
 	{
 		Name: "reopen-logs", Args: "[--config FILE]", ConfigFlag: true,

@@ -9,8 +9,10 @@
 # request, no retries) while the playbook rolls out:
 #   install from scratch; a config change (0 failed requests, hosts switched one after the
 #   other); a broken bootstrap (validate stops it on the first host, nothing changes anywhere);
+#   a change that fails at run time on the second host (its files put back, a restart there serves
+#   the old configuration; after the fix a re-run converges, and the run after changes nothing);
 #   an Envoy binary upgrade (hot restart, 0 failed requests); an agent package upgrade (the
-#   failed requests are reported); a second run that changes nothing.
+#   failed requests are reported); a second run that changes nothing; check mode.
 # One host (REPO_HOST) installs from the package repository instead (`make repo`'s mkrepo.sh,
 # served over HTTP on that host's loopback, the role's envoy_agent_repo_url and _repo_key): Envoy
 # as a package too, and its upgrades are the newer packages published into the repository.
@@ -53,7 +55,7 @@ URL=http://127.0.0.1:80/
 HEADER=x-config-version
 # Bounds: one playbook run over the three hosts, and the whole script.
 PLAYBOOK_TIMEOUT=420
-SCRIPT_TIMEOUT=1500
+SCRIPT_TIMEOUT=2400
 
 passed=0
 failed=0
@@ -450,39 +452,106 @@ broken_config() {
 	[ "$bad" -eq 0 ] || fail "$bad requests failed"
 }
 
-# A change that validates but fails at run time on the first host (a listener port held there):
-# the reload fails, the rollout stops, the first host keeps serving v2 and the others are untouched.
+# The rollout of a change that validates but fails at run time on one host: a new listener on a
+# port another process holds on FAIL_HOST, the second host, so that the first host has taken the
+# change before. Envoy refuses the listener and the agent keeps the configuration it served; the
+# rollout stops at FAIL_HOST, and the role puts the files that host's Envoy serves back before it
+# fails the host: a restart (or a reboot) there serves what served before. 0 failed requests on
+# every host, the third host untouched.
+FAIL_HOST=fleet-2
 reload_fails() {
 	local h
-	for h in fleet-2 fleet-3; do host_state "$h" >"$work/$h.before" || return 1; done
-	T=30 on fleet-1 systemd-run --unit fleet-port-81 python3 -c \
+	for h in "$FAIL_HOST" fleet-3; do host_state "$h" >"$work/$h.before" || return 1; done
+	T=30 on "$FAIL_HOST" systemd-run --unit fleet-port-81 python3 -c \
 		'import socket, time; s = socket.socket(); s.bind(("127.0.0.1", 81)); s.listen(); time.sleep(3600)' || return 1
-	wait_for 20 on fleet-1 python3 -c 'import socket; socket.create_connection(("127.0.0.1", 81), 1)' || fail "port 81 not held"
+	wait_for 20 on "$FAIL_HOST" python3 -c 'import socket; socket.create_connection(("127.0.0.1", 81), 1)' || fail "port 81 not held"
 	load_start runtime
 	playbook runtime -e envoy_agent_config_version=3 -e "envoy_agent_bootstrap_template=$repo/test/fleet/port-taken.yaml.j2"
 	local rc=$?
 	load_stop runtime
-	T=30 on fleet-1 systemctl stop fleet-port-81
 	local bad
 	bad=$(load_report runtime | tee "$work/runtime.report" | tail -n1)
 	grep '^detail' "$work/runtime.report"
-	[ $rc -ne 0 ] || fail "the playbook succeeded with a port taken on fleet-1"
+	[ $rc -ne 0 ] || fail "the playbook succeeded with a port taken on $FAIL_HOST"
 	local failed_task
-	failed_task=$(awk '/^(RUNNING HANDLER|TASK) \[/ {t = $0} /^fatal: \[fleet-1\]/ {print t; exit}' "$work/runtime.play" |
+	failed_task=$(awk '/^(RUNNING HANDLER|TASK) \[/ {t = $0} /^fatal: \['"$FAIL_HOST"'\]/ {print t; exit}' "$work/runtime.play" |
 		sed 's/^[A-Z ]* \[\(.*\)\] \**$/\1/')
-	echo "detail: fleet-1 failed at \"$failed_task\": $(grep -m1 -oE 'envoy-agent: .*last reload failed: .*' "$work/runtime.play" | grep -oE 'last reload failed: .*' | cut -c1-200)"
-	[ "$failed_task" = "envoy_agent : Reload envoy-agent" ] || { show_play runtime; fail "fleet-1 did not fail at the reload"; }
-	# The handler's stderr: the agent's STATUS= with the reason (not the handler's source, which
-	# Ansible also prints).
-	grep -qE '^ *systemctl reload failed; envoy-agent: .*last reload failed: .*in use' "$work/runtime.play" || { show_play runtime; fail "the failure does not give the agent's reason"; }
-	for h in fleet-2 fleet-3; do
-		! grep -qE "^(ok|changed|fatal|skipping): \[$h\]" "$work/runtime.play" || fail "the play ran tasks on $h"
+	echo "detail: $FAIL_HOST failed at \"$failed_task\": $(grep -m1 -oE 'last reload failed: .*' "$work/runtime.play" | cut -c1-160)"
+	[ "$failed_task" = "envoy_agent : The reload failed" ] || { show_play runtime; fail "$FAIL_HOST did not fail at the reload"; }
+	# The handler's message: the agent's STATUS= with the reason (not the handler's source, which
+	# Ansible also prints and which has no "last reload failed").
+	grep -qE 'systemctl reload failed; envoy-agent: .*last reload failed: .*in use' "$work/runtime.play" ||
+		{ show_play runtime; fail "the failure does not give the agent's reason"; }
+	grep -q "the files its Envoy serves were put back" "$work/runtime.play" || { show_play runtime; fail "the failure does not say the files were put back"; }
+	[ "$(recap runtime fleet-1 failed)" = 0 ] && [ "$(answer fleet-1)" = "200 3" ] || fail "fleet-1 did not take the change: $(answer fleet-1)"
+	! grep -qE "^(ok|changed|fatal|skipping): \[fleet-3\]" "$work/runtime.play" || fail "the play ran tasks on fleet-3"
+	for h in "$FAIL_HOST" fleet-3; do
 		host_state "$h" >"$work/$h.after"
 		diff "$work/$h.before" "$work/$h.after" || fail "$h changed: live files, agent or reload count"
 	done
-	[ "$(on fleet-1 systemctl is-active envoy-agent)" = active ] || fail "fleet-1's unit is not active"
-	expect_version 2
+	[ "$(on "$FAIL_HOST" systemctl is-active envoy-agent)" = active ] || fail "$FAIL_HOST's unit is not active"
+	[ "$(answer "$FAIL_HOST")" = "200 2" ] || fail "$FAIL_HOST answered \"$(answer "$FAIL_HOST")\", want \"200 2\""
+	files_state "$FAIL_HOST" in_sync
 	[ "$bad" -eq 0 ] || fail "$bad requests failed"
+	# Before the fix, a restart of that host serves what served before (its files are those).
+	T=120 on "$FAIL_HOST" systemctl restart envoy-agent || fail "systemctl restart on $FAIL_HOST failed: $(on "$FAIL_HOST" systemctl status envoy-agent | tail -n 5)"
+	wait_for 60 ready "$FAIL_HOST" || fail "$FAIL_HOST not ready after the restart"
+	[ "$(answer "$FAIL_HOST")" = "200 2" ] || fail "after a restart $FAIL_HOST answered \"$(answer "$FAIL_HOST")\", want \"200 2\""
+	echo "detail: $FAIL_HOST restarted before the fix: serving v2, files $(files_state "$FAIL_HOST" in_sync)"
+}
+
+ready() { [ "$(on "$1" curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:15020/healthz/ready)" = 200 ]; }
+
+# files_state HOST WANT: `envoy-agent status --json` on HOST says its files are WANT (in_sync,
+# differ) against what its Envoy serves; prints it.
+files_state() {
+	local got
+	got=$(on "$1" envoy-agent status --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["files"]["state"])')
+	[ "$got" = "$2" ] || fail "$1: status says the files are \"$got\", want $2: $(on "$1" envoy-agent status | grep -E 'files|last reload')"
+	echo "$got"
+}
+
+# The port freed, the same change rolled out again converges: FAIL_HOST and fleet-3 take it (the
+# first host has it already) with 0 failed requests, and a run after changes nothing.
+fixed_rerun() {
+	T=30 on "$FAIL_HOST" systemctl stop fleet-port-81
+	load_start fixed
+	playbook fixed -e envoy_agent_config_version=3 -e "envoy_agent_bootstrap_template=$repo/test/fleet/port-taken.yaml.j2"
+	local rc=$?
+	load_stop fixed
+	local bad h
+	bad=$(load_report fixed | tee "$work/fixed.report" | tail -n1)
+	grep '^detail' "$work/fixed.report"
+	[ $rc -eq 0 ] || { show_play fixed; fail "the playbook failed"; }
+	expect_version 3
+	echo "detail: changed fleet-1=$(recap fixed fleet-1 changed) $FAIL_HOST=$(recap fixed "$FAIL_HOST" changed) fleet-3=$(recap fixed fleet-3 changed)"
+	[ "$(recap fixed fleet-1 changed)" = 0 ] || fail "fleet-1, which had the change, changed"
+	for h in "$FAIL_HOST" fleet-3; do [ "$(recap fixed "$h" changed)" -gt 0 ] || fail "$h did not change"; done
+	[ "$bad" -eq 0 ] || fail "$bad requests failed"
+	playbook fixed-again -e envoy_agent_config_version=3 -e "envoy_agent_bootstrap_template=$repo/test/fleet/port-taken.yaml.j2" ||
+		{ show_play fixed-again; fail "the second run failed"; }
+	for h in "${HOSTS[@]}"; do
+		[ "$(recap fixed-again "$h" changed)" = 0 ] || { grep -E "^changed: \[$h\]" -B2 "$work/fixed-again.play"; fail "$h: changed=$(recap fixed-again "$h" changed) on the second run"; }
+		files_state "$h" in_sync >/dev/null
+	done
+}
+
+# Check mode with a change: the diff of each host's files, nothing changed anywhere (the candidate
+# is still validated, in a folder of its own).
+check_mode() {
+	local h
+	for h in "${HOSTS[@]}"; do host_state "$h" >"$work/$h.before" || return 1; done
+	playbook check --check --diff -e envoy_agent_config_version=4 -e "envoy_agent_envoy_binary_src=$share/envoy-last" \
+		-e "envoy_agent_deb=$share/envoy-agent-upgrade.deb" || { show_play check; fail "the check failed"; }
+	local diffs
+	diffs=$(grep -cE '^\+.*Configuration version 4' "$work/check.play")
+	echo "detail: $diffs diffs of the bootstrap shown"
+	[ "$diffs" -ge "${#HOSTS[@]}" ] || { show_play check; fail "want a diff of the bootstrap for each host"; }
+	for h in "${HOSTS[@]}"; do
+		host_state "$h" >"$work/$h.after"
+		diff "$work/$h.before" "$work/$h.after" || fail "$h changed in check mode"
+	done
+	expect_version 2
 }
 
 served_envoy() { # served_envoy HOST: the version the serving Envoy reports
@@ -570,7 +639,8 @@ if setup_step "setup: systemd-nspawn and ansible present" host_tools &&
 	if step "install from scratch: packages ($REPO_HOST from the repository), config v1, unit enabled, active and ready" install; then
 		step "config change v1 -> v2 under load: one host after the other, 0 failed requests" config_change
 		step "broken bootstrap: validate stops it on the first host, nothing changed anywhere" broken_config
-		step "reload failing at run time on the first host: rollout stopped, old config still served" reload_fails
+		step "reload failing at run time on $FAIL_HOST (a new listener's port held there): rollout stopped at it, 0 failed requests, its files put back; restarted before the fix, it serves the old configuration" reload_fails
+		step "port freed: a re-run brings every host to the new configuration, 0 failed requests; the run after changes nothing" fixed_rerun
 		if [ "$envoy_from" != "$envoy_to" ]; then
 			step "Envoy upgrade $envoy_from -> $envoy_to under load (hot restart; $REPO_HOST: the package published and upgraded from the repository): 0 failed requests" envoy_upgrade
 		else
@@ -578,6 +648,7 @@ if setup_step "setup: systemd-nspawn and ansible present" host_tools &&
 		fi
 		step "envoy-agent package upgrade under load ($REPO_HOST: from the repository): handed over live, 0 failed, same main PID and Envoy" agent_upgrade
 		step "second run: changed=0 on every host" second_run
+		step "check mode with a change: each host's diff, nothing changed" check_mode
 	else
 		skip "rollout steps" "the install failed"
 	fi
