@@ -12,7 +12,7 @@
 // reading the YAML as Envoy's own loader does or failing; Server answers
 // each Envoy process (an epoch, named by the :authority of its gRPC stream)
 // from a resource set of its own and tells what it acknowledged; and
-// Bootstrap gives the pieces of a bootstrap that point Envoy at it.
+// ads.Bootstrap gives the pieces of a bootstrap that point Envoy at it.
 //
 // It knows nothing of systemd, TOML or the envoy package, and never logs or
 // returns a resource's content (a secret's key).

@@ -3,7 +3,7 @@
 // epoch, and the config source a connection manager's rds and an
 // SdsSecretConfig use to read from ADS.
 
-package xds
+package ads
 
 import (
 	"fmt"
@@ -45,7 +45,7 @@ type Pieces struct {
 // :authority, which Server answers by) with the server's socket at socket.
 // taken says whether the operator's bootstrap has a cluster of a name.
 func Bootstrap(socket, epoch string, taken func(string) bool) (Pieces, error) {
-	if err := checkEpoch(epoch); err != nil {
+	if err := CheckEpoch(epoch); err != nil {
 		return Pieces{}, err
 	}
 	name := ClusterName
