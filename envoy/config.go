@@ -13,6 +13,7 @@ import (
 	"github.com/envoy-agent/envoy-agent/envoy/cli"
 	"github.com/envoy-agent/envoy-agent/envoy/epochfiles"
 	"github.com/envoy-agent/envoy-agent/envoy/inplace"
+	"github.com/envoy-agent/envoy-agent/envoy/xds/ads"
 )
 
 // ProxyConfig describes one Envoy: how to launch it and how to reach its admin
@@ -68,12 +69,18 @@ type ProxyConfig struct {
 	// DisableHotRestart passes --disable-hot-restart instead of
 	// --base-id/--restart-epoch.
 	DisableHotRestart bool
-	// ResourceFiles runs each epoch with the bootstrap's static listeners,
-	// routes, clusters and secrets moved to resource files of its own
-	// (envoy/epochfiles, envoy/inplace), so that a reload can change them
-	// in the serving Envoy (ReloadPlan's InPlace path). A bootstrap that
-	// cannot be rewritten runs as it is.
+	// ResourceFiles runs each epoch with the bootstrap's static listeners
+	// and clusters moved to resource files of its own, and its routes and
+	// static secrets served by XDS (envoy/epochfiles, envoy/inplace), so
+	// that a reload can change them in the serving Envoy (ReloadPlan's
+	// InPlace path). A bootstrap that cannot be rewritten, or no XDS, runs
+	// as it is.
 	ResourceFiles bool
+	// XDS is the agent's ADS server (envoy/xds.Server), which serves each
+	// epoch its route configurations and secrets (the certificates'
+	// secrets that RewriteBootstrap names included); nil: none, and each
+	// epoch runs its bootstrap as it is.
+	XDS ads.Server
 	// ExtraArgs are appended to Envoy's command line, last.
 	ExtraArgs []string
 	// RunDir holds the files the proxy writes for Envoy (the admin address
@@ -104,8 +111,8 @@ type ProxyConfig struct {
 	// RewriteBootstrap, when set, rewrites the bootstrap as each private
 	// copy an epoch runs is made (data is the operator's file, name its
 	// path, runDir the run folder the copy goes to;
-	// certs.Manager.RewriteBootstrap serves its certificates as secrets).
-	// An error refuses the copy, and with it the start or reload.
+	// certs.Manager.RewriteBootstrap serves its certificates as secrets on
+	// XDS). An error refuses the copy, and with it the start or reload.
 	RewriteBootstrap func(data []byte, name, runDir string) ([]byte, error)
 }
 

@@ -141,5 +141,6 @@ func (s *supervisor) proxyConfig(cfg *config.Config, hotRestartVersion string) e
 	pc.Env = childenv.Clean(os.Environ())
 	pc.DisableHotRestart = hotRestartVersion == envoy.HotRestartDisabled
 	pc.RewriteBootstrap = s.certs.RewriteBootstrap
+	pc.XDS = s.xds
 	return pc
 }

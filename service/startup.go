@@ -17,6 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 	"github.com/envoy-agent/envoy-agent/service/claims"
 	"github.com/envoy-agent/envoy-agent/service/config"
 	"github.com/envoy-agent/envoy-agent/service/control"
@@ -96,15 +97,39 @@ func (s *supervisor) open(ctx context.Context) (*opened, error) {
 	go func() { sockets <- s.openSockets(ctx, cfg, s.handover != nil) }()
 	held, err := claims.Take(cfg, claims.Self{Config: absPath(cfg.File), Instance: os.Getenv(EnvInstance)}, s.log, s.handover.ClaimFiles())
 	own := <-sockets
-	if err == nil && own.err != nil {
-		held.Close()
-		err = own.err
+	if err == nil {
+		if err = own.err; err == nil {
+			err = s.serveXDS(cfg) // the claims held: no other agent's socket is replaced
+		}
+		if err != nil {
+			held.Close()
+		}
 	}
 	if err != nil {
 		own.close()
 		return nil, err
 	}
 	return &opened{agentSockets: own, held: held}, nil
+}
+
+// serveXDS makes the ADS server's socket in the run folder, or takes over
+// the one a live upgrade handed over, and serves it (the adopted epochs
+// are set by then: open runs after newSupervisor).
+func (s *supervisor) serveXDS(cfg *config.Config) error {
+	if s.handover.HasXDS() {
+		ln, err := s.handover.AdoptXDS()
+		if err == nil {
+			err = s.xds.Serve(ln)
+		}
+		return err
+	}
+	if err := os.MkdirAll(cfg.RunDir(), 0o750); err != nil {
+		return config.Problemf(cfg, "agent.run_dir", "%v", err)
+	}
+	if err := hostfiles.CheckRunDir(cfg.RunDir()); err != nil {
+		return config.Problemf(cfg, "agent.run_dir", "%v", err)
+	}
+	return s.xds.Listen()
 }
 
 // close lets go of the claims and closes the control socket (its file goes

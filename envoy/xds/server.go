@@ -14,13 +14,14 @@ import (
 	"sync"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	secret "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	"google.golang.org/grpc"
 
 	"github.com/envoy-agent/envoy-agent/envoy/xds/ads"
 )
 
 // SocketName is the server's socket in the folder the caller gives.
-const SocketName = "xds.sock"
+const SocketName = ads.SocketName
 
 // Logger is what a Server logs through; *logrus.Logger satisfies it.
 type Logger interface {
@@ -58,63 +59,84 @@ type epoch struct {
 	streams map[*stream]bool
 }
 
-// Listen makes the server's socket, dir/SocketName (0600; a stale socket
-// there is replaced), in dir, a folder that neither its group nor others
-// may write (the agent's run folder), and serves it until Close.
+// Listen makes the server's socket, dir/SocketName, and serves it until
+// Close (New, then Server.Listen).
 func Listen(dir string, log Logger) (*Server, error) {
-	st, err := os.Stat(dir)
-	if err != nil {
-		return nil, fmt.Errorf("xds socket folder: %w", err)
-	}
-	if !st.IsDir() || st.Mode().Perm()&0o022 != 0 {
-		return nil, fmt.Errorf("xds socket folder %s: must be a folder only its owner can write (mode %v)", dir, st.Mode().Perm())
-	}
-	path := filepath.Join(dir, SocketName)
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		_ = os.Remove(path)
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("xds socket: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("xds socket: %w", err)
-	}
-	s, err := FromListener(ln, log)
-	if err != nil {
-		ln.Close()
+	s := New(filepath.Join(dir, SocketName), log)
+	if err := s.Listen(); err != nil {
 		return nil, err
 	}
-	s.Serve()
 	return s, nil
 }
 
-// FromListener is a Server on the listening socket ln, made by Listen
-// (the agent before a live upgrade handed it over: Envoy, reconnecting,
-// finds it listening). It answers nothing until Serve, so that the sets of
-// the epochs it adopts are in place before their Envoys' requests are read.
-func FromListener(ln *net.UnixListener, log Logger) (*Server, error) {
-	path := ln.Addr().String()
-	sock, err := os.Lstat(path)
-	if err != nil || sock.Mode()&os.ModeSocket == 0 {
-		return nil, fmt.Errorf("xds socket %s: not there as a socket (%v)", path, err)
-	}
-	ln.SetUnlinkOnClose(false) // Close removes it, if it is still this one
-	s := &Server{log: log, path: path, sock: sock, ln: ln, epochs: map[string]*epoch{}, shared: map[string]Resource{}, changed: make(chan struct{})}
+// New is a Server whose socket is path, not made yet: it answers nothing
+// until Listen, or Serve on a socket handed over. Epochs can be set on it
+// meanwhile.
+func New(path string, log Logger) *Server {
+	s := &Server{log: log, path: path, epochs: map[string]*epoch{}, shared: map[string]Resource{}, changed: make(chan struct{})}
 	s.grpc = grpc.NewServer(grpc.Creds(peerCreds{}))
 	discovery.RegisterAggregatedDiscoveryServiceServer(s.grpc, s)
-	return s, nil
+	secret.RegisterSecretDiscoveryServiceServer(s.grpc, sds{s: s})
+	return s
 }
 
-// Serve starts answering on the socket, until Close.
-func (s *Server) Serve() {
-	go func() { _ = s.grpc.Serve(s.ln) }()
+// Listen makes the server's socket (0600; a stale socket there is
+// replaced) in its folder, which neither its group nor others may write
+// (the agent's run folder), and serves it until Close.
+func (s *Server) Listen() error {
+	dir := filepath.Dir(s.path)
+	st, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("xds socket folder: %w", err)
+	}
+	if !st.IsDir() || st.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("xds socket folder %s: must be a folder only its owner can write (mode %v)", dir, st.Mode().Perm())
+	}
+	if fi, err := os.Lstat(s.path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		_ = os.Remove(s.path)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.path, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("xds socket: %w", err)
+	}
+	if err := os.Chmod(s.path, 0o600); err != nil {
+		ln.Close()
+		return fmt.Errorf("xds socket: %w", err)
+	}
+	if err := s.Serve(ln); err != nil {
+		ln.Close()
+		return err
+	}
+	return nil
 }
 
-// Listener is the server's listening socket, which a live upgrade hands
-// over (FromListener).
-func (s *Server) Listener() *net.UnixListener { return s.ln }
+// Serve answers on ln, the server's socket at Path (made by Listen; a live
+// upgrade hands it over, and Envoy, reconnecting, finds it listening),
+// until Close. Call it once the sets of the epochs whose Envoys will
+// connect are in place.
+func (s *Server) Serve(ln *net.UnixListener) error {
+	if got := ln.Addr().String(); got != s.path {
+		return fmt.Errorf("xds socket: %s is not %s", got, s.path)
+	}
+	sock, err := os.Lstat(s.path)
+	if err != nil || sock.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("xds socket %s: not there as a socket (%v)", s.path, err)
+	}
+	ln.SetUnlinkOnClose(false) // Close removes it, if it is still this one
+	s.mu.Lock()
+	s.sock, s.ln = sock, ln
+	s.mu.Unlock()
+	go func() { _ = s.grpc.Serve(ln) }()
+	return nil
+}
+
+// Listener is the server's listening socket (nil before Listen or Serve),
+// which a live upgrade hands over.
+func (s *Server) Listener() *net.UnixListener {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ln
+}
 
 // Path is the server's socket.
 func (s *Server) Path() string { return s.path }
@@ -124,8 +146,14 @@ func (s *Server) Path() string { return s.path }
 // server has made its own at the path since.
 func (s *Server) Close() {
 	s.grpc.Stop()
-	_ = s.ln.Close()
-	if fi, err := os.Lstat(s.path); err == nil && os.SameFile(fi, s.sock) {
+	s.mu.Lock()
+	ln, sock := s.ln, s.sock
+	s.mu.Unlock()
+	if ln == nil {
+		return
+	}
+	_ = ln.Close()
+	if fi, err := os.Lstat(s.path); err == nil && os.SameFile(fi, sock) {
 		_ = os.Remove(s.path)
 	}
 }

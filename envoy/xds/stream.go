@@ -26,12 +26,14 @@ import (
 	"strconv"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	secret "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/envoy-agent/envoy-agent/envoy/output"
 	"github.com/envoy-agent/envoy-agent/envoy/xds/ads"
 )
 
@@ -143,6 +145,19 @@ func (s *Server) StreamAggregatedResources(ss discovery.AggregatedDiscoveryServi
 	}
 }
 
+// sds serves a secret's own gRPC stream (SecretDiscoveryService), which a
+// bootstrap with an ads_config of its own (the operator's control plane)
+// uses for the agent's secrets (ads.SecretSource): the same state of the
+// world as an ADS stream, for one type.
+type sds struct {
+	secret.UnimplementedSecretDiscoveryServiceServer
+	s *Server
+}
+
+func (d sds) StreamSecrets(ss secret.SecretDiscoveryService_StreamSecretsServer) error {
+	return d.s.StreamAggregatedResources(ss)
+}
+
 // prepare is the response of type t the stream is to be sent now: the
 // subscribed resources of the set that Envoy neither holds nor rejected as
 // they are; nil when there are none, or a response is in flight.
@@ -216,7 +231,7 @@ func (st *stream) receive(ss discovery.AggregatedDiscoveryService_StreamAggregat
 		if req.GetResponseNonce() != "" && req.GetResponseNonce() == ts.nonce && ts.inFlight {
 			ts.inFlight = false
 			if d := req.GetErrorDetail(); d != nil {
-				ts.reason = d.GetMessage()
+				ts.reason = output.RedactDetails(d.GetMessage()) // never the configuration it may quote
 				if ts.reason == "" {
 					ts.reason = "(Envoy gave no reason)"
 				}
