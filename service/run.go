@@ -84,6 +84,18 @@ func Run(ctx context.Context, opts Options) error {
 	for _, w := range cfg.Warnings() {
 		log.Warn(w)
 	}
+	if handed == nil {
+		// Before Envoy starts: without an inotify instance for a file it
+		// watches, Envoy aborts at its start (and systemd would restart
+		// the unit into the same abort).
+		inotify, err := cfg.CheckInotify()
+		if err != nil {
+			return err
+		}
+		for _, w := range inotify {
+			log.Warn(w)
+		}
+	}
 	for _, n := range cfg.Notes() {
 		log.Info(n)
 	}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"go.yaml.in/yaml/v3"
 	"golang.org/x/sys/unix"
 
 	"github.com/envoy-agent/envoy-agent/envoy/xds/ads"
@@ -99,24 +100,43 @@ func NewManager(log Logger, server ads.Server, convert ads.Convert) *Manager {
 // RewriteBootstrap is the one call between a bootstrap and the copy Envoy
 // runs: it rewrites data (the file name says its format) with Rewrite
 // (runDir is the agent's private run folder, where the server's socket is),
-// serves every secret on the server before Envoy can ask for it, and
-// watches their files from then on. A pair that is not whole keeps the one
-// served (logged); with none served yet, it is an error naming the file, as
-// Envoy would refuse it.
+// and serves and watches its secrets (Serve).
 func (m *Manager) RewriteBootstrap(data []byte, name, runDir string) ([]byte, error) {
 	res, err := Rewrite(data, name, runDir)
 	if err != nil {
 		return nil, err
 	}
+	if err := m.Serve(res); err != nil {
+		return nil, err
+	}
+	return res.Data, nil
+}
+
+// EditBootstrap is RewriteBootstrap on a bootstrap decoded already (doc, a
+// YAML document), which it changes in place (Edit); it reports whether it
+// changed it.
+func (m *Manager) EditBootstrap(doc *yaml.Node, runDir string) (bool, error) {
+	res, err := Edit(doc, runDir)
+	if err != nil {
+		return false, err
+	}
+	return len(res.Secrets) > 0, m.Serve(res)
+}
+
+// Serve serves the secrets a rewrite found on the server before Envoy can
+// ask for them, and watches their files from then on. A pair that is not
+// whole keeps the one served (logged); with none served yet, it is an
+// error naming the file, as Envoy would refuse it.
+func (m *Manager) Serve(res Result) error {
 	for _, s := range res.Skipped {
 		m.log.Warnf("certificates: %s: left as it is (read once by Envoy, not watched)", s)
 	}
 	if len(res.Secrets) == 0 {
-		return res.Data, nil
+		return nil
 	}
 	for _, s := range res.Secrets {
 		if _, err := m.refresh(s, true); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	m.mu.Lock()
@@ -135,7 +155,7 @@ func (m *Manager) RewriteBootstrap(data []byte, name, runDir string) ([]byte, er
 	if m.OnChange != nil {
 		go m.OnChange() // the certificates in use may be others
 	}
-	return res.Data, nil
+	return nil
 }
 
 // refresh reads s's files, holding no lock, and serves them when they

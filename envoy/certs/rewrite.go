@@ -82,6 +82,24 @@ func Rewrite(data []byte, name, runDir string) (Result, error) {
 	if err := bootyaml.Decode(data, &doc); err != nil {
 		return res, fmt.Errorf("parse bootstrap: %w", err)
 	}
+	edited, err := Edit(&doc, runDir)
+	res.Secrets, res.Skipped = edited.Secrets, edited.Skipped
+	if err != nil || len(edited.Secrets) == 0 {
+		return res, err
+	}
+	out, err := bootyaml.Encode(&doc, name)
+	if err != nil {
+		return res, err
+	}
+	res.Data = out
+	return res, nil
+}
+
+// Edit is Rewrite on a bootstrap decoded already (doc, a YAML document),
+// which it changes in place: the Result's Data is nil, its Secrets and
+// Skipped say what it did.
+func Edit(doc *yaml.Node, runDir string) (Result, error) {
+	var res Result
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
 		return res, nil
 	}
@@ -105,10 +123,7 @@ func Rewrite(data []byte, name, runDir string) (Result, error) {
 		return res, err
 	}
 	res.Secrets, res.Skipped = r.secrets, r.skipped
-	if len(r.secrets) == 0 {
-		return res, nil
-	}
-	if ownADS {
+	if len(r.secrets) > 0 && ownADS {
 		if static == nil || static.Kind != yaml.MappingNode {
 			static = bootyaml.Mapping()
 			bootyaml.Set(root, "static_resources", static)
@@ -120,11 +135,6 @@ func Rewrite(data []byte, name, runDir string) (Result, error) {
 		}
 		clusters.Content = append(clusters.Content, cluster)
 	}
-	out, err := bootyaml.Encode(&doc, name)
-	if err != nil {
-		return res, err
-	}
-	res.Data = out
 	return res, nil
 }
 
