@@ -248,13 +248,14 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 }
 
 // checkResources fails a start whose Envoy, LIVE, left out a listener or
-// cluster of its resource files (reload_method "auto"): a static bootstrap
-// with that listener would not have started at all.
+// cluster of its resource files (reload_method "auto"), or a route
+// configuration or secret the agent serves it: a static bootstrap with
+// that listener or route would not have started at all.
 func (s *supervisor) checkResources() error {
 	ctx, cancel := context.WithTimeout(context.Background(), serverInfoTimeout)
 	defer cancel()
 	if err := s.proxy.ResourcesAccepted(ctx); err != nil {
-		return fmt.Errorf("envoy is LIVE without all of its listeners and clusters: %w", err)
+		return fmt.Errorf("envoy is LIVE without all of its listeners, clusters, routes and secrets: %w", err)
 	}
 	return nil
 }

@@ -184,22 +184,29 @@ func (p *agentProc) reloads() int {
 	return st.Reloads.OK + st.Reloads.Failed
 }
 
-// httpListeners is n HTTP listeners l<i> on ports, each answering 200 with
-// x-config-version v1, but listener edit v2.
-func httpListeners(ports []int, admin, edit int) []byte {
-	var b strings.Builder
-	fmt.Fprintf(&b, "admin: { address: { socket_address: { address: 127.0.0.1, port_value: %d } } }\nstatic_resources:\n  listeners:\n", admin)
-	for i, port := range ports {
-		v := "v1"
-		if i == edit {
-			v = "v2"
+// stepsRE finds a reload's steps in the agent's log line.
+var stepsRE = regexp.MustCompile(`(load|copy|validate|versions|plan|in_place)_ms=[0-9.]+`)
+
+// lastStepsLogged is the steps of the last reload the agent logged.
+func lastStepsLogged(log string) string {
+	lines := strings.Split(log, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if m := stepsRE.FindAllString(lines[i], -1); len(m) > 0 {
+			return strings.Join(m, " ")
 		}
-		fmt.Fprintf(&b, `  - name: l%d
-    address: { socket_address: { address: 127.0.0.1, port_value: %d } }
-    filter_chains: [{ filters: [{ name: hcm, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager, stat_prefix: l%d, route_config: { virtual_hosts: [{ name: all, domains: ["*"], routes: [{ match: { prefix: "/" }, direct_response: { status: 200, body: { inline_string: ok } } }], response_headers_to_add: [{ header: { key: x-config-version, value: %s } }] }] }, http_filters: [{ name: envoy.filters.http.router, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router } }] } }] }]
-`, i, port, i, v)
 	}
-	return []byte(b.String())
+	return "no steps logged"
+}
+
+// withVersion is the kit's bootstrap text with listener edit's
+// x-config-version v2 (the kit writes v1 for every listener).
+func withVersion(text string, edit int) string {
+	i := 0
+	for range edit + 1 {
+		i += strings.Index(text[i:], `value: "v1"`) + 1
+	}
+	i--
+	return text[:i] + `value: "v2"` + text[i+len(`value: "v1"`):]
 }
 
 // TestThousandListenersRouteEditsInPlace: a route edit of the first, a
@@ -209,45 +216,47 @@ func httpListeners(ports []int, admin, edit int) []byte {
 // same Envoy and no request failed for a client that does not retry.
 func TestThousandListenersRouteEditsInPlace(t *testing.T) {
 	t.Parallel()
-	ports, err := envoykit.FreePorts(scaleCount)
+	ports, err := envoykit.FreePorts(scaleCount - 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bootstrap := filepath.Join(t.TempDir(), "envoy.yaml")
-	var admin int
-	p := startAgentWith(t, procOptions{bootstrapFile: bootstrap, agent: map[string]string{"reload_method": `"auto"`, "start_timeout": `"120s"`}}, func(kit envoykit.Ports) {
-		admin = kit.Admin
-		writeFile(t, bootstrap, string(httpListeners(ports, admin, -1)))
-	})
+	bo := envoykit.BootstrapOptions{ExtraListeners: ports, ResponseHeader: "v1"}
+	p := startAgent(t, procOptions{bootstrap: bo, envoy: quickDrain, agent: map[string]string{"reload_method": `"auto"`, "start_timeout": `"120s"`}})
+	bo.Ports = p.ports
+	kit, err := envoykit.RenderBootstrap(bo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append([]int{p.ports.Listener}, ports...)
 	pid := p.envoyPid
 	t.Logf("RSS: Envoy %d KB, the agent %d KB; Envoy's inotify instances: %d", rssKB(pid), rssKB(p.proc.Pid()), inotifyInstances(pid))
 	for _, edit := range []int{0, scaleCount / 2, scaleCount - 1} {
-		l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(ports[edit], "/"), Client: envoykit.RawHTTP1,
+		name := "ingress"
+		if edit > 0 {
+			name += "_" + strconv.Itoa(edit)
+		}
+		l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(all[edit], "/"), Client: envoykit.RawHTTP1,
 			Workers: []envoykit.Workers{{N: 4, Path: "/"}}})
 		envoykit.WaitAnswers(t, l, 20)
-		if err := envoykit.WriteFileAtomic(bootstrap, httpListeners(ports, admin, edit)); err != nil {
-			t.Fatal(err)
-		}
+		p.writeBootstrapText(withVersion(string(kit), edit))
 		code, out := p.reload()
-		if want := fmt.Sprintf("reloaded in place: routes updated l%d/0/0; epoch 0 keeps serving", edit); code != 0 || !strings.Contains(out, want) {
-			t.Fatalf("reload of listener %d's route: exit %d: %s; want %q", edit, code, out, want)
+		if want := fmt.Sprintf("reloaded in place: routes updated %s/0/0; epoch 0 keeps serving", name); code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("reload of listener %s's route: exit %d: %s; want %q", name, code, out, want)
 		}
-		t.Logf("route edit of listener %d: reloaded in place in %s", edit, reloadTook(out))
+		t.Logf("route edit of listener %s: reloaded in place in %s (%s)", name, reloadTook(out), lastStepsLogged(p.stderr.String()))
 		if !envoykit.Eventually(5*time.Second, func() bool { return l.Latest() == "v2" }) {
-			t.Fatalf("listener %d answers %q after the reload, want v2", edit, l.Latest())
+			t.Fatalf("listener %s answers %q after the reload, want v2", name, l.Latest())
 		}
 		envoykit.WaitAnswers(t, l, l.OK()+20)
 		l.Stop()
 		if l.Failed() != 0 {
-			t.Fatalf("listener %d: %d of %d requests failed across the reload (%s)", edit, l.Failed(), l.OK()+l.Failed(), l.LastErr())
+			t.Fatalf("listener %s: %d of %d requests failed across the reload (%s)", name, l.Failed(), l.OK()+l.Failed(), l.LastErr())
 		}
 		if p.servingPid() != pid {
-			t.Fatalf("Envoy pid %d no longer serves after the edit of listener %d", pid, edit)
+			t.Fatalf("Envoy pid %d no longer serves after the edit of listener %s", pid, name)
 		}
 		// Back to v1 for the next edit.
-		if err := envoykit.WriteFileAtomic(bootstrap, httpListeners(ports, admin, -1)); err != nil {
-			t.Fatal(err)
-		}
+		p.writeBootstrapText(string(kit))
 		if code, out := p.reload(); code != 0 || !strings.Contains(out, "reloaded in place") {
 			t.Fatalf("reload back: exit %d: %s", code, out)
 		}

@@ -31,8 +31,8 @@ const inotifyNearShare = 0.75
 // bootstrap.
 type InotifyNeed struct {
 	// Files are the files each Envoy epoch watches: lds.yaml and cds.yaml
-	// with resource files, and every path_config_source and
-	// watched_directory of the operator's bootstrap.
+	// with resource files, and every path_config_source, watched_directory
+	// and runtime disk_layer of the operator's bootstrap.
 	Files int
 	// Instances is what they need at most: the files twice (two epochs
 	// during a hot restart), and one for the agent's certificates' watch.
@@ -78,13 +78,13 @@ func (c *Config) inotifyNeed() (InotifyNeed, error) {
 	return n, nil
 }
 
-// watchedSources counts the path_config_source and watched_directory keys
-// under n (either spelling).
+// watchedSources counts the path_config_source, watched_directory and
+// disk_layer keys under n (either spelling): a watcher each.
 func watchedSources(n *yaml.Node) int {
 	count := 0
 	if n.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			if k := n.Content[i].Value; bootyaml.SameField(k, "path_config_source") || bootyaml.SameField(k, "watched_directory") {
+			if k := n.Content[i].Value; bootyaml.SameField(k, "path_config_source") || bootyaml.SameField(k, "watched_directory") || bootyaml.SameField(k, "disk_layer") {
 				count++
 			}
 		}

@@ -14,19 +14,21 @@ import (
 )
 
 // What Envoy watches is counted from the bootstrap: every
-// path_config_source and watched_directory, in either spelling.
+// path_config_source, watched_directory and runtime disk layer, in either
+// spelling.
 func TestWatchedSources(t *testing.T) {
 	var doc yaml.Node
 	text := `dynamic_resources: { lds_config: { path_config_source: { path: /l.yaml, watched_directory: { path: /w } } } }
 static_resources:
   secrets: [{ name: s, sds_config: { pathConfigSource: { path: /s.yaml } } }]
   listeners: [{ name: l, route: { path: "path_config_source" } }]
+layered_runtime: { layers: [{ name: d, disk_layer: { symlink_root: /srv/runtime } }] }
 `
 	if err := yaml.Unmarshal([]byte(text), &doc); err != nil {
 		t.Fatal(err)
 	}
-	if n := watchedSources(&doc); n != 3 {
-		t.Errorf("watchedSources = %d, want 3 (a value named so is no source)", n)
+	if n := watchedSources(&doc); n != 4 {
+		t.Errorf("watchedSources = %d, want 4 (a value named so is no source)", n)
 	}
 }
 
