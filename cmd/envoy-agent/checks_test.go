@@ -453,7 +453,9 @@ func TestRunDirFoldersAboveAreChecked(t *testing.T) {
 func TestRouteToAMissingClusterIsRefused(t *testing.T) {
 	t.Parallel()
 	const why = "unknown cluster 'nowhere'"
-	toNowhere := func(text string) string { return strings.Replace(text, "cluster: upstream, timeout", "cluster: nowhere, timeout", 1) }
+	toNowhere := func(text string) string {
+		return strings.Replace(text, "cluster: upstream, timeout", "cluster: nowhere, timeout", 1)
+	}
 	bootstrap := filepath.Join(t.TempDir(), "envoy.yaml")
 	var good string
 	p := startAgentWith(t, procOptions{bootstrapFile: bootstrap, agent: map[string]string{"reload_method": `"auto"`}}, func(ports envoykit.Ports) {
