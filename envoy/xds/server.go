@@ -254,10 +254,10 @@ func maps(sets map[Type]map[string]Resource, t Type) map[string]Resource {
 
 // UpdateSecret serves the secret r to every epoch, now and from then on
 // (a certificate the agent reads from files, and its renewals: a draining
-// epoch gets them too, and so does an epoch that starts later), unless its
-// own set has a secret of its name, and waits, as Update does, for each
-// epoch whose Envoy subscribes to it. It returns the outcome of each such
-// epoch, and the rejections.
+// epoch gets them too, and so does an epoch that starts later), and puts it
+// in place of a secret of its name in an epoch's own set; it waits, as
+// Update does, for each epoch whose Envoy subscribes to it. It returns the
+// outcome of each such epoch, and the rejections.
 func (s *Server) UpdateSecret(ctx context.Context, r Resource) (map[string]Outcome, error) {
 	if r.Type != SecretType {
 		return nil, fmt.Errorf("xds: %s %s is not a secret", r.Type.Noun(), r.Name)
@@ -267,7 +267,7 @@ func (s *Server) UpdateSecret(ctx context.Context, r Resource) (map[string]Outco
 	var names []string
 	for name, e := range s.epochs {
 		if _, own := e.sets[SecretType][r.Name]; own {
-			continue
+			e.sets[SecretType][r.Name] = r
 		}
 		for st := range e.streams {
 			if st.subscribesLocked(SecretType, r.Name) {
