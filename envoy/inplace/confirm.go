@@ -219,7 +219,7 @@ func awaitTaken(ctx context.Context, admin Admin, k kind, before state, want str
 		case now.version == want:
 			return true, nil // the rise was the parent's, merged
 		}
-		return false, fmt.Errorf("Envoy rejected %s (%s.update_rejected rose); its log says why", k.file, k.stats)
+		return false, fmt.Errorf("%s was rejected (%s.update_rejected rose); Envoy's log says why", k.file, k.stats)
 	})
 	if ctx.Err() != nil {
 		return fmt.Errorf("envoy did not take %s within %s (its version is %q, the file's %q)", k.file, since(written), now.version, want)
@@ -459,7 +459,7 @@ func acceptedOverADS(ctx context.Context, r Running) error {
 				case len(ts.RejectedNames) > 0:
 					return false, fmt.Errorf("%s %s: %s", t.Noun(), strings.Join(ts.RejectedNames, ", "), ts.Rejected)
 				case len(ts.Unknown) > 0:
-					return false, fmt.Errorf("Envoy asks for %s %s, which the agent does not serve", t.Noun(), strings.Join(ts.Unknown, ", "))
+					return false, fmt.Errorf("the agent does not serve %s %s, which Envoy asks for", t.Noun(), strings.Join(ts.Unknown, ", "))
 				case len(ts.Pending) > 0:
 					why = fmt.Sprintf("Envoy has not acknowledged %s %s", t.Noun(), strings.Join(ts.Pending, ", "))
 				}

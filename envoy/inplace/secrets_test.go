@@ -207,7 +207,7 @@ func TestSecretUpdatedInPlace(t *testing.T) {
 	bad := parse(t, string(envoykit.SecretTLSBootstrap(pairs[2][0], pairs[1][1], port, admin)))
 	_, err = compareAndApply(ctx, run, next, bad)
 	var rej *RejectedError
-	if !errors.As(err, &rej) || !rej.Restored || !strings.Contains(err.Error(), "secret srv: ") || strings.Contains(err.Error(), "its log says why") {
+	if !errors.As(err, &rej) || !rej.Restored || !strings.Contains(err.Error(), "secret srv: ") || strings.Contains(err.Error(), "log says why") {
 		t.Fatalf("Apply of a mismatched key = %v; want a *RejectedError naming the secret with Envoy's reason, restored", err)
 	}
 	t.Logf("refused: %v", err)
