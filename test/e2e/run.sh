@@ -362,12 +362,13 @@ scale_certificates() {
 	ct_sh "rm -rf $SCALE_CERTS && cp -r /mnt/e2e/scale $SCALE_CERTS && chown -R root:envoy-agent $SCALE_CERTS &&
 		chmod 0750 $SCALE_CERTS && chmod 0640 $SCALE_CERTS/*" || return 1
 	ct_sh "cat /mnt/e2e/scale-certs.yaml > /etc/envoy-agent/envoy.yaml" || return 1
+	cur=$(cursor)
 	start=$(date +%s%N)
 	T=180 ct_run systemctl restart "$UNIT" || { ct_run journalctl -u "$UNIT" -n 30 --no-pager; fail "restart with $SCALE certificates failed"; }
 	took=$((($(date +%s%N) - start) / 1000000))
 	unit_is active || fail "unit $(prop ActiveState)"
 	pid=$(envoy_pid)
-	echo "detail: systemctl restart to READY ${took} ms; Envoy pid $pid, RSS $(ct_sh "grep VmRSS /proc/$pid/status" | awk '{print $2}') KB, the agent's $(ct_sh "grep VmRSS /proc/$(prop MainPID)/status" | awk '{print $2}') KB, Envoy's inotify instances $(ct_sh "ls -l /proc/$pid/fd | grep -c inotify")"
+	echo "detail: systemctl restart ${took} ms (the stop's drain included), $(journal_after "$cur" | grep -o 'envoy is LIVE after [0-9.]*m*s' | tail -n1); Envoy pid $pid, RSS $(ct_sh "grep VmRSS /proc/$pid/status" | awk '{print $2}') KB, the agent's $(ct_sh "grep VmRSS /proc/$(prop MainPID)/status" | awk '{print $2}') KB, Envoy's inotify instances $(ct_sh "ls -l /proc/$pid/fd | grep -c inotify")"
 	[ "$(ct_sh "ls -l /proc/$pid/fd | grep -c inotify")" -le 2 ] || fail "Envoy holds more than two inotify instances"
 	bad=$(T=300 ct_sh "for i in \$(seq 0 $((SCALE - 1))); do curl -sk -v --max-time 5 --resolve s\$i.test:8443:127.0.0.1 https://s\$i.test:8443/ 2>&1 |
 		grep -q \"subject: CN *= *s\$i.test\$\" || echo s\$i.test; done")
