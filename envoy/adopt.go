@@ -73,9 +73,17 @@ func AdoptEnvoy(cfg ProxyConfig, st reexec.HandoverState) (*Envoy, error) {
 	e.copies.Resume(st.Snapshots)
 	stdout, stderr := cfg.outputs()
 	for _, es := range st.Epochs {
+		files, err := epochfiles.Adopted(es.Snapshot, cfg.ConfigPath, cfg.XDS)
+		switch {
+		case err != nil:
+			// Envoy holds what it had; a reload hot-restarts it.
+			e.log.Warnf("adopt envoy epoch %d, pid %d: its routes and secrets are not served again: %v", es.Epoch, es.Pid, err)
+		case es.Serving && files.ReadsSecretFiles():
+			e.log.Warnf("envoy epoch %d, pid %d, reads its certificates from files in %s that the agent before this one wrote; this agent serves them over ADS and no longer writes those files: a renewal reaches Envoy at the next reload (envoy-agent reload), whose new epoch reads them over ADS", es.Epoch, es.Pid, st.RunDir)
+		}
 		p := &process{
 			epoch: es.Epoch, pid: es.Pid, started: time.Unix(0, es.StartedUnixNano),
-			adminAddressPath: es.AdminAddressPath, files: epochfiles.Adopted(es.Snapshot),
+			adminAddressPath: es.AdminAddressPath, files: files,
 			relay: output.NewRelay(stdout, stderr), done: make(chan struct{}),
 		}
 		for _, o := range es.Outputs {

@@ -244,11 +244,12 @@ func (e *Envoy) startEpochFrom(cfg ProxyConfig, copied string, epoch int) (*proc
 		_ = os.Remove(copied)
 		return nil, err
 	}
-	files, run, why := epochfiles.ForEpoch(copied, cfg.ConfigPath, cfg.ResourceFiles)
+	files, run, why := epochfiles.ForEpoch(copied, cfg.ConfigPath, cfg.ResourceFiles, cfg.XDS)
 	if why != nil {
 		e.log.Warnf("envoy epoch %d runs %s as it is (a reload will hot restart it): %v", epoch, cfg.ConfigPath, why)
 	}
 	e.sayNames(e.NamedListeners(), files.Named())
+	e.sayInline(e.inline(), files.Inline())
 	runCfg := cfg
 	runCfg.ConfigPath = run
 	args := runCfg.args(epoch, path, e.hotRestartSocket)
@@ -279,6 +280,25 @@ func (e *Envoy) sayNames(before, now []inplace.NamedListener) {
 		list = append(list, n.String())
 	}
 	e.log.Infof("listeners without a name run under these names in the files the agent writes for Envoy (Envoy's statistics name a listener by its address, and keep theirs): %s", strings.Join(list, ", "))
+}
+
+// sayInline logs the route configurations and secrets that stay in the
+// bootstrap because they could not be converted for ADS, and why, once:
+// when they differ from before's.
+func (e *Envoy) sayInline(before, now []string) {
+	if len(now) == 0 || slices.Equal(before, now) {
+		return
+	}
+	e.log.Warnf("these stay in the bootstrap, so a change of them is a change of their listener (or a hot restart): %s", strings.Join(now, "; "))
+}
+
+// inline is what the serving epoch keeps in its bootstrap that could not
+// be converted for ADS.
+func (e *Envoy) inline() []string {
+	if p := e.serving(); p != nil && p.files != nil {
+		return p.files.Inline()
+	}
+	return nil
 }
 
 // NamedListeners are the names the agent gave the serving epoch's

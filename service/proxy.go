@@ -140,6 +140,7 @@ func (s *supervisor) proxyConfig(cfg *config.Config, hotRestartVersion string) e
 	// Envoy must not answer on systemd's notify socket or take its sockets.
 	pc.Env = childenv.Clean(os.Environ())
 	pc.DisableHotRestart = hotRestartVersion == envoy.HotRestartDisabled
-	pc.RewriteBootstrap = s.certs.RewriteBootstrap
+	pc.RewriteBootstrap = s.certs.EditBootstrap
+	pc.XDS = s.xds
 	return pc
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/envoy-agent/envoy-agent/envoy/epochfiles"
 	"github.com/envoy-agent/envoy-agent/envoy/reexec"
 	"github.com/envoy-agent/envoy-agent/envoy/versions"
+	"github.com/envoy-agent/envoy-agent/envoy/xds"
 	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
 	"github.com/envoy-agent/envoy-agent/service/config"
@@ -83,6 +84,18 @@ func Run(ctx context.Context, opts Options) error {
 	for _, w := range cfg.Warnings() {
 		log.Warn(w)
 	}
+	if handed == nil {
+		// Before Envoy starts: without an inotify instance for a file it
+		// watches, Envoy aborts at its start (and systemd would restart
+		// the unit into the same abort).
+		inotify, err := cfg.CheckInotify()
+		if err != nil {
+			return err
+		}
+		for _, w := range inotify {
+			log.Warn(w)
+		}
+	}
 	for _, n := range cfg.Notes() {
 		log.Info(n)
 	}
@@ -121,6 +134,7 @@ type supervisor struct {
 	up       upgradeState
 
 	certs     *certs.Manager // the bootstrap's certificates, served as secrets and watched
+	xds       *xds.Server    // serves Envoy its routes and secrets (envoy/xds); its socket is made by open
 	installed installedEnvoy // is the Envoy at binary_path the running one? (installedenvoy.go)
 }
 
@@ -131,10 +145,16 @@ type supervisor struct {
 // unit test's fake otherwise).
 func newSupervisor(cfg *config.Config, opts Options, handed *handover.State, log *logrus.Logger, from envoys) (*supervisor, error) {
 	s := &supervisor{state: newState(cfg), log: log, stderr: opts.Stderr, notify: systemd.NewNotifier(log), metrics: newMetrics(),
-		sigs: opts.Signals, version: opts.Version, handover: handed, certs: certs.NewManager(log)}
+		sigs: opts.Signals, version: opts.Version, handover: handed, xds: xds.New(filepath.Join(cfg.RunDir(), xds.SocketName), log)}
+	s.certs = certs.NewManager(log, s.xds, xds.Convert)
 	s.selfPath, _ = os.Executable()
 	s.certs.OnChange = s.metrics.certificatesChanged(s.certs)
 	s.metrics.countDrift(s.driftedFiles)
+	if handed.HasXDS() {
+		// Before the adopted epochs are set and the server answers: the
+		// certificates are every epoch's.
+		s.certs.Adopt(handed.Certificates)
+	}
 	s.envoys = from
 	if s.envoys == nil {
 		s.envoys = realEnvoys{&s.versions}
@@ -166,11 +186,12 @@ func newSupervisor(cfg *config.Config, opts Options, handed *handover.State, log
 }
 
 // watchCertificates keeps the secrets of the bootstrap's certificates up
-// to date with their files until ctx ends (envoy/certs). An adopted Envoy
-// (a live upgrade) already runs a rewritten copy: the operator's bootstrap
-// is rewritten once more, only to learn which files to watch.
+// to date with their files until ctx ends (envoy/certs). An Envoy adopted
+// from an agent of before the ADS server (a live upgrade) already runs a
+// rewritten copy: the operator's bootstrap is rewritten once more, only to
+// learn which files to watch (a later agent hands them over: Adopt).
 func (s *supervisor) watchCertificates(ctx context.Context, adopting bool) {
-	if adopting {
+	if adopting && !s.handover.HasXDS() {
 		cfg := s.config()
 		if data, err := safefile.ReadRegular(cfg.Envoy.ConfigPath, epochfiles.MaxBootstrapSize); err == nil {
 			if _, err := s.certs.RewriteBootstrap(data, cfg.Envoy.ConfigPath, cfg.RunDir()); err != nil {
@@ -202,6 +223,7 @@ func (s *supervisor) run(ctx context.Context) error {
 		return err
 	}
 	defer o.close()
+	defer s.xds.Close() // Envoy stopped first: the runner ends before run returns
 
 	serveCtx, stopServing := context.WithCancel(context.Background())
 	defer stopServing()

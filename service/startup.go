@@ -101,15 +101,39 @@ func (s *supervisor) open(ctx context.Context) (*opened, error) {
 	go func() { sockets <- s.openSockets(ctx, cfg, s.handover != nil) }()
 	held, err := claims.Take(cfg, claims.Self{Config: absPath(cfg.File), Instance: os.Getenv(EnvInstance)}, s.log, s.handover.ClaimFiles())
 	own := <-sockets
-	if err == nil && own.err != nil {
-		held.Close()
-		err = own.err
+	if err == nil {
+		if err = own.err; err == nil {
+			err = s.serveXDS(cfg) // the claims held: no other agent's socket is replaced
+		}
+		if err != nil {
+			held.Close()
+		}
 	}
 	if err != nil {
 		own.close()
 		return nil, err
 	}
 	return &opened{agentSockets: own, held: held}, nil
+}
+
+// serveXDS makes the ADS server's socket in the run folder, or takes over
+// the one a live upgrade handed over, and serves it (the adopted epochs
+// are set by then: open runs after newSupervisor).
+func (s *supervisor) serveXDS(cfg *config.Config) error {
+	if s.handover.HasXDS() {
+		ln, err := s.handover.AdoptXDS()
+		if err == nil {
+			err = s.xds.Serve(ln)
+		}
+		return err
+	}
+	if err := os.MkdirAll(cfg.RunDir(), 0o750); err != nil {
+		return config.Problemf(cfg, "agent.run_dir", "%v", err)
+	}
+	if err := hostfiles.CheckRunDir(cfg.RunDir()); err != nil {
+		return config.Problemf(cfg, "agent.run_dir", "%v", err)
+	}
+	return s.xds.Listen()
 }
 
 // close lets go of the claims and closes the control socket (its file goes
@@ -228,16 +252,17 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 }
 
 // checkResources fails a start whose Envoy, LIVE, left out a listener or
-// cluster of its resource files (reload_method "auto"): a static bootstrap
-// with that listener would not have started at all. It has until deadline,
-// the start's own (start_timeout): at 1,000 listeners on a busy machine,
-// Envoy's admin took longer than serverInfoTimeout to answer, and a start
-// that would have served failed.
+// cluster of its resource files (reload_method "auto"), or a route
+// configuration or secret the agent serves it: a static bootstrap with
+// that listener or route would not have started at all. It has until
+// deadline, the start's own (start_timeout): at 1,000 listeners on a busy
+// machine, Envoy's admin took longer than serverInfoTimeout to answer, and
+// a start that would have served failed.
 func (s *supervisor) checkResources(deadline time.Time) error {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	if err := s.proxy.ResourcesAccepted(ctx); err != nil {
-		return fmt.Errorf("envoy is LIVE without all of its listeners and clusters: %w", err)
+		return fmt.Errorf("envoy is LIVE without all of its listeners, clusters, routes and secrets: %w", err)
 	}
 	return nil
 }

@@ -174,6 +174,7 @@ func (s *supervisor) statusReport(ctx context.Context) control.StatusReport {
 			Subject: c.Subject, DNSNames: c.DNSNames, Serial: c.Serial, NotAfter: c.NotAfter.UTC().Format(time.RFC3339),
 			DaysLeft: c.DaysLeft(now), Error: c.Error})
 	}
+	rep.CertificatesPolled = s.certs.Polled()
 
 	switch {
 	case s.stopping():

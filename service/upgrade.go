@@ -174,6 +174,12 @@ func (s *supervisor) execHandover(up preparedUpgrade, o *opened) error {
 		if err != nil {
 			return err
 		}
+		undoXDS, err := st.KeepXDS(s.xds.Listener())
+		defer undoXDS() // only reached when the exec failed
+		if err != nil {
+			return err
+		}
+		st.Certificates = s.certs.Served()
 		handed, undo, err := o.held.HandOver()
 		if err != nil {
 			return err

@@ -76,7 +76,7 @@ func TestBadInputNeverStartsEnvoy(t *testing.T) {
 		// Run from resource files (the default), Envoy takes the cluster
 		// from the CDS file, and xDS ignores an unknown enum value unless
 		// told not to (--reject-unknown-dynamic-fields): the start fails.
-		{"bootstrap rejected, run in place", "run", head("rejected.yaml") + agent, 1, []string{"envoy is LIVE without all of its listeners and clusters", "Envoy has not taken cds.yaml whole", "NOT_A_TYPE"}},
+		{"bootstrap rejected, run in place", "run", head("rejected.yaml") + agent, 1, []string{"envoy is LIVE without all of its listeners, clusters, routes and secrets", "Envoy has not taken cds.yaml whole", "NOT_A_TYPE"}},
 		{"admin moved by extra_args", "run", head("envoy.yaml") + "extra_args = [\"--config-yaml\", \"admin: {address: {socket_address: {address: 127.0.0.1, port_value: " + strconv.Itoa(otherAdmin) + "}}}\"]\n" + agent,
 			3, []string{"Envoy's admin listener is on 127.0.0.1:" + strconv.Itoa(otherAdmin) + ", not on port " + strconv.Itoa(ports.Admin)}},
 	}

@@ -441,3 +441,66 @@ func TestRunDirFoldersAboveAreChecked(t *testing.T) {
 		})
 	}
 }
+
+// TestRouteToAMissingClusterIsRefused: Envoy's RDS takes a route to a
+// cluster that does not exist (validate_clusters defaults to false there),
+// which a static bootstrap refuses. The agent serves every route over RDS,
+// and what `envoy --mode validate` refused is still refused: validate
+// (exit 3, Envoy's reason), run (Envoy rejects the route, which the agent
+// now sets validate_clusters on: exit 1, Envoy's reason, no Envoy left),
+// and a reload of a serving agent (refused, exit 3; the routes before go
+// on serving).
+func TestRouteToAMissingClusterIsRefused(t *testing.T) {
+	t.Parallel()
+	const why = "unknown cluster 'nowhere'"
+	toNowhere := func(text string) string {
+		return strings.Replace(text, "cluster: upstream, timeout", "cluster: nowhere, timeout", 1)
+	}
+	bootstrap := filepath.Join(t.TempDir(), "envoy.yaml")
+	var good string
+	p := startAgentWith(t, procOptions{bootstrapFile: bootstrap, agent: map[string]string{"reload_method": `"auto"`}}, func(ports envoykit.Ports) {
+		text, err := envoykit.RenderBootstrap(envoykit.BootstrapOptions{Ports: ports, ResponseHeader: "v1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		good = string(text)
+		writeFile(t, bootstrap, good)
+	})
+	writeFile(t, bootstrap, toNowhere(good))
+	if code, out := p.reload(); code != 3 || !strings.Contains(out, why) {
+		t.Fatalf("reload to a missing cluster: exit %d, want 3 naming %q: %s", code, why, out)
+	}
+	if r, err := envoykit.Get(envoykit.URL(p.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 || r.Header.Get("x-config-version") != "v1" {
+		t.Fatalf("after the refused reload: %+v %v; want v1 served", r, err)
+	}
+	if code, stdout, stderr := runAgent(t, "validate", "--config", p.config); code != 3 || !strings.Contains(stderr, why) {
+		t.Fatalf("validate: exit %d, want 3 naming %q: %s%s", code, why, stdout, stderr)
+	}
+
+	// run: an agent of its own started on it.
+	bad := filepath.Join(t.TempDir(), "envoy.yaml")
+	q := startAgentWith(t, procOptions{bootstrapFile: bad, noWaitReady: true, agent: map[string]string{"reload_method": `"auto"`}}, func(ports envoykit.Ports) {
+		text, err := envoykit.RenderBootstrap(envoykit.BootstrapOptions{Ports: ports})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, bad, toNowhere(string(text)))
+	})
+	code, _ := q.wait(q.started, 60*time.Second)
+	if code != 1 || !strings.Contains(q.stderr.String(), why) {
+		t.Fatalf("run on a route to a missing cluster: exit %d, want 1 naming %q:\n%s", code, why, q.stderr)
+	}
+	t.Logf("run: exit %d: %s", code, lastLine(q.stderr.String(), "envoy-agent: "))
+	assertNoEnvoyFor(t, q.dir)
+}
+
+// lastLine is the last line of text that holds sub.
+func lastLine(text, sub string) string {
+	lines := strings.Split(text, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], sub) {
+			return lines[i]
+		}
+	}
+	return ""
+}

@@ -435,7 +435,7 @@ func TestInPlaceStartWaitsForAcceptance(t *testing.T) {
 	p := startAgent(t, procOptions{agent: map[string]string{"reload_method": `"auto"`}, noWaitReady: true,
 		bootstrap: envoykit.BootstrapOptions{ExtraListeners: []int{held.Addr().(*net.TCPAddr).Port}}})
 	code, _ := p.wait(p.started, 30*time.Second)
-	if code != 1 || !strings.Contains(p.stderr.String(), "without all of its listeners and clusters") || !strings.Contains(p.stderr.String(), "cannot bind") {
+	if code != 1 || !strings.Contains(p.stderr.String(), "without all of its listeners, clusters, routes and secrets") || !strings.Contains(p.stderr.String(), "cannot bind") {
 		t.Fatalf("start with a listener on a taken port exited %d:\n%s", code, p.stderr)
 	}
 	for _, m := range p.ns.Messages() {

@@ -415,3 +415,116 @@ func TestUpgradeFaultsOfTheNewBinary(t *testing.T) {
 		t.Fatalf("load: %s: %q", load, load.Errors())
 	}
 }
+
+// TestUpgradeKeepsRoutesAndCertificatesServed: with the routes and the
+// certificates served by the agent's ADS server, a live upgrade hands the
+// server's socket and the certificates over: the Envoy stays, reconnects
+// and is answered from the same sets (nothing unknown to the new agent);
+// a renewal after it reaches new handshakes within 2 s with the same
+// Envoy; a route reload after it is taken (the first hot-restarts, as
+// after any upgrade, the next is in place), and a renewal reaches the new
+// epoch too; no request of a client that does not retry fails.
+func TestUpgradeKeepsRoutesAndCertificatesServed(t *testing.T) {
+	t.Parallel()
+	binA, binB := buildVersion(t, "1.0.0-a"), buildVersion(t, "1.0.1-b")
+	installed := filepath.Join(t.TempDir(), "envoy-agent")
+	install(t, binA, installed)
+	certDir := t.TempDir()
+	certFile, keyFile := filepath.Join(certDir, "cert.pem"), filepath.Join(certDir, "key.pem")
+	c1, k1, s1 := servingPair(t, time.Now().Add(90*24*time.Hour))
+	writeFile(t, certFile, c1)
+	writeFile(t, keyFile, k1)
+	bootstrap := filepath.Join(t.TempDir(), "envoy.yaml")
+	var kit string
+	var tlsPort int
+	// version is the bootstrap with the HTTP listener's header v.
+	version := func(v string) string { return strings.Replace(kit, `value: "v1"`, `value: "`+v+`"`, 1) }
+	p := startAgentWith(t, procOptions{binary: installed, bootstrapFile: bootstrap, envoy: quickDrain, agent: map[string]string{"reload_method": `"auto"`}}, func(ports envoykit.Ports) {
+		text, err := envoykit.RenderBootstrap(envoykit.BootstrapOptions{Ports: ports, ResponseHeader: "v1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tlsPort = envoykit.FreePort(t)
+		tls := string(envoykit.TLSBootstrap(certFile, keyFile, tlsPort, ports.Admin))
+		tls = tls[strings.Index(tls, "  - name: tls"):]
+		kit = strings.Replace(string(text), "  clusters:\n", tls+"  clusters:\n", 1)
+		writeFile(t, bootstrap, kit)
+	})
+	agentPid, envoyPid := p.proc.Pid(), p.envoyPid
+	if got, err := envoykit.TLSSerial(tlsPort); err != nil || got != s1 {
+		t.Fatalf("first handshake: %s, %v; want %s", got, err, s1)
+	}
+	l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(p.ports.Listener, "/"), Client: envoykit.RawHTTP1,
+		Workers: []envoykit.Workers{{N: 4, Path: "/"}}})
+	defer l.Stop()
+	envoykit.WaitAnswers(t, l, 20)
+
+	install(t, binB, installed)
+	if code, out := runBinary(t, nil, binB, "upgrade", "--config", p.config); code != 0 || !strings.Contains(out, "-> 1.0.1-b in pid "+fmt.Sprint(agentPid)) {
+		t.Fatalf("upgrade: exit %d: %s", code, out)
+	}
+	if info := p.upgradeInfo(); info["version"] != "1.0.1-b" || int(info["envoy_pid"].(float64)) != envoyPid {
+		t.Fatalf("after the upgrade: %v; want 1.0.1-b serving envoy pid %d", info, envoyPid)
+	}
+	// Envoy reconnects to the socket handed over, asking for what the new
+	// agent serves it.
+	connected := fmt.Sprintf("xds: Envoy pid %d (epoch epoch-0-1) connected", envoyPid)
+	if !envoykit.Eventually(10*time.Second, func() bool { return strings.Count(p.stderr.String(), connected) == 2 }) {
+		t.Fatalf("Envoy did not reconnect to the ADS server after the upgrade:\n%s", p.stderr)
+	}
+	if strings.Contains(p.stderr.String(), "which its set does not have") {
+		t.Fatalf("the new agent lacks what Envoy asks for:\n%s", p.stderr)
+	}
+
+	// A renewal after the upgrade.
+	c2, k2, s2 := servingPair(t, time.Now().Add(90*24*time.Hour))
+	replaceFile(t, keyFile, []byte(k2), 0o644)
+	replaceFile(t, certFile, []byte(c2), 0o644)
+	var got string
+	var err error
+	if !envoykit.Eventually(2*time.Second, func() bool { got, err = envoykit.TLSSerial(tlsPort); return got == s2 }) {
+		t.Fatalf("2 s after the renewal new handshakes see %s, %v; want %s", got, err, s2)
+	}
+	if pid := p.servingPid(); pid != envoyPid {
+		t.Fatalf("Envoy pid %d serves after the renewal, want %d", pid, envoyPid)
+	}
+
+	// Route reloads: the first after an upgrade hot-restarts, the next is
+	// in place.
+	rewrite := func(text string) {
+		t.Helper()
+		if err := envoykit.WriteFileAtomic(bootstrap, []byte(text)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rewrite(version("v2"))
+	if code, out := p.reload(); code != 0 || !strings.Contains(out, "epoch 1 is serving") {
+		t.Fatalf("the first reload after the upgrade: exit %d: %s", code, out)
+	}
+	if !envoykit.Eventually(5*time.Second, func() bool { return l.Latest() == "v2" }) {
+		t.Fatalf("after the first reload the listener answers %q, want v2", l.Latest())
+	}
+	rewrite(version("v3"))
+	if code, out := p.reload(); code != 0 || !strings.Contains(out, "reloaded in place: routes updated ingress/0/0; epoch 1 keeps serving") {
+		t.Fatalf("the second reload after the upgrade: exit %d: %s", code, out)
+	}
+	if !envoykit.Eventually(5*time.Second, func() bool { return l.Latest() == "v3" }) {
+		t.Fatalf("after the second reload the listener answers %q, want v3", l.Latest())
+	}
+	epoch1 := p.servingPid()
+	c3, k3, s3 := servingPair(t, time.Now().Add(90*24*time.Hour))
+	replaceFile(t, keyFile, []byte(k3), 0o644)
+	replaceFile(t, certFile, []byte(c3), 0o644)
+	if !envoykit.Eventually(2*time.Second, func() bool { got, err = envoykit.TLSSerial(tlsPort); return got == s3 }) {
+		t.Fatalf("2 s after the renewal in epoch 1 new handshakes see %s, %v; want %s", got, err, s3)
+	}
+	if pid := p.servingPid(); pid != epoch1 {
+		t.Fatalf("Envoy pid %d serves after the second renewal, want %d", pid, epoch1)
+	}
+	envoykit.WaitAnswers(t, l, l.OK()+20)
+	l.Stop()
+	t.Logf("%d requests ok, %d failed across the upgrade, two renewals and two reloads", l.OK(), l.Failed())
+	if l.Failed() != 0 {
+		t.Fatalf("%d of %d requests failed (last: %s)", l.Failed(), l.OK()+l.Failed(), l.LastErr())
+	}
+}

@@ -1,18 +1,23 @@
 //go:build linux
 
 // Package certs serves the certificates and keys that an Envoy bootstrap
-// names by file as SDS secrets read from files, so that a renewal reaches
-// Envoy by itself: new handshakes use the new certificate, connections
-// already open go on, and no Envoy process is started.
+// names by file as SDS secrets, from the agent's ADS server (envoy/xds), so
+// that a renewal reaches Envoy by itself: new handshakes use the new
+// certificate, connections already open go on, and no Envoy process is
+// started.
 //
-// Rewrite turns every file-named tls_certificates entry and trusted_ca of a
-// bootstrap's TLS contexts into an SDS reference (path_config_source) to a
-// file in the agent's private run folder. Manager writes those files (0600,
-// by atomic rename, which Envoy's file watch picks up), watches the
-// operator's files (inotify on their folders, and a slow poll) and writes a
-// secret again only once its new pair is whole: a key that does not match
-// its certificate, or an empty or unparsable file, is logged once and the
-// pair in use goes on serving.
+// Rewrite (or Edit, on a decoded bootstrap) turns every file-named
+// tls_certificates entry and trusted_ca of a bootstrap's TLS contexts into
+// an SDS reference read over ADS (a static cluster's, and every one of a
+// bootstrap with an ads_config of its own, on a gRPC SDS stream of its
+// own). Manager reads the files, converts each pair into the secret Envoy is
+// served (with the converter it is given, which this package does not link)
+// and hands it to the server, which serves it to every Envoy epoch; it
+// watches the operator's files (inotify on their folders, and a slow poll)
+// and serves a secret again only once its new pair is whole: a key that does
+// not match its certificate, or an empty or unparsable file, is logged once
+// and the pair in use goes on serving, and so is a pair Envoy rejects (with
+// Envoy's reason). No key is written to disk.
 //
 // The files are read through internal/safefile (a regular file on a file
 // system that keeps data, bounded in size and time) with no lock held, so

@@ -3,18 +3,24 @@
 package certs_test
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy/certs"
+	"github.com/envoy-agent/envoy-agent/envoy/xds"
 )
 
 // pair is a certificate and its key, PEM.
@@ -36,6 +42,24 @@ func newPair(t testing.TB, notAfter time.Time) pair {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pairOf(t, k, &k.PublicKey, notAfter)
+}
+
+// newSmallRSAPair is newPair with a 1,024-bit RSA key, which Go's
+// crypto/tls takes and Envoy refuses ("only RSA certificates with 2048-bit
+// or larger keys are supported").
+func newSmallRSAPair(t testing.TB, notAfter time.Time) pair {
+	t.Helper()
+	k, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pairOf(t, k, &k.PublicKey, notAfter)
+}
+
+// pairOf is the certificate of the key k (public key pub) and k, PEM.
+func pairOf(t testing.TB, k crypto.Signer, pub any, notAfter time.Time) pair {
+	t.Helper()
 	serials.Lock()
 	serials.n++
 	n := big.NewInt(time.Now().UnixNano() + serials.n)
@@ -49,7 +73,7 @@ func newPair(t testing.TB, notAfter time.Time) pair {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,6 +86,22 @@ func newPair(t testing.TB, notAfter time.Time) pair {
 		key:    pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd}),
 		serial: n.Text(16),
 	}
+}
+
+// newManager is a Manager that logs to l and serves its secrets on an ADS
+// server of the test's, in a private folder (run: the copies' folder).
+func newManager(t testing.TB, l *logs) (m *certs.Manager, srv *xds.Server, run string) {
+	t.Helper()
+	run = t.TempDir()
+	if err := os.Chmod(run, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := xds.Listen(run, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	return certs.NewManager(l, srv, xds.Convert), srv, run
 }
 
 // logs collects a Manager's log lines.

@@ -32,8 +32,8 @@ func servedPair(t *testing.T, dir string) (*certs.Manager, *logs, pair) {
 	writeFile(t, filepath.Join(dir, "c.pem"), p.cert)
 	writeFile(t, filepath.Join(dir, "k.pem"), p.key)
 	l := &logs{t: t}
-	m := certs.NewManager(l)
-	if _, err := m.RewriteBootstrap(envoykit.TLSBootstrap(filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem"), 1, 2), "envoy.yaml", t.TempDir()); err != nil {
+	m, _, run := newManager(t, l)
+	if _, err := m.RewriteBootstrap(envoykit.TLSBootstrap(filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem"), 1, 2), "envoy.yaml", run); err != nil {
 		t.Fatal(err)
 	}
 	return m, l, p
@@ -173,7 +173,8 @@ func TestKeyFileContentIsNeverLogged(t *testing.T) {
 		t.Fatalf("the file's content reached the status (%q) or the log:\n%s", cs[0].Error, strings.Join(l.l, "\n"))
 	}
 	// A first start refused for it says as little.
-	_, err := certs.NewManager(&logs{t: t}).RewriteBootstrap(envoykit.TLSBootstrap(filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem"), 1, 2), "envoy.yaml", t.TempDir())
+	m, _, run := newManager(t, &logs{t: t})
+	_, err := m.RewriteBootstrap(envoykit.TLSBootstrap(filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem"), 1, 2), "envoy.yaml", run)
 	if err == nil || strings.Contains(err.Error(), secret) {
 		t.Fatalf("first start: %v, want a refusal without the file's content", err)
 	}

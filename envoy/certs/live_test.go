@@ -20,6 +20,8 @@ import (
 
 	"github.com/envoy-agent/envoy-agent/envoy/certs"
 	"github.com/envoy-agent/envoy-agent/envoy/inplace"
+	"github.com/envoy-agent/envoy-agent/envoy/xds"
+	"github.com/envoy-agent/envoy-agent/envoy/xds/ads"
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
@@ -43,10 +45,9 @@ func serve(t *testing.T, certFile, keyFile string) *served {
 func serveWith(t *testing.T, certFile, keyFile string, poll time.Duration, opts ...func(*certs.Manager)) *served {
 	t.Helper()
 	bin := envoykit.Binary(t)
-	run := t.TempDir()
 	port, admin := envoykit.FreePort(t), envoykit.FreePort(t)
 	l := &logs{t: t}
-	m := certs.NewManager(l)
+	m, srv, run := newManager(t, l)
 	m.Poll = poll
 	for _, o := range opts {
 		o(m)
@@ -55,9 +56,7 @@ func serveWith(t *testing.T, certFile, keyFile string, poll time.Duration, opts 
 	if err != nil {
 		t.Fatal(err)
 	}
-	data = runningCopy(t, data, admin)
-	copyPath := filepath.Join(run, "envoy.yaml")
-	writeFile(t, copyPath, data)
+	copyPath := writeRunnable(t, srv, run, runningCopy(t, data, admin))
 	out, err := os.Create(filepath.Join(t.TempDir(), "envoy.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +75,7 @@ func serveWith(t *testing.T, certFile, keyFile string, poll time.Duration, opts 
 	done := make(chan struct{})
 	go func() { _ = m.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
+	<-certs.Watching(m)
 	return &served{m: m, log: l, p: p, addr: "127.0.0.1:" + strconv.Itoa(port)}
 }
 
@@ -407,6 +407,19 @@ func runningCopy(t *testing.T, data []byte, admin int) []byte {
 	return out
 }
 
+// writeRunnable writes the bootstrap copy data as an epoch runs it, wired
+// to the ADS server srv (inplace.Runnable), into run, and returns its path.
+func writeRunnable(t *testing.T, srv *xds.Server, run string, data []byte) string {
+	t.Helper()
+	data, err := inplace.Runnable(data, "envoy.yaml", inplace.Wire{Socket: srv.Path(), Epoch: "epoch-0-1"})
+	if err != nil || data == nil {
+		t.Fatalf("the copy wired to the server: %v (nil: it reads nothing over ADS)", err)
+	}
+	path := filepath.Join(run, "envoy.yaml")
+	writeFile(t, path, data)
+	return path
+}
+
 // caBootstrap: listener "front" (plain HTTP) proxies to cluster "back",
 // which reaches the TLS listener over TLS, one request per connection,
 // trusting the CA file and checking the DNS name as well (so the rewrite
@@ -461,14 +474,14 @@ func caBootstrap(certFile, keyFile, caFile string, front, back, admin int) []byt
 // which upstream certificates new connections accept, with the same Envoy.
 func TestTrustedCARenewal(t *testing.T) {
 	bin := envoykit.Binary(t)
-	dir, run := t.TempDir(), t.TempDir()
+	dir := t.TempDir()
 	server, other := newPair(t, farFuture), newPair(t, farFuture)
 	certFile, keyFile, caFile := filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem"), filepath.Join(dir, "ca.pem")
 	writeFile(t, certFile, server.cert)
 	writeFile(t, keyFile, server.key)
 	writeFile(t, caFile, server.cert) // self-signed: its own CA
 	front, back, admin := envoykit.FreePort(t), envoykit.FreePort(t), envoykit.FreePort(t)
-	m := certs.NewManager(&logs{t: t})
+	m, srv, run := newManager(t, &logs{t: t})
 	m.Poll = time.Hour
 	data, err := m.RewriteBootstrap(caBootstrap(certFile, keyFile, caFile, front, back, admin), "envoy.yaml", run)
 	if err != nil {
@@ -478,8 +491,7 @@ func TestTrustedCARenewal(t *testing.T) {
 	if !strings.Contains(string(data), "combined_validation_context") {
 		t.Fatalf("no combined_validation_context in:\n%s", data)
 	}
-	copyPath := filepath.Join(run, "envoy.yaml")
-	writeFile(t, copyPath, data)
+	copyPath := writeRunnable(t, srv, run, data)
 	out := &envoykit.SyncBuffer{}
 	p, err := envoykit.Start(bin, []string{"-c", copyPath, "--disable-hot-restart", "--concurrency", "1", "-l", "warning"}, out)
 	if err != nil {
@@ -493,6 +505,7 @@ func TestTrustedCARenewal(t *testing.T) {
 	done := make(chan struct{})
 	go func() { _ = m.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
+	<-certs.Watching(m)
 	status := func() int {
 		r, err := envoykit.Get(envoykit.URL(front, "/"), 5*time.Second)
 		if err != nil {
@@ -560,5 +573,128 @@ func TestPollAloneWithoutInotify(t *testing.T) {
 	s.waitSerial(t, next.serial, time.Now())
 	if n := s.log.count("error", "inotify", "read every 300ms"); n != 1 {
 		t.Fatalf("%d log lines say the poll replaces inotify, want 1", n)
+	}
+}
+
+// Without inotify watches (a stand-in: fs.inotify.max_user_watches
+// reached), the poll alone takes a renewal, the log says so once, and
+// Polled says why (status shows it).
+func TestPollWhenWatchesRunOut(t *testing.T) {
+	dir := t.TempDir()
+	first, next := newPair(t, farFuture), newPair(t, farFuture)
+	writeFile(t, filepath.Join(dir, "c.pem"), first.cert)
+	writeFile(t, filepath.Join(dir, "k.pem"), first.key)
+	s := serveWith(t, filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem"), 300*time.Millisecond, certs.WithoutWatches)
+	if !envoykit.Eventually(2*time.Second, func() bool { return strings.Contains(s.m.Polled(), "max_user_watches") }) {
+		t.Fatalf("Polled = %q, want why the poll reads the files", s.m.Polled())
+	}
+	renameInto(t, filepath.Join(dir, "k.pem"), next.key)
+	renameInto(t, filepath.Join(dir, "c.pem"), next.cert)
+	s.waitSerial(t, next.serial, time.Now())
+	if n := s.log.count("error", "not watched", "fs.inotify.max_user_watches", "read every 300ms"); n != 1 {
+		t.Fatalf("%d log lines say the folders are polled, want 1", n)
+	}
+}
+
+// A renewal Envoy refuses (a 1,024-bit RSA key, which Go's crypto/tls
+// takes) is NACKed: the log and status give Envoy's
+// own reason, new handshakes keep the pair before it, and the next good
+// renewal is served.
+func TestRenewalEnvoyRejects(t *testing.T) {
+	dir := t.TempDir()
+	first, refused, next := newPair(t, farFuture), newSmallRSAPair(t, farFuture), newPair(t, farFuture)
+	writeFile(t, filepath.Join(dir, "c.pem"), first.cert)
+	writeFile(t, filepath.Join(dir, "k.pem"), first.key)
+	s := serve(t, filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem"))
+	renameInto(t, filepath.Join(dir, "k.pem"), refused.key)
+	renameInto(t, filepath.Join(dir, "c.pem"), refused.cert)
+	var status string
+	if !envoykit.Eventually(5*time.Second, func() bool {
+		cs := s.m.Certificates()
+		status = fmt.Sprint(cs)
+		return len(cs) == 1 && strings.Contains(cs[0].Error, "Envoy rejected the certificate (serial "+refused.serial+")") && cs[0].Serial == first.serial
+	}) {
+		t.Fatalf("status %s; want Envoy's rejection of serial %s", status, refused.serial)
+	}
+	t.Logf("status: %s", status)
+	if got, err := s.handshake(); err != nil || got != first.serial {
+		t.Fatalf("after the rejection new handshakes see %s, %v; want the first pair's %s", got, err, first.serial)
+	}
+	if n := s.log.count("error", "Envoy rejected the certificate", "the certificate in use (serial "+first.serial+") goes on serving"); n != 1 {
+		t.Errorf("%d log lines give Envoy's rejection, want 1", n)
+	}
+	renameInto(t, filepath.Join(dir, "k.pem"), next.key)
+	renameInto(t, filepath.Join(dir, "c.pem"), next.cert)
+	s.waitSerial(t, next.serial, time.Now())
+	if cs := s.m.Certificates(); len(cs) != 1 || cs[0].Error != "" {
+		t.Errorf("status after a good renewal: %+v", cs)
+	}
+}
+
+// opsADSBootstrap is the TLS bootstrap with an ads_config of the
+// operator's own (a control plane on a port nothing answers, which the
+// listener does not need).
+func opsADSBootstrap(certFile, keyFile string, port, admin int) []byte {
+	return []byte(string(envoykit.TLSBootstrap(certFile, keyFile, port, admin)) + `dynamic_resources:
+  ads_config: { api_type: GRPC, transport_api_version: V3, grpc_services: [{ envoy_grpc: { cluster_name: operator_cp } }] }
+`)
+}
+
+// A bootstrap with an ads_config of its own (the operator's control plane)
+// reads the certificates' secrets from the agent's server on a gRPC SDS
+// stream of their own, the epoch named in each: a renewal reaches new
+// handshakes as with the agent's own ADS.
+func TestRenewalBesideTheOperatorsADS(t *testing.T) {
+	bin := envoykit.Binary(t)
+	dir := t.TempDir()
+	first, next := newPair(t, farFuture), newPair(t, farFuture)
+	certFile, keyFile := filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem")
+	writeFile(t, certFile, first.cert)
+	writeFile(t, keyFile, first.key)
+	port, admin, nobody := envoykit.FreePort(t), envoykit.FreePort(t), envoykit.FreePort(t)
+	boot := strings.Replace(string(opsADSBootstrap(certFile, keyFile, port, admin)), "static_resources:\n", fmt.Sprintf(`static_resources:
+  clusters:
+  - name: operator_cp
+    type: STATIC
+    typed_extension_protocol_options: { envoy.extensions.upstreams.http.v3.HttpProtocolOptions: { "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions, explicit_http_config: { http2_protocol_options: {} } } }
+    load_assignment: { cluster_name: operator_cp, endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: %d } } } }] }] }
+`, nobody), 1)
+	l := &logs{t: t}
+	m, srv, run := newManager(t, l)
+	m.Poll = time.Hour
+	data, err := m.RewriteBootstrap([]byte(boot), "envoy.yaml", run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "api_config_source") || !strings.Contains(string(data), ads.EpochToken) || !strings.Contains(string(data), ads.ClusterName) {
+		t.Fatalf("the copy does not read the secret from the agent on a stream of its own:\n%s", data)
+	}
+	copyPath := writeRunnable(t, srv, run, runningCopy(t, data, admin))
+	if text, _ := os.ReadFile(copyPath); strings.Contains(string(text), ads.EpochToken) {
+		t.Fatalf("the epoch's bootstrap still names the token:\n%s", text)
+	}
+	out := &envoykit.SyncBuffer{}
+	p, err := envoykit.Start(bin, []string{"-c", copyPath, "--disable-hot-restart", "--concurrency", "1", "-l", "warning"}, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	if err := p.WaitReady(admin, 20*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = m.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-certs.Watching(m)
+	s := &served{m: m, log: l, p: p, addr: "127.0.0.1:" + strconv.Itoa(port)}
+	if got, err := s.handshake(); err != nil || got != first.serial {
+		t.Fatalf("first handshake: %s, %v", got, err)
+	}
+	renameInto(t, keyFile, next.key)
+	renameInto(t, certFile, next.cert)
+	s.waitSerial(t, next.serial, time.Now())
+	if st := srv.Status()["epoch-0-1"]; len(st.Streams) == 0 {
+		t.Errorf("no stream of the epoch: %+v", srv.Status())
 	}
 }

@@ -3,6 +3,7 @@
 package certs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,8 +13,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/internal/filetrust"
+	"go.yaml.in/yaml/v3"
 	"golang.org/x/sys/unix"
+
+	"github.com/envoy-agent/envoy-agent/envoy/xds/ads"
+	"github.com/envoy-agent/envoy-agent/internal/filetrust"
 )
 
 // Logger is what a Manager logs through; *logrus.Logger satisfies it.
@@ -34,10 +38,17 @@ const (
 	DefaultPoll = 30 * time.Second
 )
 
+// publishTimeout bounds a publish's wait for every Envoy that subscribes to
+// the secret to answer (2 to 5 ms measured at 1,000 secrets).
+const publishTimeout = 10 * time.Second
+
 // Manager serves the secrets of the bootstraps it rewrote and keeps them
 // up to date with the operator's files. It is safe for concurrent use.
 type Manager struct {
-	log Logger
+	log     Logger
+	server  ads.Server  // where the secrets are served (UpdateSecret)
+	convert ads.Convert // what makes a secret of a pair
+	pubMu   sync.Mutex  // publishes one at a time, each the latest of its secret
 	// Settle and Poll are DefaultSettle and DefaultPoll unless set before
 	// Run.
 	Settle, Poll time.Duration
@@ -51,53 +62,81 @@ type Manager struct {
 	mu      sync.Mutex
 	secrets map[string]Secret    // by name: every secret served, kept up to date
 	inUse   map[string]bool      // by name: those of the latest bootstrap
-	served  map[string]*material // by name: what the SDS file holds
+	served  map[string]*material // by name: what the server serves
 	failed  map[string]string    // by name: the refusal logged last
+	refused map[string]refusal   // by name: the pair Envoy rejected last, until the files change
 	reads   uint64               // the reads of a secret's files begun, numbered
 	newest  map[string]uint64    // by name: the number of the read served or refused last
 	seen    map[string]string    // by name: which files the last read met (or its error)
 	kick    chan struct{}        // the set of files changed: watch again
+	polled  string               // why some files are read by the poll alone ("" when all are watched)
 
-	noInotify bool // the tests' stand-in for inotify that cannot be had
+	watching  chan struct{} // closed once Run watches (or polls) the files: the tests wait for it
+	noInotify bool          // the tests' stand-in for inotify that cannot be had
+	noWatches bool          // the tests' stand-in for inotify watches that cannot be had
 }
 
-// NewManager returns a Manager that logs to log.
-func NewManager(log Logger) *Manager {
+// NewManager returns a Manager that logs to log and serves its secrets on
+// server (the agent's ADS server), converted by convert (envoy/xds.Convert).
+func NewManager(log Logger, server ads.Server, convert ads.Convert) *Manager {
 	return &Manager{
-		log:     log,
-		Settle:  DefaultSettle,
-		Poll:    DefaultPoll,
-		secrets: map[string]Secret{},
-		inUse:   map[string]bool{},
-		served:  map[string]*material{},
-		failed:  map[string]string{},
-		newest:  map[string]uint64{},
-		seen:    map[string]string{},
-		kick:    make(chan struct{}, 1),
+		log:      log,
+		server:   server,
+		convert:  convert,
+		Settle:   DefaultSettle,
+		Poll:     DefaultPoll,
+		secrets:  map[string]Secret{},
+		inUse:    map[string]bool{},
+		served:   map[string]*material{},
+		failed:   map[string]string{},
+		refused:  map[string]refusal{},
+		newest:   map[string]uint64{},
+		seen:     map[string]string{},
+		kick:     make(chan struct{}, 1),
+		watching: make(chan struct{}),
 	}
 }
 
 // RewriteBootstrap is the one call between a bootstrap and the copy Envoy
-// runs: it rewrites data (the file name says its format) with Rewrite for
-// SDS files in runDir (the agent's private run folder),
-// writes the SDS file of every secret before Envoy can read it, and watches
-// their files from then on. A pair that is not whole keeps the one served
-// (logged); with none served yet, it is an error naming the file, as Envoy
-// would refuse it.
+// runs: it rewrites data (the file name says its format) with Rewrite
+// (runDir is the agent's private run folder, where the server's socket is),
+// and serves and watches its secrets (Serve).
 func (m *Manager) RewriteBootstrap(data []byte, name, runDir string) ([]byte, error) {
 	res, err := Rewrite(data, name, runDir)
 	if err != nil {
 		return nil, err
 	}
+	if err := m.Serve(res); err != nil {
+		return nil, err
+	}
+	return res.Data, nil
+}
+
+// EditBootstrap is RewriteBootstrap on a bootstrap decoded already (doc, a
+// YAML document), which it changes in place (Edit); it reports whether it
+// changed it.
+func (m *Manager) EditBootstrap(doc *yaml.Node, runDir string) (bool, error) {
+	res, err := Edit(doc, runDir)
+	if err != nil {
+		return false, err
+	}
+	return len(res.Secrets) > 0, m.Serve(res)
+}
+
+// Serve serves the secrets a rewrite found on the server before Envoy can
+// ask for them, and watches their files from then on. A pair that is not
+// whole keeps the one served (logged); with none served yet, it is an
+// error naming the file, as Envoy would refuse it.
+func (m *Manager) Serve(res Result) error {
 	for _, s := range res.Skipped {
 		m.log.Warnf("certificates: %s: left as it is (read once by Envoy, not watched)", s)
 	}
 	if len(res.Secrets) == 0 {
-		return res.Data, nil
+		return nil
 	}
 	for _, s := range res.Secrets {
 		if _, err := m.refresh(s, true); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	m.mu.Lock()
@@ -116,16 +155,16 @@ func (m *Manager) RewriteBootstrap(data []byte, name, runDir string) ([]byte, er
 	if m.OnChange != nil {
 		go m.OnChange() // the certificates in use may be others
 	}
-	return res.Data, nil
+	return nil
 }
 
 // refresh reads s's files, holding no lock, and serves them when they
 // changed and are whole. With must, a secret never served yet is an error
-// when its files are not whole; an SDS file not on disk is written again.
-// moved reports that the files read are others than the last read met (a
-// re-pointed link, a file renamed into place) or fail otherwise: the
-// folders to watch may have changed. Of two reads of the same secret, the
-// later one begun wins, whichever ends first.
+// when its files are not whole. moved reports that the files read are
+// others than the last read met (a re-pointed link, a file renamed into
+// place) or fail otherwise: the folders to watch may have changed. Of two
+// reads of the same secret, the later one begun wins, whichever ends
+// first.
 func (m *Manager) refresh(s Secret, must bool) (moved bool, err error) {
 	m.mu.Lock()
 	m.reads++
@@ -133,7 +172,6 @@ func (m *Manager) refresh(s Secret, must bool) (moved bool, err error) {
 	m.mu.Unlock()
 	mat, err := load(s)
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	seen := fmt.Sprint(err)
 	if mat != nil {
 		seen = mat.files
@@ -141,18 +179,25 @@ func (m *Manager) refresh(s Secret, must bool) (moved bool, err error) {
 	moved = m.seen[s.Name] != seen
 	m.seen[s.Name] = seen
 	if n < m.newest[s.Name] {
+		m.mu.Unlock()
 		return moved, nil // a later read of these files was taken already
 	}
 	m.newest[s.Name] = n
-	return moved, m.takeLocked(s, mat, err, must)
+	changed, err := m.takeLocked(s, mat, err, must)
+	m.mu.Unlock()
+	if changed {
+		m.publish(s)
+	}
+	return moved, err
 }
 
-// takeLocked serves mat, what load read of s's files (or err).
-func (m *Manager) takeLocked(s Secret, mat *material, err error, must bool) error {
+// takeLocked takes mat, what load read of s's files (or err), and reports
+// whether the secret served changed: the caller publishes it.
+func (m *Manager) takeLocked(s Secret, mat *material, err error, must bool) (bool, error) {
 	old := m.served[s.Name]
 	if err != nil {
 		if old == nil && must {
-			return fmt.Errorf("certificates: %w", err)
+			return false, fmt.Errorf("certificates: %w", err)
 		}
 		if msg := err.Error(); m.failed[s.Name] != msg {
 			m.failed[s.Name] = msg
@@ -162,29 +207,122 @@ func (m *Manager) takeLocked(s Secret, mat *material, err error, must bool) erro
 				m.log.Errorf("certificates: renewal not taken: %v; the certificate in use (%s, serial %s) goes on serving", err, old.info.File, old.info.Serial)
 			}
 		}
-		return nil
+		return false, nil
 	}
 	delete(m.failed, s.Name)
-	if old != nil && old.sum == mat.sum {
-		if _, err := os.Stat(s.Path); err == nil || !must {
-			return nil
-		}
+	if old != nil && old.sum == mat.sum || m.refused[s.Name].sum == mat.sum {
+		return false, nil // served already, or Envoy rejected these very files
 	}
-	if err := writeSDS(s, mat); err != nil {
+	if mat.served, err = m.convert(ads.SecretType, secretNode(s, mat)); err != nil {
+		err = fmt.Errorf("certificates: %s: %w", s.CertFile, err)
 		if old == nil && must {
-			return err
+			return false, err
 		}
-		m.log.Errorf("certificates: %v", err)
-		return nil
+		m.log.Errorf("%v", err)
+		return false, nil
 	}
 	m.served[s.Name] = mat
-	if old != nil && old.sum != mat.sum {
+	delete(m.refused, s.Name)
+	if mat.previous = old; old != nil {
+		old.previous = nil // one step back is all a rejection needs
 		m.log.Infof("certificates: %s renewed: serial %s, not after %s (new handshakes use it; open connections go on)", s.CertFile, mat.info.Serial, mat.info.NotAfter.UTC().Format(time.RFC3339))
 	}
 	if m.OnChange != nil {
 		go m.OnChange()
 	}
-	return nil
+	return true, nil
+}
+
+// refusal is a pair Envoy rejected: its files' digest, and why.
+type refusal struct {
+	sum [32]byte
+	why string
+}
+
+// publish serves the secret s as it is served now (the latest read taken)
+// to every Envoy, and waits, within publishTimeout, for those that ask for
+// it to answer. A pair Envoy rejects is as a pair that is not whole: its
+// reason is logged and shown in status, the pair before it is served again
+// (Envoy went on with it; an epoch that starts later gets it too), and the
+// same files are not offered again.
+func (m *Manager) publish(s Secret) {
+	m.pubMu.Lock()
+	defer m.pubMu.Unlock()
+	m.mu.Lock()
+	mat := m.served[s.Name]
+	m.mu.Unlock()
+	if mat == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+	defer cancel()
+	_, err := m.server.UpdateSecret(ctx, mat.served)
+	var rej *ads.RejectedError
+	switch {
+	case errors.As(err, &rej):
+		msg := fmt.Sprintf("Envoy rejected the certificate (serial %s): %s", mat.info.Serial, rej.Detail)
+		m.mu.Lock()
+		back := mat.previous
+		if m.served[s.Name] == mat {
+			m.refused[s.Name] = refusal{sum: mat.sum, why: s.CertFile + ": " + msg}
+			if back != nil {
+				m.served[s.Name] = back
+			}
+		}
+		m.mu.Unlock()
+		if back == nil {
+			m.log.Errorf("certificates: %s: %s", s.CertFile, msg)
+			return
+		}
+		m.log.Errorf("certificates: %s: %s; the certificate in use (serial %s) goes on serving", s.CertFile, msg, back.info.Serial)
+		if _, err := m.server.UpdateSecret(ctx, back.served); err != nil {
+			m.log.Errorf("certificates: %s: serving serial %s again: %v", s.CertFile, back.info.Serial, err)
+		}
+	case err != nil:
+		m.log.Errorf("certificates: %s (serial %s): %v", s.CertFile, mat.info.Serial, err)
+	}
+}
+
+// Served is a secret a Manager serves, as a live upgrade hands it over to
+// the next agent (Adopt): its files, and whether the latest bootstrap names
+// it (status lists those).
+type Served struct {
+	Secret
+	InUse bool `json:"in_use"`
+}
+
+// Served lists the secrets m serves.
+func (m *Manager) Served() []Served {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Served
+	for _, s := range m.sortedLocked() {
+		out = append(out, Served{Secret: s, InUse: m.inUse[s.Name]})
+	}
+	return out
+}
+
+// Adopt takes over the secrets the agent before a live upgrade served
+// (Served): it reads each pair and serves it, as RewriteBootstrap did, and
+// watches their files from then on. A pair that is not whole now is
+// logged, and served once it is (the adopted Envoys hold the one they
+// had); the error names the secrets that could not be read.
+func (m *Manager) Adopt(ss []Served) {
+	m.mu.Lock()
+	for _, s := range ss {
+		m.secrets[s.Name] = s.Secret
+		if s.InUse {
+			m.inUse[s.Name] = true
+		}
+	}
+	m.mu.Unlock()
+	for _, s := range ss {
+		_, _ = m.refresh(s.Secret, false)
+	}
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
 }
 
 // Check reads every watched file now and serves what changed and is whole.
@@ -227,11 +365,34 @@ func (m *Manager) Certificates() []Certificate {
 			continue
 		}
 		c := mat.info
-		c.Error = m.failed[s.Name]
+		c.Error = cmp.Or(m.failed[s.Name], m.refused[s.Name].why)
 		out = append(out, c)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].File < out[j].File })
 	return out
+}
+
+// setPolled records why some files are read by the poll alone ("" once
+// all are watched), and logs it when it changes.
+func (m *Manager) setPolled(why string) {
+	m.mu.Lock()
+	changed := m.polled != why
+	m.polled = why
+	m.mu.Unlock()
+	switch {
+	case changed && why != "":
+		m.log.Errorf("certificates: %s", why)
+	case changed:
+		m.log.Infof("certificates: every folder of certificates is watched again")
+	}
+}
+
+// Polled says why renewals of some certificates are read by the poll alone,
+// every Poll, instead of at once; "" when every folder is watched.
+func (m *Manager) Polled() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.polled
 }
 
 // Masks of the folders a Manager watches: a file's own folder (as named,
@@ -293,7 +454,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err != nil {
 		// No inotify (fs.inotify.max_user_instances reached, say): the
 		// poll alone takes renewals, Poll after they happen.
-		m.log.Errorf("certificates: inotify: %v: renewals are read every %s instead of at once", err, m.Poll)
+		m.setPolled(fmt.Sprintf("no inotify instance (%v: fs.inotify.max_user_instances reached?): renewals are read every %s instead of at once", err, m.Poll))
 		fd = -1
 	} else {
 		f := os.NewFile(uintptr(fd), "inotify")
@@ -322,12 +483,25 @@ func (m *Manager) Run(ctx context.Context) error {
 		// Two paths may name one folder (through a link): one watch,
 		// their masks added; removed only when no path wants it.
 		now, used := map[string]int{}, map[int]bool{}
+		unwatched := 0
 		for d, mask := range m.watchDirs() {
 			wd, err := unix.InotifyAddWatch(fd, d, mask|unix.IN_MASK_ADD)
+			if err == nil && m.noWatches {
+				err = unix.ENOSPC
+			}
+			if errors.Is(err, unix.ENOSPC) {
+				unwatched++ // fs.inotify.max_user_watches reached: the poll covers it
+				continue
+			}
 			if err != nil {
 				continue // a folder that is not there yet: the poll covers it
 			}
 			now[d], used[wd] = wd, true
+		}
+		if unwatched > 0 {
+			m.setPolled(fmt.Sprintf("%d folders of certificates are not watched (fs.inotify.max_user_watches reached): their renewals are read every %s instead of at once", unwatched, m.Poll))
+		} else {
+			m.setPolled("")
 		}
 		for _, wd := range watched {
 			if !used[wd] {
@@ -337,6 +511,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		watched = now
 	}
 	rewatch()
+	close(m.watching)
 	poll := time.NewTicker(m.Poll)
 	defer poll.Stop()
 	var settle, limit <-chan time.Time

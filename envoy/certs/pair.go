@@ -10,11 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/envoy-agent/envoy-agent/envoy/inplace"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/envoy-agent/envoy-agent/envoy/xds/ads"
+	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"github.com/envoy-agent/envoy-agent/internal/printable"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
@@ -53,13 +55,18 @@ func (c Certificate) DaysLeft(now time.Time) int {
 	return days
 }
 
-// material is what a secret's files held when read, checked.
+// material is what a secret's files held when read, checked, and the
+// secret Envoy is served of them (converted once taken).
 type material struct {
-	sum   [32]byte // of the files' bytes, to tell a change
-	cert  []byte
-	key   []byte
-	info  Certificate
-	files string // which files were read (their identities), to tell a move
+	sum    [32]byte // of the files' bytes, to tell a change
+	cert   []byte
+	key    []byte
+	info   Certificate
+	files  string       // which files were read (their identities), to tell a move
+	served ads.Resource // the secret, converted
+	// previous is the pair served before this one, served again should
+	// Envoy reject this one.
+	previous *material
 }
 
 // FileError is a file of a pair refused: unreadable, empty, unparsable, or a
@@ -203,42 +210,15 @@ func describe(c *x509.Certificate, s Secret) Certificate {
 	}
 }
 
-// sdsDocument is the DiscoveryResponse-shaped file Envoy's path_config_source
-// reads: the secret with its PEM inline. JSON is YAML, and encoding/json
-// escapes whatever the PEM holds.
-func sdsDocument(s Secret, m *material) ([]byte, error) {
-	secret := map[string]any{
-		"@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
-		"name":  s.Name,
-	}
+// secretNode is the secret Envoy is served of s, as YAML for the
+// converter (ads.Convert): its PEM inline.
+func secretNode(s Secret, m *material) *yaml.Node {
+	inline := func(pem []byte) *yaml.Node { return bootyaml.Mapping("inline_string", bootyaml.Str(string(pem))) }
 	if s.Kind == KindTrustedCA {
-		secret["validation_context"] = map[string]any{"trusted_ca": map[string]string{"inline_string": string(m.cert)}}
-	} else {
-		secret["tls_certificate"] = map[string]any{
-			"certificate_chain": map[string]string{"inline_string": string(m.cert)},
-			"private_key":       map[string]string{"inline_string": string(m.key)},
-		}
+		return bootyaml.Mapping("name", bootyaml.Str(s.Name), "validation_context", bootyaml.Mapping("trusted_ca", inline(m.cert)))
 	}
-	return inplace.SecretDocument(secret)
-}
-
-// writeSDS writes the secret's SDS file: private (0600), whole, and by a
-// rename, which Envoy's watch of the file's folder sees as one change.
-func writeSDS(s Secret, m *material) error {
-	doc, err := sdsDocument(s, m)
-	if err != nil {
-		return fmt.Errorf("secret %s: %w", s.Name, err)
-	}
-	dir := filepath.Dir(s.Path)
-	tmp := filepath.Join(dir, fmt.Sprintf(".%s.%d.%d.tmp", filepath.Base(s.Path), os.Getpid(), time.Now().UnixNano()))
-	if err := safefile.CreatePrivate(tmp, doc); err != nil {
-		return fmt.Errorf("write secret %s: %w", s.Name, err)
-	}
-	if err := os.Rename(tmp, s.Path); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("write secret %s: %w", s.Name, err)
-	}
-	return nil
+	return bootyaml.Mapping("name", bootyaml.Str(s.Name), "tls_certificate", bootyaml.Mapping(
+		"certificate_chain", inline(m.cert), "private_key", inline(m.key)))
 }
 
 // ExpiryWarning is how close to its end a certificate in use is warned
@@ -250,7 +230,7 @@ const ExpiryWarning = 14 * 24 * time.Hour
 // and writes nothing. It returns those it could read and, for the others,
 // an error naming the file.
 func Inspect(data []byte, name string) ([]Certificate, error) {
-	res, err := Rewrite(data, name, os.TempDir())
+	res, err := Rewrite(data, name, os.TempDir()) // the folder only names the server's socket in the copy
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/envoy-agent/envoy-agent/envoy/inplace"
+	"github.com/envoy-agent/envoy-agent/envoy/xds/ads"
 	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 )
 
@@ -28,15 +28,15 @@ const (
 )
 
 // Secret is one SDS secret that Rewrite made from files the bootstrap named.
+// A live upgrade hands the secrets served over to the new agent (its JSON).
 type Secret struct {
 	// Name is the secret's name, stable for the same files.
-	Name string
-	Kind Kind
+	Name string `json:"name"`
+	Kind Kind   `json:"kind"`
 	// CertFile and KeyFile are the operator's files of a KindCertificate
 	// (absolute paths); CertFile alone is the bundle of a KindTrustedCA.
-	CertFile, KeyFile string
-	// Path is the SDS file Envoy reads: <run dir>/inplace.SecretFile(Name).
-	Path string
+	CertFile string `json:"cert_file"`
+	KeyFile  string `json:"key_file,omitempty"`
 }
 
 // Result is what Rewrite did.
@@ -54,12 +54,20 @@ type Result struct {
 // Rewrite rewrites the bootstrap data (name is its file name: Envoy picks
 // the format by the extension, and only .yaml, .yml and .json are
 // rewritten) so that every certificate and trusted CA it names by file is
-// read from an SDS file in runDir instead (step 1 of the rewrite that
-// envoy/inplace draws; Envoy reads such a file only with a node id and
-// cluster, which step 2, inplace.RunningCopy, fills in). Everything else
-// keeps its meaning; data without such files comes back unchanged.
-// Relative file names are made absolute against the current folder, which
-// Envoy inherits.
+// a secret read from the agent's ADS server instead (step 1 of the rewrite
+// that envoy/inplace draws; Envoy reads such a secret only with a node id
+// and cluster, which step 2, inplace.RunningCopy, fills in), and which the
+// epoch that runs the copy connects to (inplace.Write, inplace.Runnable).
+// A secret that a static cluster's TLS context names (under
+// static_resources.clusters), and any secret of a bootstrap with an
+// ads_config of its own (the operator's control plane), is read from the
+// server on a gRPC stream of its own instead (ads.SecretSource, through
+// the server's cluster: Envoy 1.40.0 crashed at its start on a static
+// cluster whose secret it reads over ADS, and ADS is the operator's in the
+// other case); a bootstrap of the second kind then gets the cluster itself,
+// to the server's socket in runDir. Everything else keeps its meaning;
+// data without such files comes back unchanged. Relative file names are
+// made absolute against the current folder, which Envoy inherits.
 func Rewrite(data []byte, name, runDir string) (Result, error) {
 	res := Result{Data: data}
 	if !bootyaml.Rewritable(name) {
@@ -74,16 +82,10 @@ func Rewrite(data []byte, name, runDir string) (Result, error) {
 	if err := bootyaml.Decode(data, &doc); err != nil {
 		return res, fmt.Errorf("parse bootstrap: %w", err)
 	}
-	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
-		return res, nil
-	}
-	r := rewriter{runDir: runDir, seen: map[string]bool{}, visited: map[*yaml.Node]bool{}}
-	if err := r.walk(doc.Content[0], ""); err != nil {
+	edited, err := Edit(&doc, runDir)
+	res.Secrets, res.Skipped = edited.Secrets, edited.Skipped
+	if err != nil || len(edited.Secrets) == 0 {
 		return res, err
-	}
-	res.Secrets, res.Skipped = r.secrets, r.skipped
-	if len(r.secrets) == 0 {
-		return res, nil
 	}
 	out, err := bootyaml.Encode(&doc, name)
 	if err != nil {
@@ -93,8 +95,51 @@ func Rewrite(data []byte, name, runDir string) (Result, error) {
 	return res, nil
 }
 
+// Edit is Rewrite on a bootstrap decoded already (doc, a YAML document),
+// which it changes in place: the Result's Data is nil, its Secrets and
+// Skipped say what it did.
+func Edit(doc *yaml.Node, runDir string) (Result, error) {
+	var res Result
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return res, nil
+	}
+	root := doc.Content[0]
+	static := bootyaml.Value(root, "static_resources")
+	taken := map[string]bool{}
+	for _, c := range bootyaml.Items(bootyaml.Value(static, "clusters")) {
+		taken[bootyaml.Text(bootyaml.Value(c, "name"))] = true
+	}
+	// The cluster's name is the one inplace.Write and inplace.Runnable
+	// give the cluster they add: the same operator's clusters are taken.
+	clusterName, cluster := ads.Cluster(filepath.Join(runDir, ads.SocketName), func(n string) bool { return taken[n] })
+	ownADS := bootyaml.Value(bootyaml.Value(root, "dynamic_resources"), "ads_config") != nil
+	r := rewriter{seen: map[string]bool{}, visited: map[*yaml.Node]bool{}, source: func(where string) *yaml.Node {
+		if ownADS || inStaticCluster(where) {
+			return ads.SecretSource(clusterName)
+		}
+		return ads.ConfigSource()
+	}}
+	if err := r.walk(root, ""); err != nil {
+		return res, err
+	}
+	res.Secrets, res.Skipped = r.secrets, r.skipped
+	if len(r.secrets) > 0 && ownADS {
+		if static == nil || static.Kind != yaml.MappingNode {
+			static = bootyaml.Mapping()
+			bootyaml.Set(root, "static_resources", static)
+		}
+		clusters := bootyaml.Value(static, "clusters")
+		if clusters == nil || clusters.Kind != yaml.SequenceNode {
+			clusters = bootyaml.Seq()
+			bootyaml.Set(static, "clusters", clusters)
+		}
+		clusters.Content = append(clusters.Content, cluster)
+	}
+	return res, nil
+}
+
 type rewriter struct {
-	runDir  string
+	source  func(where string) *yaml.Node // the sds_config of an SDS reference at where
 	secrets []Secret
 	seen    map[string]bool
 	skipped []string
@@ -165,7 +210,7 @@ func (r *rewriter) certificates(ctx *yaml.Node, where string) error {
 		}
 		chain, key = abs(chain), abs(key)
 		s := r.add(KindCertificate, chain, key)
-		refs = append(refs, sdsRef(s))
+		refs = append(refs, r.ref(s, where))
 	}
 	// Replace tls_certificates with (or append to) the SDS references.
 	ctx.Content = append(ctx.Content[:idx], ctx.Content[idx+2:]...)
@@ -192,7 +237,7 @@ func (r *rewriter) validation(ctx *yaml.Node, where string) error {
 		return nil
 	}
 	s := r.add(KindTrustedCA, abs(ca), "")
-	ref := sdsRef(s)
+	ref := r.ref(s, where)
 	rest := append(append([]*yaml.Node{}, vc.Content[:caIdx]...), vc.Content[caIdx+2:]...)
 	if len(rest) == 0 {
 		ctx.Content[idx] = bootyaml.Key("validation_context_sds_secret_config")
@@ -234,7 +279,7 @@ func SecretName(k Kind, certFile, keyFile string) string {
 
 func (r *rewriter) add(k Kind, certFile, keyFile string) Secret {
 	name := SecretName(k, certFile, keyFile)
-	s := Secret{Name: name, Kind: k, CertFile: certFile, KeyFile: keyFile, Path: filepath.Join(r.runDir, inplace.SecretFile(name))}
+	s := Secret{Name: name, Kind: k, CertFile: certFile, KeyFile: keyFile}
 	if !r.seen[name] {
 		r.seen[name] = true
 		r.secrets = append(r.secrets, s)
@@ -242,12 +287,14 @@ func (r *rewriter) add(k Kind, certFile, keyFile string) Secret {
 	return s
 }
 
-func sdsRef(s Secret) *yaml.Node {
-	return bootyaml.Mapping(
-		"name", bootyaml.Str(s.Name),
-		"sds_config", bootyaml.Mapping(
-			"path_config_source", bootyaml.Mapping("path", bootyaml.Str(s.Path)),
-			"resource_api_version", bootyaml.Str("V3"),
-		),
-	)
+// ref is the SDS reference to s, at where.
+func (r *rewriter) ref(s Secret, where string) *yaml.Node {
+	return bootyaml.Mapping("name", bootyaml.Str(s.Name), "sds_config", r.source(where))
+}
+
+// inStaticCluster reports whether where (".static_resources.clusters[2]...",
+// the walk's path, in either spelling) is inside a static cluster.
+func inStaticCluster(where string) bool {
+	parts := strings.SplitN(where, ".", 4)
+	return len(parts) >= 3 && bootyaml.SameField(parts[1], "static_resources") && bootyaml.SameField(strings.SplitN(parts[2], "[", 2)[0], "clusters")
 }

@@ -1,20 +1,25 @@
 //go:build linux
 
 // Package epochfiles keeps the files an Envoy epoch runs from, in the run
-// folder: the private copy of the operator's bootstrap (Copier), made
-// through the caller's rewrite and numbered so that no two epochs share one,
-// and, with resource files, the folder beside that copy where
-// envoy/inplace writes the bootstrap Envoy runs instead and its LDS, CDS,
-// RDS and SDS files (Files). A reload that the serving epoch can take in
-// place is planned on those files (Files.Plan) and carried out there
-// (Plan.Apply). The package knows nothing of processes: package envoy
-// keeps one Files per epoch.
+// folder, and what the agent's ADS server (envoy/xds) serves it: the
+// private copy of the operator's bootstrap (Copier), made through the
+// caller's rewrite and numbered so that no two epochs share one, whose
+// name names the epoch on the server too (EpochName); with resource files,
+// the folder beside that copy where envoy/inplace writes the bootstrap
+// Envoy runs instead and its LDS and CDS files, and the epoch's route
+// configurations and secrets set on the server (Files). A copy run as it
+// is that reads secrets from the agent (the certificates) runs wired to
+// the server, from that folder too. A reload that the serving epoch can
+// take in place is planned on those files (Files.Plan) and carried out
+// there and on the server (Plan.Apply). The package knows nothing of
+// processes: package envoy keeps one Files per epoch.
 //
 // The pipeline of a bootstrap, from the operator's file to what Envoy
 // reads:
 //
 //	operator's file ── Rewrite (envoy/certs) ──▶ copy (Copier, 0600, epoch-N-SEQ-name)
-//	copy ── inplace.Parse, inplace.Write ──▶ copy.d/: bootstrap.yaml, lds.yaml, cds.yaml, rds-*.yaml, sds-*.yaml
+//	copy ── inplace.Parse, inplace.Write ──▶ copy.d/: bootstrap.yaml, lds.yaml, cds.yaml
+//	                                        and the routes and secrets: ads.Server.Set(epoch-N-SEQ)
 package epochfiles
 
 import (
@@ -22,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 
 	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
@@ -75,11 +81,27 @@ func (c *Copier) write(dir string, data []byte, original string, epoch int, rewr
 		}
 	}
 	seq := c.seq.Add(1)
-	path := filepath.Join(dir, fmt.Sprintf("epoch-%d-%d-%s", epoch, seq, filepath.Base(original)))
+	path := filepath.Join(dir, fmt.Sprintf("%s-%s", epochName(epoch, seq), filepath.Base(original)))
 	if err := safefile.CreatePrivate(path, data); err != nil {
 		return "", fmt.Errorf("copy envoy bootstrap: %w", err)
 	}
 	return path, nil
+}
+
+// epochName is the name of the epoch that runs the copy seq of epoch: the
+// start of the copy's file name, and its stream's :authority on the agent's
+// ADS server (a name of [A-Za-z0-9-], whatever the operator's file is
+// called).
+func epochName(epoch int, seq uint64) string { return fmt.Sprintf("epoch-%d-%d", epoch, seq) }
+
+// EpochName is the name on the agent's ADS server of the epoch that runs
+// copy, a copy the Copier made: "epoch-N-SEQ".
+func EpochName(copy string) string {
+	parts := strings.SplitN(filepath.Base(copy), "-", 4)
+	if len(parts) < 3 {
+		return ""
+	}
+	return strings.Join(parts[:3], "-")
 }
 
 // Checked makes the copy of the operator's bootstrap at path that a reload

@@ -7,22 +7,35 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/envoy-agent/envoy-agent/envoy/inplace"
+	"github.com/envoy-agent/envoy-agent/envoy/xds"
+	"github.com/envoy-agent/envoy-agent/envoy/xds/ads"
+	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
 
-// Files are the files one epoch runs from.
+// Files are the files one epoch runs from, and its name on the agent's ADS
+// server.
 type Files struct {
 	// Copy is the epoch's copy of the operator's bootstrap: what it runs,
 	// or what its resource files were made from. It is what a failed hot
 	// restart restores and what the next reload compares with.
 	Copy string
 	// Resources is the folder, beside Copy, of the bootstrap Envoy runs
-	// and its resource files; "" when the epoch runs Copy as it is.
+	// and its resource files; "" when the epoch runs Copy as it is (or
+	// wired to the ADS server only, from the same folder).
 	Resources string
-	layout    atomic.Pointer[inplace.Bootstrap] // Copy parsed, once written or changed in place (nil: parse it)
+	// Epoch is the epoch's name on the ADS server (EpochName); "" when its
+	// Envoy reads nothing from it.
+	Epoch  string
+	server ads.Server
+	layout atomic.Pointer[inplace.Bootstrap] // Copy parsed, once written or changed in place (nil: parse it)
 }
 
 // resourceDir is the folder of an epoch's resource files, beside its
@@ -30,44 +43,188 @@ type Files struct {
 func resourceDir(copy string) string { return copy + ".d" }
 
 // ForEpoch returns the files of an epoch that runs copy, a copy of the
-// operator's file original. With resources, it writes the bootstrap Envoy
-// runs and its resource files (envoy/inplace) into a folder of the epoch's
-// own, so that no two epochs share a file a reload rewrites; run is the
-// bootstrap Envoy then runs. When the bootstrap cannot be rewritten, the
-// epoch runs copy as it is (run is copy) and why says why.
-func ForEpoch(copy, original string, resources bool) (f *Files, run string, why error) {
-	f = &Files{Copy: copy}
-	if !resources {
-		return f, copy, nil
+// operator's file original, its routes and secrets served by server (nil:
+// none; the epoch runs copy as it is). With resources, it writes the
+// bootstrap Envoy runs and its listener and cluster files (envoy/inplace)
+// into a folder of the epoch's own, so that no two epochs share a file a
+// reload rewrites, and sets the epoch's route configurations and secrets
+// on the server; run is the bootstrap Envoy then runs. When the bootstrap
+// cannot be rewritten so, the epoch runs copy as it is, wired to the
+// server when it reads secrets from it (inplace.Runnable), and why says
+// why.
+func ForEpoch(copy, original string, resources bool, server ads.Server) (f *Files, run string, why error) {
+	f = &Files{Copy: copy, server: server}
+	if server == nil {
+		if resources {
+			why = errors.New("no ADS server serves its routes and secrets")
+		}
+		return f, copy, why
 	}
 	data, err := safefile.ReadRegular(copy, MaxBootstrapSize)
-	var b *inplace.Bootstrap
-	if err == nil {
-		b, err = inplace.Parse(original, data)
-	}
-	if err == nil {
-		dir := resourceDir(copy)
-		if run, err = inplace.Write(dir, b); err != nil {
-			_ = os.RemoveAll(dir)
-		}
-	}
 	if err != nil {
 		return f, copy, err
 	}
-	f.Resources = resourceDir(copy)
+	epoch := EpochName(copy)
+	wire := inplace.Wire{Socket: server.Path(), Epoch: epoch}
+	dir := resourceDir(copy)
+	if resources {
+		if run, why = f.split(data, original, dir, wire); why == nil {
+			return f, run, nil
+		}
+	}
+	out, err := inplace.Runnable(data, original, wire)
+	switch {
+	case err == nil && out == nil:
+		return f, copy, why
+	case err == nil:
+		err = os.MkdirAll(dir, 0o700)
+	}
+	if err == nil {
+		run = filepath.Join(dir, filepath.Base(original))
+		err = safefile.CreatePrivate(run, out)
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return f, copy, errors.Join(why, fmt.Errorf("wire it to the agent's ADS server: %w", err))
+	}
+	f.Epoch = epoch
+	return f, run, why
+}
+
+// split is ForEpoch's resource files: the copy data parsed, written into
+// dir and its routes and secrets set on the server, for the epoch wire
+// names. It returns the bootstrap to run.
+func (f *Files) split(data []byte, original, dir string, wire inplace.Wire) (string, error) {
+	b, err := inplace.Parse(original, data, xds.Convert)
+	if err != nil {
+		return "", err
+	}
+	run, err := inplace.Write(dir, b, wire)
+	if err == nil {
+		err = f.set(wire.Epoch, b)
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", err
+	}
+	f.Resources, f.Epoch = dir, wire.Epoch
 	f.layout.Store(b)
-	return f, run, nil
+	return run, nil
+}
+
+// set sets b's route configurations and secrets as the epoch's on the
+// server.
+func (f *Files) set(epoch string, b *inplace.Bootstrap) error {
+	for _, t := range []ads.Type{ads.RouteType, ads.SecretType} {
+		if err := f.server.Set(epoch, t, b.Served(t)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Adopted returns the files of an epoch that a previous agent started (a
 // live upgrade) from copy: its resource folder, when it has one, is the
-// one beside copy.
-func Adopted(copy string) *Files {
-	f := &Files{Copy: copy}
-	if fi, err := os.Lstat(resourceDir(copy)); err == nil && fi.IsDir() {
-		f.Resources = resourceDir(copy) // it ran with resource files
+// one beside copy. When the bootstrap it runs reads from the ADS server as
+// the epoch copy names, the copy is parsed again and its route
+// configurations and secrets are set on server (the same content has the
+// same versions: Envoy, reconnecting, changes nothing). An epoch an agent
+// of before the server started reads files, and nothing from the server.
+func Adopted(copy, original string, server ads.Server) (*Files, error) {
+	f := &Files{Copy: copy, server: server}
+	dir := resourceDir(copy)
+	if fi, err := os.Lstat(filepath.Join(dir, "lds.yaml")); err == nil && fi.Mode().IsRegular() {
+		f.Resources = dir // it ran with resource files
 	}
-	return f
+	epoch := EpochName(copy)
+	if server == nil || !readsFrom(dir, epoch) {
+		return f, nil
+	}
+	f.Epoch = epoch
+	if f.Resources == "" {
+		return f, nil // the certificates' secrets alone: every epoch's
+	}
+	data, err := safefile.ReadRegular(copy, MaxBootstrapSize)
+	if err != nil {
+		return f, err
+	}
+	b, err := inplace.Parse(original, data, xds.Convert)
+	if err != nil {
+		return f, err
+	}
+	f.layout.Store(b)
+	return f, f.set(epoch, b)
+}
+
+// ReadsSecretFiles reports whether the epoch runs secrets from files of
+// the run folder (sds-*.yaml), as the epochs of an agent before the ADS
+// server did: this agent neither writes nor renews them.
+func (f *Files) ReadsSecretFiles() bool {
+	if f.Epoch != "" {
+		return false
+	}
+	data, err := safefile.ReadRegular(f.Copy, MaxBootstrapSize)
+	if err != nil {
+		return false
+	}
+	var doc yaml.Node
+	return bootyaml.Decode(data, &doc) == nil && hasSecretFile(&doc, filepath.Dir(f.Copy))
+}
+
+// hasSecretFile reports whether a path_config_source under n reads an SDS
+// file of dir.
+func hasSecretFile(n *yaml.Node, dir string) bool {
+	if n.Kind == yaml.MappingNode {
+		if p := bootyaml.Text(bootyaml.Value(bootyaml.Value(n, "path_config_source"), "path")); filepath.Dir(p) == dir && strings.HasPrefix(filepath.Base(p), "sds-") {
+			return true
+		}
+	}
+	for _, c := range n.Content {
+		if hasSecretFile(c, dir) {
+			return true
+		}
+	}
+	return false
+}
+
+// readsFrom reports whether a bootstrap in dir (what the epoch runs) has an
+// xDS source whose authority is epoch: it reads from the agent's server.
+func readsFrom(dir, epoch string) bool {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() || e.Name() == "lds.yaml" || e.Name() == "cds.yaml" {
+			continue
+		}
+		data, err := safefile.ReadRegular(filepath.Join(dir, e.Name()), MaxBootstrapSize)
+		if err != nil {
+			continue
+		}
+		var doc yaml.Node
+		if bootyaml.Decode(data, &doc) == nil && names(&doc, "authority", epoch) {
+			return true
+		}
+	}
+	return false
+}
+
+// names reports whether a mapping under n has key with the scalar value.
+func names(n *yaml.Node, key, value string) bool {
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key && n.Content[i+1].Value == value {
+				return true
+			}
+		}
+	}
+	for _, c := range n.Content {
+		if names(c, key, value) {
+			return true
+		}
+	}
+	return false
 }
 
 // Named are the names the agent gave the epoch's listeners that the
@@ -80,22 +237,43 @@ func (f *Files) Named() []inplace.NamedListener {
 	return nil
 }
 
-// Remove removes the files: the epoch has ended, or never started.
+// Inline says which route configurations and secrets stay in the
+// bootstrap, and why (inplace.Bootstrap.Inline).
+func (f *Files) Inline() []string {
+	if b := f.layout.Load(); b != nil {
+		return b.Inline()
+	}
+	return nil
+}
+
+// Remove removes the files and forgets the epoch on the ADS server: the
+// epoch has ended, or never started.
 func (f *Files) Remove() {
 	_ = os.Remove(f.Copy)
-	if f.Resources != "" {
-		_ = os.RemoveAll(f.Resources)
+	_ = os.RemoveAll(resourceDir(f.Copy))
+	if f.Epoch != "" {
+		f.server.Forget(f.Epoch)
 	}
 }
 
-// Accepted checks, for an epoch that runs from resource files, that Envoy
-// took every listener and cluster in them (Envoy reports LIVE without one
-// it rejected); nil for an epoch that runs its copy as it is.
+// running is the epoch as envoy/inplace changes and checks it.
+func (f *Files) running(admin inplace.Admin) inplace.Running {
+	r := inplace.Running{Dir: f.Resources, Admin: admin, Epoch: f.Epoch}
+	if f.Epoch != "" {
+		r.ADS = f.server
+	}
+	return r
+}
+
+// Accepted checks, for an epoch that runs from resource files or reads
+// from the ADS server, that Envoy took every listener, cluster, route
+// configuration and secret (Envoy reports LIVE without one it rejected);
+// nil for an epoch that runs its copy as it is.
 func (f *Files) Accepted(ctx context.Context, admin inplace.Admin) error {
-	if f.Resources == "" {
+	if f.Resources == "" && f.Epoch == "" {
 		return nil
 	}
-	return inplace.Accepted(ctx, f.Resources, admin)
+	return inplace.Accepted(ctx, f.running(admin))
 }
 
 // ErrNoResourceFiles says that the serving epoch runs its bootstrap as it
@@ -106,8 +284,7 @@ var ErrNoResourceFiles = errors.New("the serving Envoy runs its bootstrap as it 
 // nothing else, that the epoch can take in place (Files.Plan, Plan.Apply).
 type Plan struct {
 	// Change is what changes: the one comparison of the two bootstraps.
-	Change inplace.Change
-
+	Change   inplace.Change
 	files    *Files
 	old, new *inplace.Bootstrap
 	copied   string
@@ -119,24 +296,24 @@ type Plan struct {
 // says why not: ErrNoResourceFiles, an *inplace.NotRewritableError or an
 // *inplace.RestartError. The copy stays the caller's until Plan.Apply.
 func (f *Files) Plan(copied, original string) (*Plan, error) {
-	if f.Resources == "" {
+	if f.Resources == "" || f.Epoch == "" {
 		return nil, ErrNoResourceFiles
 	}
-	parse := func(path string) (*inplace.Bootstrap, error) {
+	parse := func(path string, convert ads.Convert) (*inplace.Bootstrap, error) {
 		data, err := safefile.ReadRegular(path, MaxBootstrapSize)
 		if err != nil {
 			return nil, fmt.Errorf("read envoy bootstrap: %w", err)
 		}
-		return inplace.Parse(original, data)
+		return inplace.Parse(original, data, convert)
 	}
 	old := f.layout.Load() // parsed when the epoch started, or at its last change in place
 	if old == nil {
 		var err error
-		if old, err = parse(f.Copy); err != nil {
+		if old, err = parse(f.Copy, xds.Convert); err != nil {
 			return nil, err
 		}
 	}
-	b, err := parse(copied)
+	b, err := parse(copied, old.Reusing(xds.Convert))
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +339,7 @@ func (p *Plan) Apply(ctx context.Context, f *Files, admin inplace.Admin) error {
 		_ = os.Remove(p.copied)
 		return ErrPlanStale
 	}
-	if err := inplace.Apply(ctx, f.Resources, p.old, p.new, p.Change, admin); err != nil {
+	if err := inplace.Apply(ctx, f.running(admin), p.old, p.new, p.Change); err != nil {
 		_ = os.Remove(p.copied)
 		return err
 	}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/envoy/xds"
+	"github.com/envoy-agent/envoy-agent/envoy/xds/ads"
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
@@ -41,12 +43,51 @@ func (a httpAdmin) Get(ctx context.Context, path string) ([]byte, error) {
 
 // compareAndApply applies what Compare finds from old to new, as a reload
 // does.
-func compareAndApply(ctx context.Context, dir string, old, new *Bootstrap, admin Admin) (Change, error) {
+func compareAndApply(ctx context.Context, r Running, old, new *Bootstrap) (Change, error) {
 	c, err := Compare(old, new)
 	if err != nil {
 		return c, err
 	}
-	return c, Apply(ctx, dir, old, new, c, admin)
+	return c, Apply(ctx, r, old, new, c)
+}
+
+// newServer starts the agent's ADS server in a private folder of the test.
+func newServer(t *testing.T) *xds.Server {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s, err := xds.Listen(dir, testLog{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// testLog is the server's log into the test's.
+type testLog struct{ t *testing.T }
+
+func (l testLog) Infof(f string, a ...any)  { l.t.Logf("info: "+f, a...) }
+func (l testLog) Warnf(f string, a ...any)  { l.t.Logf("warn: "+f, a...) }
+func (l testLog) Errorf(f string, a ...any) { l.t.Logf("error: "+f, a...) }
+
+// writeAndServe writes b's files into dir for the epoch, wired to the
+// server s, and sets its route configurations and secrets there, as the
+// agent does before an epoch starts; it returns the bootstrap to run.
+func writeAndServe(t *testing.T, dir string, b *Bootstrap, s *xds.Server, epoch string) string {
+	t.Helper()
+	boot, err := Write(dir, b, Wire{Socket: s.Path(), Epoch: epoch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []ads.Type{ads.RouteType, ads.SecretType} {
+		if err := s.Set(epoch, typ, b.Served(typ)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return boot
 }
 
 // keepAlive is an HTTP/1.1 connection kept open between requests.
@@ -116,15 +157,13 @@ func TestApplyWithEnvoy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, err := Parse("envoy.yaml", v1)
+	old, err := Parse("envoy.yaml", v1, xds.Convert)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "epoch-0-1-envoy.yaml.d")
-	boot, err := Write(dir, old)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newServer(t)
+	boot := writeAndServe(t, dir, old, srv, "epoch-0-1")
 	out := &envoykit.SyncBuffer{}
 	// Immediate drain: a connection of a listener that drains is told to
 	// close at its next answer.
@@ -145,17 +184,21 @@ func TestApplyWithEnvoy(t *testing.T) {
 	}
 	admin := httpAdmin(ports.Admin)
 	ctx := context.Background()
+	run := Running{Dir: dir, Admin: admin, ADS: srv, Epoch: "epoch-0-1"}
+	if err := Accepted(ctx, run); err != nil {
+		t.Fatalf("Accepted: %v", err)
+	}
 
 	// apply moves the Envoy serving cur to text, which must parse.
 	cur := old
 	apply := func(text string) (Change, error) {
 		t.Helper()
-		next, err := Parse("envoy.yaml", []byte(text))
+		next, err := Parse("envoy.yaml", []byte(text), xds.Convert)
 		if err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		c, err := compareAndApply(ctx, dir, cur, next, admin)
+		c, err := compareAndApply(ctx, run, cur, next)
 		t.Logf("apply %s: %v in %s", c, err, time.Since(start).Round(time.Microsecond))
 		if err == nil {
 			cur = next
@@ -251,8 +294,38 @@ func TestApplyWithEnvoy(t *testing.T) {
 	if c, err := apply(v2); err != nil || c.String() != "listeners removed ingress_2; routes removed ingress_2/0/0" {
 		t.Fatalf("Apply = %q, %v", c, err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, routeFile("ingress_2/0/0"))); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the removed route's file: %v, want it gone", err)
+	if n := srv.Status()["epoch-0-1"].Resources[ads.RouteType]; n != 2 {
+		t.Errorf("the server holds %d route configurations of the epoch, want 2 (the removed one gone)", n)
+	}
+
+	// A listener added whose route goes to a cluster that does not exist:
+	// Envoy's RDS takes such a route unless validate_clusters, which the
+	// agent sets, so Envoy refuses it as the static bootstrap would, with
+	// its own reason, and at once (not when the listener's warming ends).
+	// (A listener of its own: ingress_2 drains, and its routes with it.)
+	v4, err := envoykit.RenderBootstrap(envoykit.BootstrapOptions{Ports: ports, ExtraListeners: []int{other, third, envoykit.FreePort(t)}, ResponseHeader: "v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v4s := strings.Replace(string(v4), `value: "v1"`, `value: "v2"`, 1)
+	last := strings.LastIndex(v4s, "cluster: upstream,") // ingress_3's route
+	toNowhere := v4s[:last] + "cluster: nowhere," + v4s[last+len("cluster: upstream,"):]
+	start := time.Now()
+	c, err = apply(toNowhere)
+	if !errors.As(err, &rej) || !rej.Restored || !strings.Contains(rej.Reason, "route configuration ingress_3/0/0: route: unknown cluster 'nowhere'") ||
+		!strings.Contains(c.String(), "ingress_3/0/0") {
+		t.Fatalf("Apply of a route to a missing cluster = %q, %v; want Envoy's reason, restored", c, err)
+	}
+	if took := time.Since(start); took > applyTimeout/2 {
+		t.Errorf("the refusal took %s: it waited for the listener's warming", took)
+	}
+	if v := version(ports.Listener); v != "v2" {
+		t.Errorf("after the refusal the listener answers %q, want v2", v)
+	}
+	// The routes it added are gone from the server (Envoy still asks for
+	// them while the listeners it took and gave back drain).
+	if n := srv.Status()["epoch-0-1"].Resources[ads.RouteType]; n != 2 {
+		t.Errorf("the server holds %d route configurations of the epoch after the refusal, want 2", n)
 	}
 
 	// A cluster added, then removed.
@@ -289,8 +362,8 @@ func TestExampleBootstrapRunsRewritten(t *testing.T) {
 		fmt.Sprintf("socket_address: { address: 127.0.0.1, port_value: %d }", admin), 1)
 	text = strings.ReplaceAll(text, "port_value: 10000", fmt.Sprintf("port_value: %d", front))
 	text = strings.ReplaceAll(text, "port_value: 10001", fmt.Sprintf("port_value: %d", back))
-	dir := runRewritten(t, "envoy.yaml", []byte(text), admin)
-	if err := Accepted(context.Background(), dir, httpAdmin(admin)); err != nil {
+	run := runRewritten(t, "envoy.yaml", []byte(text), admin)
+	if err := Accepted(context.Background(), run); err != nil {
 		t.Errorf("Accepted: %v", err)
 	}
 	r, err := envoykit.Get(envoykit.URL(front, "/"), 5*time.Second)
@@ -313,8 +386,8 @@ func TestAcceptedSeesARejectedListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := runRewritten(t, "envoy.yaml", text, ports.Admin)
-	if err := Accepted(context.Background(), dir, httpAdmin(ports.Admin)); err == nil || !strings.Contains(err.Error(), "listener ingress_1: cannot bind") {
+	run := runRewritten(t, "envoy.yaml", text, ports.Admin)
+	if err := Accepted(context.Background(), run); err == nil || !strings.Contains(err.Error(), "listener ingress_1: cannot bind") {
 		t.Errorf("Accepted = %v; want listener ingress_1's bind failure", err)
 	}
 }
@@ -324,32 +397,30 @@ func TestAcceptedSeesARejectedListener(t *testing.T) {
 // accepted).
 func TestEmptyResourceFiles(t *testing.T) {
 	admin := envoykit.FreePort(t)
-	dir := runRewritten(t, "e.yaml", fmt.Appendf(nil, "admin: { address: { socket_address: { address: 127.0.0.1, port_value: %d } } }\n", admin), admin)
-	if err := Accepted(context.Background(), dir, httpAdmin(admin)); err != nil {
+	run := runRewritten(t, "e.yaml", fmt.Appendf(nil, "admin: { address: { socket_address: { address: 127.0.0.1, port_value: %d } } }\n", admin), admin)
+	if err := Accepted(context.Background(), run); err != nil {
 		t.Errorf("Accepted: %v", err)
 	}
 }
 
 // runRewritten makes the running copy of the bootstrap text (named name;
 // the agent's admin on TCP port admin), parses it, writes what Envoy runs
-// into a folder of the test's and starts a bare Envoy on it (hot restart
-// off) until its admin answers LIVE. It returns the resource files'
-// folder.
-func runRewritten(t *testing.T, name string, text []byte, admin int) string {
+// into a folder of the test's, serves its routes and secrets from an ADS
+// server of the test's and starts a bare Envoy on it (hot restart off)
+// until its admin answers LIVE. It returns the epoch Envoy runs as.
+func runRewritten(t *testing.T, name string, text []byte, admin int) Running {
 	t.Helper()
 	text, _, err := RunningCopy(text, name, AgentAdmin{Host: "127.0.0.1", Port: admin})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Parse(name, text)
+	b, err := Parse(name, text, xds.Convert)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "r")
-	boot, err := Write(dir, b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newServer(t)
+	boot := writeAndServe(t, dir, b, srv, "epoch-0-1")
 	out := &envoykit.SyncBuffer{}
 	p, err := envoykit.Start(envoykit.Binary(t), append(envoykit.BareArgs(boot, 0), "--disable-hot-restart"), out)
 	if err != nil {
@@ -359,5 +430,5 @@ func runRewritten(t *testing.T, name string, text []byte, admin int) string {
 	if err := p.WaitReady(admin, 10*time.Second); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	return dir
+	return Running{Dir: dir, Admin: httpAdmin(admin), ADS: srv, Epoch: "epoch-0-1"}
 }

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/envoy-agent/envoy-agent/envoy/xds"
+	"github.com/envoy-agent/envoy-agent/envoy/xds/ads"
 )
 
 // base is a bootstrap with two listeners, two clusters and a stats sink
@@ -43,9 +46,11 @@ static_resources:
     load_assignment: { cluster_name: authz, endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 9001 } } } }] }] }
 `
 
-func parse(t *testing.T, text string) *Bootstrap {
+// parse parses a bootstrap as the agent does, its route configurations
+// and secrets converted for ADS.
+func parse(t testing.TB, text string) *Bootstrap {
 	t.Helper()
-	b, err := Parse("envoy.yaml", []byte(text))
+	b, err := Parse("envoy.yaml", []byte(text), xds.Convert)
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
@@ -63,7 +68,7 @@ func TestParseSplitsListenersAndClusters(t *testing.T) {
 	if got := strings.Join(b.Kept(), ","); got != "statsd" {
 		t.Errorf("kept clusters %s, want statsd (the stats sink's)", got)
 	}
-	run, err := b.bootstrapData("/run/x/epoch-0-1-envoy.yaml.d")
+	run, err := b.bootstrapData("/run/x/epoch-0-1-envoy.yaml.d", Wire{Socket: "/run/x/xds.sock", Epoch: "epoch-0-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,17 +80,21 @@ func TestParseSplitsListenersAndClusters(t *testing.T) {
 	if _, ok := sr["listeners"]; ok {
 		t.Errorf("the bootstrapData bootstrap still has static listeners:\n%s", run)
 	}
-	if cl := sr["clusters"].([]any); len(cl) != 1 || cl[0].(map[string]any)["name"] != "statsd" {
-		t.Errorf("static clusters %v, want statsd only", cl)
+	if cl := sr["clusters"].([]any); len(cl) != 2 || cl[0].(map[string]any)["name"] != "statsd" || cl[1].(map[string]any)["name"] != ads.ClusterName {
+		t.Errorf("static clusters %v, want statsd and the agent's xDS cluster", cl)
 	}
 	dr := got["dynamic_resources"].(map[string]any)
 	if p := dr["lds_config"].(map[string]any)["path_config_source"].(map[string]any)["path"]; p != "/run/x/epoch-0-1-envoy.yaml.d/lds.yaml" {
 		t.Errorf("lds path %v", p)
 	}
+	grpc := dr["ads_config"].(map[string]any)["grpc_services"].([]any)[0].(map[string]any)["envoy_grpc"].(map[string]any)
+	if grpc["cluster_name"] != ads.ClusterName || grpc["authority"] != "epoch-0-1" {
+		t.Errorf("ads_config's gRPC service %v, want the xDS cluster with the epoch as its authority", grpc)
+	}
 	if strings.Contains(string(run), "operator's comment") {
 		t.Errorf("comments are kept:\n%s", run)
 	}
-	lds, err := b.ldsData("/run/x/epoch-0-1-envoy.yaml.d")
+	lds, err := b.ldsData("epoch-0-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +122,7 @@ func TestParseRefuses(t *testing.T) {
 		{"not a mapping", "e.yaml", "[1]\n", "not a mapping"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse(tt.file, []byte(tt.text))
+			_, err := Parse(tt.file, []byte(tt.text), xds.Convert)
 			var nr *NotRewritableError
 			if !errors.As(err, &nr) || !strings.Contains(nr.Reason, tt.reason) {
 				t.Errorf("Parse = %v, want a NotRewritableError saying %q", err, tt.reason)
@@ -231,9 +240,11 @@ const hcm = `static_resources:
 `
 
 // The routes of each connection manager become a route configuration of
-// their own, named after the listener, chain and filter; a change of them
-// alone is a route update, a change beside them a listener update; a stat
-// prefix the agent could not find the stats of keeps them inline.
+// their own, named after the listener, chain and filter, read over ADS
+// with its clusters checked (validate_clusters, unless the operator set
+// it); a change of them alone is a route update, a change beside them a
+// listener update; a route configuration that cannot be converted for ADS
+// stays inline, and the bootstrap says why.
 func TestRoutesMoveOutOfListeners(t *testing.T) {
 	for _, tt := range []struct {
 		name, from, to string
@@ -245,7 +256,8 @@ func TestRoutesMoveOutOfListeners(t *testing.T) {
 		{"default chain's route", "status: 404", "status: 403", "web/0/0,web/default/0", "routes updated web/default/0"},
 		{"operator's route name", "name: operators_name", "name: other_name", "web/0/0,web/default/0", "nothing changed"},
 		{"beside the routes", "stat_prefix: web", "stat_prefix: web2", "web/0/0,web/default/0", "listeners updated web"},
-		{"unsafe stat prefix", "stat_prefix: web", "stat_prefix: \"web:1\"", "web/default/0", "listeners updated web; routes removed web/0/0"},
+		{"any stat prefix", "stat_prefix: web", "stat_prefix: \"web:1\"", "web/0/0,web/default/0", "listeners updated web"},
+		{"not convertible", "name: operators_name", "name: operators_name\n            no_such_field: 1", "web/default/0", "listeners updated web; routes removed web/0/0"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			to := strings.Replace(hcm, tt.from, tt.to, 1)
@@ -257,88 +269,93 @@ func TestRoutesMoveOutOfListeners(t *testing.T) {
 			if err != nil || c.String() != tt.want {
 				t.Errorf("Compare = %q, %v; want %q", c, err, tt.want)
 			}
-			lds, err := b.ldsData("/run/x")
+			lds, err := b.ldsData("epoch-0-1")
 			if err != nil {
 				t.Fatal(err)
 			}
 			if n := strings.Count(string(lds), "route_config_name"); n != len(b.Routes()) {
 				t.Errorf("%d RDS sources in the listener file, want %d:\n%s", n, len(b.Routes()), lds)
 			}
-			if strings.Contains(string(lds), folderToken) || (len(b.Routes()) > 0 && !strings.Contains(string(lds), `"/run/x/rds-`)) {
-				t.Errorf("the RDS sources do not read from the folder:\n%s", lds)
+			if n := strings.Count(string(lds), "config_source: {ads: {}, resource_api_version: V3}"); n != len(b.Routes()) {
+				t.Errorf("%d RDS sources read over ADS, want %d:\n%s", n, len(b.Routes()), lds)
+			}
+			served := b.Served(ads.RouteType)
+			if len(served) != len(b.Routes()) {
+				t.Fatalf("%d route configurations served, want %d", len(served), len(b.Routes()))
+			}
+			for i, r := range served {
+				if r.Name != b.Routes()[i] || len(r.Body) == 0 {
+					t.Errorf("served %q (%d bytes), want %s converted", r.Name, len(r.Body), b.Routes()[i])
+				}
+			}
+			if inline := strings.Join(b.Inline(), "; "); (tt.name == "not convertible") != strings.Contains(inline, "the routes of listener web (route configuration web/0/0) stay in the listener: ") ||
+				(tt.name == "not convertible") != strings.Contains(inline, "no_such_field") {
+				t.Errorf("Inline = %q", inline)
 			}
 		})
 	}
-	// The folder goes into the tree, not the text: any path is written as
-	// it is, and a relative one is refused.
-	lds, err := parse(t, hcm).ldsData(`/run/"x`)
-	var file struct {
-		Resources []struct {
-			FilterChains []struct {
-				Filters []struct {
-					TypedConfig struct {
-						RDS struct {
-							ConfigSource struct {
-								PathConfigSource struct{ Path string } `yaml:"path_config_source"`
-							} `yaml:"config_source"`
-						} `yaml:"rds"`
-					} `yaml:"typed_config"`
-				}
-			} `yaml:"filter_chains"`
+}
+
+// A route configuration read over RDS gets validate_clusters true, as a
+// static one has it by default, unless the operator set it: over RDS it
+// defaults to false, and Envoy would take a route to a cluster that does
+// not exist, which the static bootstrap refuses.
+func TestRoutesValidateTheirClusters(t *testing.T) {
+	for _, tt := range []struct{ set, want string }{
+		{"", "validate_clusters: true"},
+		{"validate_clusters: false\n            ", "validate_clusters: false"},
+		{"validateClusters: false\n            ", "validateClusters: false"},
+	} {
+		b := parse(t, strings.Replace(hcm, "name: operators_name", tt.set+"name: operators_name", 1))
+		r := b.routes[0]
+		text := yamlText(t, r.node)
+		if strings.Count(text, "alidate") != 1 || !strings.Contains(text, tt.want) {
+			t.Errorf("with %q the route configuration is\n%s\nwant %s once", tt.set, text, tt.want)
 		}
-	}
-	if err != nil || yaml.Unmarshal(lds, &file) != nil || !strings.HasPrefix(file.Resources[0].FilterChains[0].Filters[0].TypedConfig.RDS.ConfigSource.PathConfigSource.Path, `/run/"x/rds-`) {
-		t.Errorf("a folder with a quote: %v\n%s", err, lds)
-	}
-	if _, err := parse(t, hcm).ldsData("run/x"); err == nil {
-		t.Error("a relative folder was put into the listener file")
 	}
 }
 
-// Past maxRouteFiles connection managers, routes stay inline: Envoy opens
-// an inotify instance for each file it watches (128 to a user by default).
-func TestRouteFilesBounded(t *testing.T) {
-	many := func(status int) string {
-		var b strings.Builder
-		b.WriteString("static_resources:\n  listeners:\n")
-		for i := range maxRouteFiles + 8 {
-			s := 200
-			if i == maxRouteFiles+4 {
-				s = status
-			}
-			fmt.Fprintf(&b, `  - name: l%d
+// yamlText is a node's YAML.
+func yamlText(t testing.TB, n *yaml.Node) string {
+	t.Helper()
+	b, err := yaml.Marshal(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// manyListeners is a bootstrap of n HTTP listeners l0 to l(n-1), each with
+// its routes inline; listener edit answers status.
+func manyListeners(n, edit, status int) string {
+	var b strings.Builder
+	b.WriteString("static_resources:\n  listeners:\n")
+	for i := range n {
+		s := 200
+		if i == edit {
+			s = status
+		}
+		fmt.Fprintf(&b, `  - name: l%d
     address: { socket_address: { address: 127.0.0.1, port_value: %d } }
     filter_chains: [{ filters: [{ name: hcm, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager, stat_prefix: l%d, route_config: { virtual_hosts: [{ name: all, domains: ["*"], routes: [{ match: { prefix: "/" }, direct_response: { status: %d } }] }] }, http_filters: [{ name: envoy.filters.http.router, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router } }] } }] }]
 `, i, 10000+i, i, s)
-		}
-		return b.String()
 	}
-	old, b := parse(t, many(200)), parse(t, many(201))
-	if n := len(b.Routes()); n != maxRouteFiles {
-		t.Errorf("%d route files, want %d", n, maxRouteFiles)
-	}
-	want := fmt.Sprintf("listeners updated l%d", maxRouteFiles+4)
-	if c, err := Compare(old, b); err != nil || c.String() != want {
-		t.Errorf("Compare = %q, %v; want %q", c, err, want)
-	}
+	return b.String()
 }
 
-// Secrets' and route files get what is left of the watched-file budget
-// once the other watched files (LDS, CDS, certificates' SDS files) are
-// counted.
-func TestWatchesLeft(t *testing.T) {
-	for _, tc := range []struct{ sources, want int }{{0, watchBudget - 2}, {70, watchBudget - 2 - 70}, {100, 0}} {
-		var b strings.Builder
-		b.WriteString("secrets:\n")
-		for i := range tc.sources {
-			fmt.Fprintf(&b, "- { name: s%d, sds_config: { path_config_source: { path: /run/s%d.yaml } } }\n", i, i)
-		}
-		var doc yaml.Node
-		if err := yaml.Unmarshal([]byte(b.String()), &doc); err != nil {
-			t.Fatal(err)
-		}
-		if got := watchesLeft(&doc); got != tc.want {
-			t.Errorf("%d other watched files: budget %d, want %d", tc.sources, got, tc.want)
+// Every connection manager's routes move, at any count: no file is watched
+// for them, so a route edit of the last of 1,000 listeners is a route
+// update, as of the first (before, only the first 32 got a route file).
+func TestRoutesMoveAtAnyCount(t *testing.T) {
+	const n = 1000
+	old := parse(t, manyListeners(n, -1, 200))
+	if got := len(old.Routes()); got != n {
+		t.Fatalf("%d route configurations moved, want %d", got, n)
+	}
+	for _, edit := range []int{0, n / 2, n - 1} {
+		c, err := Compare(old, parse(t, manyListeners(n, edit, 201)))
+		if want := fmt.Sprintf("routes updated l%d/0/0", edit); err != nil || c.String() != want {
+			t.Errorf("Compare = %q, %v; want %q", c, err, want)
 		}
 	}
 }

@@ -1,7 +1,8 @@
-// How a step's file is written and confirmed: the resource files of the
-// folder, and Envoy's admin API read for what it did with each (its xDS
-// counters and versions, config_dump's error state, and the gauges of what
-// is still warming).
+// How a step reaches Envoy and is confirmed: the listener and cluster files
+// of the resource folder, with Envoy's admin API read for what it did with
+// each (its xDS counters and versions, config_dump's error state, and the
+// gauges of what is still warming); the route configurations and secrets
+// over ADS, with Envoy's ACK or NACK.
 
 package inplace
 
@@ -19,10 +20,8 @@ import (
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/envoy-agent/envoy-agent/envoy/output"
-	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
+	"github.com/envoy-agent/envoy-agent/envoy/xds/ads"
 )
 
 // Admin is the part of Envoy's admin API that Apply uses: GET path,
@@ -31,38 +30,69 @@ type Admin interface {
 	Get(ctx context.Context, path string) ([]byte, error)
 }
 
-// files carries steps as the resource files of the folder dir, each
-// confirmed from Envoy's admin API (update).
-type files struct {
-	dir   string
-	admin Admin
-}
-
-func (f files) carry(ctx context.Context, s step) error {
-	if !s.confirm {
-		return replace(f.dir, s.kind.file, s.data)
-	}
-	return update(ctx, f.dir, s, f.admin)
-}
-
-func (f files) remove(k kind) { _ = os.Remove(filepath.Join(f.dir, k.file)) }
-
-// kind is one subscription of Envoy's to a resource file: LDS, CDS, one
-// route configuration's RDS or one secret's SDS. It has its file, its
-// counters' prefix (after the connection manager's stat prefix for RDS),
-// what a resource of it is called, the config_dump resources that hold
-// its errors (none for RDS and SDS: Envoy's log says why it rejected
-// them), and the gauge of its resources still warming (LDS and CDS).
+// kind is one of the ways resources reach Envoy: the LDS or CDS file (its
+// file, its counters' prefix, the config_dump resources that hold its
+// errors and the gauge of its resources still warming), or route
+// configurations or secrets over ADS (their type).
 type kind struct {
 	file, stats, what string
 	dump              []string
 	warming           string
+	typ               ads.Type
 }
 
 var (
-	lds = kind{ldsFile, "listener_manager.lds", "listener", []string{"dynamic_listeners"}, "listener_manager.total_listeners_warming"}
-	cds = kind{cdsFile, "cluster_manager.cds", "cluster", []string{"dynamic_active_clusters", "dynamic_warming_clusters"}, "cluster_manager.warming_clusters"}
+	lds     = kind{file: ldsFile, stats: "listener_manager.lds", what: "listener", dump: []string{"dynamic_listeners"}, warming: "listener_manager.total_listeners_warming"}
+	cds     = kind{file: cdsFile, stats: "cluster_manager.cds", what: "cluster", dump: []string{"dynamic_active_clusters", "dynamic_warming_clusters"}, warming: "cluster_manager.warming_clusters"}
+	routes  = kind{typ: ads.RouteType, what: ads.RouteType.Noun()}
+	secrets = kind{typ: ads.SecretType, what: ads.SecretType.Noun()}
 )
+
+// String names the kind in an error: its file, or its resources.
+func (k kind) String() string {
+	if k.file != "" {
+		return k.file
+	}
+	return "the " + k.what + "s"
+}
+
+// toEnvoy carries steps out in the Envoy epoch it runs: the LDS and CDS
+// files of its resource folder, each confirmed from Envoy's admin API
+// (update), and the route configurations and secrets over ADS, confirmed
+// by Envoy's ACK.
+type toEnvoy struct{ r Running }
+
+func (c toEnvoy) carry(ctx context.Context, s step) error {
+	if s.kind.typ != "" {
+		return c.overADS(ctx, s)
+	}
+	if !s.confirm {
+		if s.after.file == nil {
+			_ = os.Remove(filepath.Join(c.r.Dir, s.kind.file))
+			return nil
+		}
+		return replace(c.r.Dir, s.kind.file, s.after.file)
+	}
+	return update(ctx, c.r, s)
+}
+
+// overADS puts the step's resources on the ADS server and waits until
+// Envoy acknowledged them, or rejected them (its reason, redacted), when
+// it subscribes to them.
+func (c toEnvoy) overADS(ctx context.Context, s step) error {
+	ctx, cancel := context.WithTimeout(ctx, applyTimeout)
+	defer cancel()
+	_, err := c.r.ADS.Update(ctx, c.r.Epoch, s.kind.typ, s.after.put, s.after.remove)
+	var rej *ads.RejectedError
+	if errors.As(err, &rej) {
+		var names []string
+		for _, r := range s.after.put {
+			names = append(names, r.Name)
+		}
+		return fmt.Errorf("%s %s: %s", s.kind.what, strings.Join(names, ", "), rej.Detail)
+	}
+	return err
+}
 
 // state is what Envoy's stats say of a kind: its update counters and the
 // version of the last file it took whole (version_text). A hot-restarted
@@ -114,12 +144,8 @@ func readState(ctx context.Context, admin Admin, k kind) (state, error) {
 }
 
 // fileVersion is the version_info of a resource file that resourceData
-// (YAML, its first line) or SecretDocument (JSON, its first field) made.
+// made (YAML, its first line).
 func fileVersion(data []byte) string {
-	if rest, ok := strings.CutPrefix(string(data), `{"version_info":"`); ok {
-		v, _, _ := strings.Cut(rest, `"`)
-		return v
-	}
 	line, _, _ := strings.Cut(string(data), "\n")
 	v, err := strconv.Unquote(strings.TrimPrefix(line, "version_info: "))
 	if err != nil {
@@ -133,31 +159,30 @@ func fileVersion(data []byte) string {
 // version before it is taken as a rejection of the whole file.
 const rejectedGrace = 200 * time.Millisecond
 
-// update puts the step's data in place as its kind's file and waits until
-// Envoy read it: nil when it took every resource (awaitTaken) and, for a
-// step that warms, once what it added is warm (awaitWarm), else the
-// reason.
-func update(ctx context.Context, dir string, s step, admin Admin) error {
+// update puts the step's file in place and waits until Envoy read it: nil
+// when it took every resource (awaitTaken) and, for a step that warms,
+// once what it added is warm (awaitWarm), else the reason.
+func update(ctx context.Context, r Running, s step) error {
 	ctx, cancel := context.WithTimeout(ctx, applyTimeout)
 	defer cancel()
-	before, err := readState(ctx, admin, s.kind)
+	before, err := readState(ctx, r.Admin, s.kind)
 	if err != nil {
 		return err
 	}
 	var warming uint64
 	if s.warm {
-		if warming, err = readGauge(ctx, admin, s.kind.warming); err != nil {
+		if warming, err = readGauge(ctx, r.Admin, s.kind.warming); err != nil {
 			return err
 		}
 	}
 	written := time.Now()
-	if err := replace(dir, s.kind.file, s.data); err != nil {
+	if err := replace(r.Dir, s.kind.file, s.after.file); err != nil {
 		return err
 	}
-	if err := awaitTaken(ctx, admin, s.kind, before, fileVersion(s.data), written); err != nil || !s.warm {
+	if err := awaitTaken(ctx, r.Admin, s.kind, before, fileVersion(s.after.file), written); err != nil || !s.warm {
 		return err
 	}
-	return awaitWarm(ctx, admin, s.kind, warming, written)
+	return awaitWarm(ctx, r, s, warming, written)
 }
 
 // awaitTaken waits until Envoy took k's file of version want, written
@@ -194,7 +219,7 @@ func awaitTaken(ctx context.Context, admin Admin, k kind, before state, want str
 		case now.version == want:
 			return true, nil // the rise was the parent's, merged
 		}
-		return false, errors.New(genericRejection(k))
+		return false, fmt.Errorf("%s was rejected (%s.update_rejected rose); Envoy's log says why", k.file, k.stats)
 	})
 	if ctx.Err() != nil {
 		return fmt.Errorf("envoy did not take %s within %s (its version is %q, the file's %q)", k.file, since(written), now.version, want)
@@ -202,20 +227,83 @@ func awaitTaken(ctx context.Context, admin Admin, k kind, before state, want str
 	return err
 }
 
-// awaitWarm waits until what a step of kind k added serves (a listener
-// bound and initialised, a cluster initialised): the gauge of k's
-// resources warming is back to where it was before the step.
-func awaitWarm(ctx context.Context, admin Admin, k kind, before uint64, written time.Time) error {
+// awaitWarm waits until what the step added serves (a listener bound and
+// initialised, a cluster initialised): the gauge of its kind's resources
+// warming is back to where it was before the step; then until Envoy
+// answered for the route configurations and secrets it watches (settled).
+// Envoy marks a listener initialised when the first answer for its routes
+// or secrets is one it rejected, and serves it without them: the
+// rejection fails the step, with Envoy's reason, as soon as it is seen.
+func awaitWarm(ctx context.Context, r Running, s step, before uint64, written time.Time) error {
+	k := s.kind
 	var n uint64
 	err := poll(ctx, func() (bool, error) {
+		if reason := rejectedOverADS(r, s.watch); reason != "" {
+			return false, errors.New(reason)
+		}
 		var err error
-		n, err = readGauge(ctx, admin, k.warming)
+		n, err = readGauge(ctx, r.Admin, k.warming)
 		return err == nil && n <= before, err
 	})
 	if ctx.Err() != nil {
 		return fmt.Errorf("the %ss %s added were still warming %s after it was written (%s: %d)", k.what, k.file, since(written), k.warming, n)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return settled(ctx, r, s.watch)
+}
+
+// settled waits until Envoy answered for each of rs it asks for (the
+// ADS server's Update of what it has already waits for that), and returns
+// Envoy's reason when it rejected one.
+func settled(ctx context.Context, r Running, rs []ads.Resource) error {
+	for _, t := range []ads.Type{ads.SecretType, ads.RouteType} {
+		var same []ads.Resource
+		for _, res := range rs {
+			if res.Type == t {
+				same = append(same, res)
+			}
+		}
+		if len(same) == 0 {
+			continue
+		}
+		_, err := r.ADS.Update(ctx, r.Epoch, t, same, nil)
+		var rej *ads.RejectedError
+		if errors.As(err, &rej) {
+			if reason := rejectedOverADS(r, same); reason != "" {
+				return errors.New(reason) // with the names
+			}
+			return fmt.Errorf("%s: %s", t.Noun(), rej.Detail)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rejectedOverADS is Envoy's reason for rejecting any of rs, route
+// configurations or secrets of the epoch r; "" when it rejected none.
+func rejectedOverADS(r Running, rs []ads.Resource) string {
+	if len(rs) == 0 {
+		return ""
+	}
+	var reasons []string
+	for _, st := range r.ADS.Status()[r.Epoch].Streams {
+		for t, ts := range st.Types {
+			var hit []string
+			for _, n := range ts.RejectedNames {
+				if slices.ContainsFunc(rs, func(res ads.Resource) bool { return res.Type == t && res.Name == n }) {
+					hit = append(hit, n)
+				}
+			}
+			if len(hit) > 0 {
+				reasons = append(reasons, fmt.Sprintf("%s %s: %s", t.Noun(), strings.Join(hit, ", "), ts.Rejected))
+			}
+		}
+	}
+	return strings.Join(reasons, "; ")
 }
 
 // Polls of Envoy's admin API while a file is taken (2 to 4 ms with Envoy
@@ -264,10 +352,6 @@ func readGauge(ctx context.Context, admin Admin, name string) (uint64, error) {
 	return 0, fmt.Errorf("envoy's admin has no gauge %s", name)
 }
 
-func genericRejection(k kind) string {
-	return fmt.Sprintf("Envoy rejected %s (%s.update_rejected rose); its log says why", k.file, k.stats)
-}
-
 // rejection is Envoy's reason for rejecting k's file: the error_state
 // details that config_dump gives for each resource it refused since
 // written (never the failed configuration itself, which may hold secrets);
@@ -300,24 +384,13 @@ func rejection(ctx context.Context, admin Admin, k kind, written time.Time) (str
 				continue
 			}
 			name := cmpOr(c.Name, e.FailedConfiguration.Name)
-			r := fmt.Sprintf("%s %s: %s", k.what, name, redactDetails(e.Details))
+			r := fmt.Sprintf("%s %s: %s", k.what, name, output.RedactDetails(e.Details))
 			if !slices.Contains(reasons, r) {
 				reasons = append(reasons, r)
 			}
 		}
 	}
 	return strings.Join(reasons, "; "), len(reasons) > 0
-}
-
-// redactDetails is the first line of Envoy's error details, without the
-// configuration they may quote (a proto dump after "): ", which may hold
-// a key; a PEM block), as the agent relays Envoy's log (envoy/output).
-func redactDetails(d string) string {
-	first, _, _ := strings.Cut(d, "\n")
-	if i := strings.Index(first, "): "); i >= 0 {
-		first = first[:i+2] + " <configuration left out>"
-	}
-	return output.RedactLine(first)
 }
 
 func cmpOr(a, b string) string {
@@ -327,50 +400,37 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// Accepted checks that an Envoy just started from the resource files in
-// dir took every resource in them: Envoy reports LIVE with a listener it
-// could not bind, or a cluster it rejected, left out. The error gives
-// Envoy's reason.
-func Accepted(ctx context.Context, dir string, admin Admin) error {
-	files := map[string][]byte{}
-	kinds := []kind{cds, lds}
-	// Every file read once, and what each names from the folder: the
-	// listener file's routes and secrets, the cluster file's secrets, the
-	// route files' secrets.
-	for i := 0; i < len(kinds); i++ {
-		data, err := os.ReadFile(filepath.Join(dir, kinds[i].file))
-		if err != nil {
-			return err
-		}
-		files[kinds[i].file] = data
-		if kinds[i].what == secretWhat {
-			continue // a secret names nothing
-		}
-		subs, err := subscriptions(data, dir)
-		if err != nil {
-			return fmt.Errorf("%s: %w", kinds[i].file, err)
-		}
-		for _, k := range subs {
-			if !slices.ContainsFunc(kinds, func(o kind) bool { return o.file == k.file }) {
-				kinds = append(kinds, k)
+// Accepted checks that an Envoy epoch r just started took every resource:
+// Envoy reports LIVE with a listener it could not bind, or a cluster, route
+// configuration or secret it rejected, left out. It reads Envoy's counters
+// for the listener and cluster files (when r runs from resource files) and
+// the ADS server's status for the route configurations and secrets (when r
+// reads over ADS): Envoy connected, subscribed to nothing the server does
+// not have, and acknowledged every one. The error gives Envoy's reason.
+func Accepted(ctx context.Context, r Running) error {
+	var reasons []string
+	if r.Dir != "" {
+		for _, k := range []kind{cds, lds} {
+			data, err := os.ReadFile(filepath.Join(r.Dir, k.file))
+			if err != nil {
+				return err
+			}
+			st, err := readState(ctx, r.Admin, k)
+			if err != nil {
+				return err
+			}
+			if want := fileVersion(data); st.version != want {
+				reason, ok := rejection(ctx, r.Admin, k, time.Time{})
+				if !ok {
+					reason = fmt.Sprintf("Envoy has not taken %s whole (its version is %q, the file's %q; its log says why)", k.file, st.version, want)
+				}
+				reasons = append(reasons, reason)
 			}
 		}
 	}
-	var reasons []string
-	for i, k := range kinds {
-		if i >= 2 && len(reasons) > 0 {
-			break // a listener or cluster refused has no route or secret subscription
-		}
-		st, err := readState(ctx, admin, k)
-		if err != nil {
-			return err
-		}
-		if want := fileVersion(files[k.file]); st.version != want {
-			reason, ok := rejection(ctx, admin, k, time.Time{})
-			if !ok {
-				reason = fmt.Sprintf("Envoy has not taken %s whole (its version is %q, the file's %q; its log says why)", k.file, st.version, want)
-			}
-			reasons = append(reasons, reason)
+	if r.ADS != nil && len(reasons) == 0 { // a listener or cluster refused has no route or secret subscription
+		if err := acceptedOverADS(ctx, r); err != nil {
+			reasons = append(reasons, err.Error())
 		}
 	}
 	if len(reasons) > 0 {
@@ -379,35 +439,36 @@ func Accepted(ctx context.Context, dir string, admin Admin) error {
 	return nil
 }
 
-// subscriptions are the route configurations and secrets that the
-// resource file data reads from the resource folder dir: each connection
-// manager's RDS source there (with its stat prefix) and each SDS source
-// there, in the order the file names them.
-func subscriptions(data []byte, dir string) ([]kind, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, err
-	}
-	var kinds []kind
-	var walk func(*yaml.Node)
-	walk = func(n *yaml.Node) {
-		if n.Kind == yaml.MappingNode {
-			rds := bootyaml.Value(n, "rds")
-			route := bootyaml.Text(bootyaml.Value(rds, "route_config_name"))
-			path := bootyaml.Text(bootyaml.Value(bootyaml.Value(bootyaml.Value(rds, "config_source"), "path_config_source"), "path"))
-			if prefix := bootyaml.Text(bootyaml.Value(n, "stat_prefix")); route != "" && prefix != "" && filepath.Dir(path) == dir {
-				kinds = append(kinds, routeKind(route, prefix))
-			}
-			secret := bootyaml.Text(bootyaml.Value(n, "name"))
-			path = bootyaml.Text(bootyaml.Value(bootyaml.Value(bootyaml.Value(n, "sds_config"), "path_config_source"), "path"))
-			if secret != "" && path == dir+"/"+SecretFile(secret) {
-				kinds = append(kinds, secretKind(secret))
+// acceptedOverADS waits, within ctx, until the epoch r's Envoy is connected
+// and holds every route configuration and secret it subscribes to as the
+// server has it; it fails at once for a name it rejected or the server
+// does not have.
+func acceptedOverADS(ctx context.Context, r Running) error {
+	var why string
+	err := poll(ctx, func() (bool, error) {
+		es := r.ADS.Status()[r.Epoch]
+		if len(es.Streams) == 0 {
+			why = "Envoy has not connected to the agent's xDS server"
+			return false, nil
+		}
+		why = ""
+		for _, st := range es.Streams {
+			for _, t := range []ads.Type{ads.SecretType, ads.RouteType} {
+				ts := st.Types[t]
+				switch {
+				case len(ts.RejectedNames) > 0:
+					return false, fmt.Errorf("%s %s: %s", t.Noun(), strings.Join(ts.RejectedNames, ", "), ts.Rejected)
+				case len(ts.Unknown) > 0:
+					return false, fmt.Errorf("the agent does not serve %s %s, which Envoy asks for", t.Noun(), strings.Join(ts.Unknown, ", "))
+				case len(ts.Pending) > 0:
+					why = fmt.Sprintf("Envoy has not acknowledged %s %s", t.Noun(), strings.Join(ts.Pending, ", "))
+				}
 			}
 		}
-		for _, c := range n.Content {
-			walk(c)
-		}
+		return why == "", nil
+	})
+	if ctx.Err() != nil && why != "" {
+		return errors.New(why)
 	}
-	walk(&doc)
-	return kinds, nil
+	return err
 }

@@ -15,10 +15,13 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/envoy-agent/envoy-agent/envoy/xds/ads"
 )
 
-// fakeEnvoy stands in for Envoy's admin API over a resource folder, for
-// the unit tier (a real Envoy runs Apply in apply_test.go): it is no
+// fakeEnvoy stands in for Envoy's admin API over a resource folder, and
+// for the agent's ADS server with Envoy behind it, for the unit tier (a
+// real Envoy and the real server run Apply in apply_test.go): it is no
 // Envoy, only what Apply reads of one, as Envoy 1.40.0 showed it
 // (docs/design.md, Reload in place). At each GET it reads the folder, as
 // Envoy reads a file moved onto its path: a new text of a file counts an
@@ -26,14 +29,18 @@ import (
 // resource it refuses (refuse) counts update_rejected, leaves the version,
 // and shows the resource's error_state in config_dump (unless quiet). A
 // listener or cluster a file adds is warming for warmReads reads of the
-// warming gauge. It logs every file it read, in order.
+// warming gauge. An Update over ADS is taken, or NACKed when refuseADS
+// says why. It logs every file it read and every Update, in order.
 type fakeEnvoy struct {
 	dir string
 	// refuse says which resource of a file's text Envoy refuses, and why
 	// ("" takes it).
 	refuse    func(file string, data []byte) (resource, reason string)
-	quiet     bool // refusals show no error_state (as for routes and secrets)
+	quiet     bool // refusals show no error_state
 	warmReads int
+	// refuseADS says why Envoy NACKs a route configuration or secret put
+	// over ADS ("" takes it).
+	refuseADS func(r ads.Resource) string
 
 	mu      sync.Mutex
 	read    map[string][]byte // each file's text as last read
@@ -41,8 +48,9 @@ type fakeEnvoy struct {
 	errs    map[string]fakeError // the refused listeners and clusters, by name
 	warming map[string]int       // gauge reads left, by gauge
 	gauge   map[string]int       // the reads of each gauge
-	log     []string             // "took lds.yaml web,other", "refused lds.yaml", in order
+	log     []string             // "took lds.yaml web,other", "refused lds.yaml", "took routes web/0/0", in order
 	history map[string][]string  // each text read of a file, in order
+	served  map[ads.Type]map[string]ads.Resource
 }
 
 type fakeSub struct {
@@ -58,7 +66,84 @@ type fakeError struct {
 
 func newFakeEnvoy(dir string) *fakeEnvoy {
 	return &fakeEnvoy{dir: dir, read: map[string][]byte{}, subs: map[string]*fakeSub{}, errs: map[string]fakeError{},
-		warming: map[string]int{}, gauge: map[string]int{}, history: map[string][]string{}}
+		warming: map[string]int{}, gauge: map[string]int{}, history: map[string][]string{},
+		served: map[ads.Type]map[string]ads.Resource{ads.RouteType: {}, ads.SecretType: {}}}
+}
+
+// fakeEpoch is the epoch the fake's ADS answers for.
+const fakeEpoch = "epoch-0-1"
+
+// running is the epoch the fake stands in for.
+func (f *fakeEnvoy) running() Running {
+	return Running{Dir: f.dir, Admin: f, ADS: f, Epoch: fakeEpoch}
+}
+
+// Update takes rs and removes remove, or NACKs the first of rs that
+// refuseADS refuses (taking nothing).
+func (f *fakeEnvoy) Update(_ context.Context, epoch string, t ads.Type, rs []ads.Resource, remove []string) (ads.Outcome, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if epoch != fakeEpoch {
+		return ads.Outcome{}, fmt.Errorf("fake Envoy: no epoch %s", epoch)
+	}
+	var names []string
+	for _, r := range rs {
+		if r.Type != t || len(r.Body) == 0 {
+			return ads.Outcome{}, fmt.Errorf("fake Envoy: %s is not a converted %s", r.Name, t.Noun())
+		}
+		if f.served[t][r.Name].Sum != r.Sum {
+			names = append(names, r.Name) // what Envoy holds already is not sent again
+		}
+	}
+	for _, r := range rs {
+		if f.refuseADS != nil && slices.Contains(names, r.Name) {
+			if why := f.refuseADS(r); why != "" {
+				f.log = append(f.log, "refused "+t.Noun()+"s "+strings.Join(names, ","))
+				return ads.Outcome{}, &ads.RejectedError{Epoch: epoch, Type: t, Detail: why}
+			}
+		}
+	}
+	for _, r := range rs {
+		f.served[t][r.Name] = r
+	}
+	for _, n := range remove {
+		delete(f.served[t], n)
+	}
+	if len(names) > 0 {
+		f.log = append(f.log, "took "+t.Noun()+"s "+strings.Join(names, ","))
+	}
+	if len(remove) > 0 {
+		f.log = append(f.log, "removed "+t.Noun()+"s "+strings.Join(remove, ","))
+	}
+	return ads.Outcome{}, nil
+}
+
+// Status is one stream that holds every resource served.
+func (f *fakeEnvoy) Status() map[string]ads.EpochStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := ads.StreamStatus{Pid: 1, Types: map[ads.Type]ads.TypeStatus{}}
+	for t, set := range f.served {
+		var ts ads.TypeStatus
+		for n := range set {
+			ts.Subscribed = append(ts.Subscribed, n)
+		}
+		slices.Sort(ts.Subscribed)
+		st.Types[t] = ts
+	}
+	return map[string]ads.EpochStatus{fakeEpoch: {Streams: []ads.StreamStatus{st}}}
+}
+
+// serve puts b's route configurations and secrets in the fake's ADS, as
+// the agent sets them before an epoch starts.
+func (f *fakeEnvoy) serve(b *Bootstrap) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, t := range []ads.Type{ads.RouteType, ads.SecretType} {
+		for _, r := range b.Served(t) {
+			f.served[t][r.Name] = r
+		}
+	}
 }
 
 var statsFilter = regexp.MustCompile(`^\^(.*?)(\\\.\(update_.*)?\$$`)
@@ -122,11 +207,6 @@ func (f *fakeEnvoy) fileOf(prefix string) string {
 		return ldsFile
 	case prefix == cds.stats:
 		return cdsFile
-	case strings.HasPrefix(prefix, "sds."):
-		return SecretFile(strings.TrimPrefix(prefix, "sds."))
-	}
-	if _, route, ok := strings.Cut(prefix, ".rds."); ok {
-		return routeFile(route)
 	}
 	return ""
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/envoy-agent/envoy-agent/envoy/xds/ads"
 )
 
 // stepsDoc is a bootstrap for the order of Apply's steps: listener web
@@ -74,20 +76,39 @@ const (
 )
 
 // startSteps writes the files of the bootstrap text into a folder of the
-// test's and has a fake Envoy (fakeEnvoy) read them.
+// test's and has a fake Envoy (fakeEnvoy) read them, and serves it the
+// route configurations and secrets.
 func startSteps(t *testing.T, text string) (*Bootstrap, string, *fakeEnvoy) {
 	t.Helper()
 	b := parse(t, text)
 	dir := filepath.Join(t.TempDir(), "r")
-	if _, err := Write(dir, b); err != nil {
+	if _, err := Write(dir, b, Wire{Socket: "/run/x/xds.sock", Epoch: fakeEpoch}); err != nil {
 		t.Fatal(err)
 	}
 	f := newFakeEnvoy(dir)
-	if err := Accepted(context.Background(), dir, f); err != nil {
+	f.serve(b)
+	if err := Accepted(context.Background(), f.running()); err != nil {
 		t.Fatalf("Accepted: %v", err)
 	}
 	f.log = nil
 	return b, dir, f
+}
+
+// servedAs reports whether the fake serves exactly b's route
+// configurations and secrets.
+func (f *fakeEnvoy) servedAs(b *Bootstrap) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, t := range []ads.Type{ads.RouteType, ads.SecretType} {
+		want := map[string]ads.Resource{}
+		for _, r := range b.Served(t) {
+			want[r.Name] = r
+		}
+		if !maps.EqualFunc(f.served[t], want, func(a, b ads.Resource) bool { return a.Sum == b.Sum }) {
+			return false
+		}
+	}
+	return true
 }
 
 // folder is every file of dir and its text.
@@ -110,8 +131,8 @@ func folder(t *testing.T, dir string) map[string]string {
 
 // TestApplyOrder: every kind of change at once reaches Envoy in two
 // stages: first what can fail on this host and existing listeners do not
-// serve (the added secret's and route's files, the added cluster, warm,
-// the added listener, warm, each beside the previous versions of what is
+// serve (the added secret and route over ADS, the added cluster, warm, the
+// added listener, warm, each beside the previous versions of what is
 // updated), then what existing listeners serve (the cluster updated, the
 // secret, the route, the listener updated, the cluster removed).
 func TestApplyOrder(t *testing.T) {
@@ -123,16 +144,17 @@ func TestApplyOrder(t *testing.T) {
 	if err != nil || c.String() != want {
 		t.Fatalf("Compare = %q, %v", c, err)
 	}
-	if err := Apply(context.Background(), dir, old, next, c, f); err != nil {
+	if err := Apply(context.Background(), f.running(), old, next, c); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 	wantLog := []string{
-		"took " + routeFile("new/0/0") + " new/0/0", "took " + SecretFile("srv2") + " srv2", // in name order, read together
+		"took secrets srv2",
+		"took route configurations new/0/0",
 		"took cds.yaml app,spare,authz", // app as it was
 		"took lds.yaml web,other,new",   // other as it was
 		"took cds.yaml app,spare,authz", // app updated
-		"took " + SecretFile("srv") + " srv",
-		"took " + routeFile("web/0/0") + " web/0/0",
+		"took secrets srv",
+		"took route configurations web/0/0",
 		"took lds.yaml web,other,new", // other updated
 		"took cds.yaml app,spare",
 	}
@@ -151,13 +173,16 @@ func TestApplyOrder(t *testing.T) {
 	if f.gauge[cds.warming] != 4 || f.gauge[lds.warming] != 4 {
 		t.Errorf("warming gauge reads %v, want 4 each (before, twice warming, then warm)", f.gauge)
 	}
-	if !sameFiles(folder(t, dir), filesOf(t, next, dir)) {
+	if !sameFiles(folder(t, dir), filesOf(t, next)) {
 		t.Errorf("the folder after Apply is not what Write makes of the new bootstrap")
+	}
+	if !f.servedAs(next) {
+		t.Errorf("the routes and secrets served after Apply are not the new bootstrap's")
 	}
 }
 
-// filesOf is what the folder dir holds for b, but its bootstrap.
-func filesOf(t *testing.T, b *Bootstrap, dir string) map[string]string {
+// filesOf is what the resource folder holds for b, but its bootstrap.
+func filesOf(t *testing.T, b *Bootstrap) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	add := func(name string, data []byte, err error) {
@@ -166,18 +191,10 @@ func filesOf(t *testing.T, b *Bootstrap, dir string) map[string]string {
 		}
 		out[name] = string(data)
 	}
-	lds, err := b.ldsData(dir)
+	lds, err := b.ldsData("epoch-0-1")
 	add(ldsFile, lds, err)
-	cds, err := b.cdsData(dir)
+	cds, err := b.cdsData("epoch-0-1")
 	add(cdsFile, cds, err)
-	for _, r := range b.routes {
-		data, err := routeData(r, dir)
-		add(routeFile(r.name), data, err)
-	}
-	for _, r := range b.secrets {
-		data, err := secretData(r, dir)
-		add(SecretFile(r.name), data, err)
-	}
 	return out
 }
 
@@ -202,7 +219,7 @@ func TestApplyRefusedOnTheHost(t *testing.T) {
 	}
 	next := parse(t, stepsDoc(503, "A", "other", "2s", takenListener, "", ""))
 	c, _ := Compare(old, next)
-	err := Apply(context.Background(), dir, old, next, c, f)
+	err := Apply(context.Background(), f.running(), old, next, c)
 	var rej *RejectedError
 	if !errors.As(err, &rej) || !rej.Restored || !strings.Contains(rej.Reason, "listener taken: cannot bind") {
 		t.Fatalf("Apply = %v; want a RejectedError naming the bind, restored", err)
@@ -215,47 +232,48 @@ func TestApplyRefusedOnTheHost(t *testing.T) {
 	}
 }
 
-// TestApplyRefusedLater: a route Envoy refuses at the second stage (no
-// reason in config_dump: a generic one after rejectedGrace) puts back, in
-// reverse order, the listeners and clusters the first stage added, and
-// removes the route file it added.
+// TestApplyRefusedLater: a route Envoy refuses at the second stage (its
+// NACK's reason, as Envoy gave it) puts back, in reverse order, the
+// listeners and clusters the first stage added, and the route and secret
+// it added (the refused route needs nothing: Envoy kept the one it had).
 func TestApplyRefusedLater(t *testing.T) {
 	old, dir, f := startSteps(t, stepsDoc(200, "A", "other", "1s", "", "", ""))
 	before := folder(t, dir)
-	f.quiet = true
-	f.refuse = func(file string, data []byte) (string, string) {
-		if file == routeFile("web/0/0") && strings.Contains(string(data), "503") {
-			return "web/0/0", "refused"
+	served := old.Served(ads.RouteType)[0]
+	f.refuseADS = func(r ads.Resource) string {
+		if r.Name == served.Name && r.Sum != served.Sum {
+			return "route: unknown cluster 'nowhere'"
 		}
-		return "", ""
+		return ""
 	}
 	next := parse(t, stepsDoc(503, "A", "other", "1s", newListener, spareCluster, srv2Secret))
 	c, _ := Compare(old, next)
-	err := Apply(context.Background(), dir, old, next, c, f)
+	err := Apply(context.Background(), f.running(), old, next, c)
 	var rej *RejectedError
-	if !errors.As(err, &rej) || !rej.Restored || !strings.Contains(rej.Reason, "Envoy rejected "+routeFile("web/0/0")) {
-		t.Fatalf("Apply = %v; want a generic RejectedError for the route, restored", err)
+	if !errors.As(err, &rej) || !rej.Restored || !strings.Contains(rej.Reason, "route configuration web/0/0: route: unknown cluster 'nowhere'") {
+		t.Fatalf("Apply = %v; want a RejectedError with Envoy's reason for the route, restored", err)
 	}
 	got := f.reads()
-	want := []string{"took " + routeFile("web/0/0") + " web/0/0", "took lds.yaml web,other", "took cds.yaml app"}
-	if len(got) < 3 || !slices.Equal(got[len(got)-3:], want) {
-		t.Errorf("Envoy read %q; want it to end with the put-back %q", got, want)
+	want := []string{"refused route configurations web/0/0", "took lds.yaml web,other", "took cds.yaml app",
+		"removed route configurations new/0/0", "removed secrets srv2"}
+	if len(got) < len(want) || !slices.Equal(got[len(got)-len(want):], want) {
+		t.Errorf("Envoy read\n%s\nwant it to end with the put-back\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if !sameFiles(folder(t, dir), before) {
-		t.Errorf("the folder was not put back")
+	if !sameFiles(folder(t, dir), before) || !f.servedAs(old) {
+		t.Errorf("the folder or the routes and secrets served were not put back")
 	}
 }
 
 // TestApplyWaitsForWarmth: an added cluster that stays warming fails the
 // apply when its time is up, and the clusters are put back.
 func TestApplyWaitsForWarmth(t *testing.T) {
-	old, dir, f := startSteps(t, stepsDoc(200, "A", "other", "1s", "", "", ""))
+	old, _, f := startSteps(t, stepsDoc(200, "A", "other", "1s", "", "", ""))
 	f.warmReads = 1 << 30
 	next := parse(t, stepsDoc(200, "A", "other", "1s", "", spareCluster, ""))
 	c, _ := Compare(old, next)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	err := Apply(ctx, dir, old, next, c, f)
+	err := Apply(ctx, f.running(), old, next, c)
 	var rej *RejectedError
 	if !errors.As(err, &rej) || !rej.Restored || !strings.Contains(rej.Reason, "were still warming") {
 		t.Fatalf("Apply = %v; want a RejectedError saying the clusters were still warming, restored", err)
@@ -268,15 +286,25 @@ func TestApplyWaitsForWarmth(t *testing.T) {
 // TestApplyNothingOrUnwritable: an empty change reads nothing; a folder
 // that is not absolute fails before any file is written.
 func TestApplyNothingOrUnwritable(t *testing.T) {
-	old, dir, f := startSteps(t, stepsDoc(200, "A", "other", "1s", "", "", ""))
-	if err := Apply(context.Background(), dir, old, old, Change{}, f); err != nil || len(f.reads()) != 0 {
+	old, _, f := startSteps(t, stepsDoc(200, "A", "other", "1s", "", "", ""))
+	if err := Apply(context.Background(), f.running(), old, old, Change{}); err != nil || len(f.reads()) != 0 {
 		t.Errorf("Apply of nothing = %v, read %q", err, f.reads())
 	}
 	next := parse(t, stepsDoc(200, "A", "other", "1s", "", spareCluster, ""))
 	c, _ := Compare(old, next)
 	var rej *RejectedError
-	if err := Apply(context.Background(), "relative/r", old, next, c, f); err == nil || errors.As(err, &rej) {
+	r := f.running()
+	r.Dir = "relative/r"
+	if err := Apply(context.Background(), r, old, next, c); err == nil || errors.As(err, &rej) {
 		t.Errorf("Apply into a relative folder = %v, want a plain error", err)
+	}
+	unconverted, err := Parse("envoy.yaml", []byte(stepsDoc(503, "A", "other", "1s", "", "", "")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ = Compare(old, unconverted)
+	if err := Apply(context.Background(), f.running(), old, unconverted, c); err == nil || errors.As(err, &rej) || len(f.reads()) != 0 {
+		t.Errorf("Apply of a bootstrap parsed without conversion = %v, read %q; want a plain error and nothing read", err, f.reads())
 	}
 }
 
@@ -285,17 +313,18 @@ func TestApplyNothingOrUnwritable(t *testing.T) {
 func TestAcceptedByTheFake(t *testing.T) {
 	b := parse(t, stepsDoc(200, "A", "other", "1s", "", "", ""))
 	dir := filepath.Join(t.TempDir(), "r")
-	if _, err := Write(dir, b); err != nil {
+	if _, err := Write(dir, b, Wire{Socket: "/run/x/xds.sock", Epoch: fakeEpoch}); err != nil {
 		t.Fatal(err)
 	}
 	f := newFakeEnvoy(dir)
+	f.serve(b)
 	f.refuse = func(file string, _ []byte) (string, string) {
 		if file == ldsFile {
 			return "other", "cannot bind '127.0.0.1:10001': Address already in use"
 		}
 		return "", ""
 	}
-	if err := Accepted(context.Background(), dir, f); err == nil || !strings.Contains(err.Error(), "listener other: cannot bind") {
+	if err := Accepted(context.Background(), f.running()); err == nil || !strings.Contains(err.Error(), "listener other: cannot bind") {
 		t.Errorf("Accepted = %v; want listener other's bind failure", err)
 	}
 }

@@ -49,6 +49,18 @@ func RedactLine(l string) string {
 	return l
 }
 
+// RedactDetails is the first line of an error Envoy gives for a resource
+// it refused (config_dump's error_state details, a NACK's error_detail),
+// without the configuration it may quote (a proto dump after "): ", which
+// may hold a key; a PEM block), as Envoy's log is relayed.
+func RedactDetails(d string) string {
+	first, _, _ := strings.Cut(d, "\n")
+	if i := strings.Index(first, "): "); i >= 0 {
+		first = first[:i+2] + " <configuration left out>"
+	}
+	return RedactLine(first)
+}
+
 // isDumpLine reports whether a line of Envoy's output belongs to a proto
 // text dump: an indented field, a message's opening or closing line. Envoy's
 // own log lines start with "[" (or "{" with a JSON log format) and end

@@ -9,38 +9,32 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/envoy-agent/envoy-agent/envoy/xds/ads"
 	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 )
 
-// Type is a resource type this package serves, as its type URL.
-type Type string
+// The types this package shares with the packages that run Envoy (package
+// ads, which links no protobuf).
+type (
+	// Type is a resource type served over ADS, as its type URL.
+	Type = ads.Type
+	// Resource is one resource converted: its name, type and protobuf bytes.
+	Resource = ads.Resource
+	// Outcome is what an epoch's Envoy did with a change.
+	Outcome = ads.Outcome
+	// RejectedError is a change Envoy refused (a NACK), with its reason.
+	RejectedError = ads.RejectedError
+	// TypeStatus, StreamStatus and EpochStatus are what Status says.
+	TypeStatus   = ads.TypeStatus
+	StreamStatus = ads.StreamStatus
+	EpochStatus  = ads.EpochStatus
+)
 
 // The types served over ADS.
 const (
-	RouteType  Type = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
-	SecretType Type = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+	RouteType  = ads.RouteType
+	SecretType = ads.SecretType
 )
-
-func (t Type) short() string {
-	switch t {
-	case RouteType:
-		return "route configuration"
-	case SecretType:
-		return "secret"
-	}
-	return string(t)
-}
-
-// Resource is one resource converted: its name, type and protobuf bytes.
-type Resource struct {
-	Name string
-	Type Type
-	// Body is the resource's protobuf encoding (deterministic: the same
-	// YAML always gives the same bytes).
-	Body []byte
-	// Sum is a digest of Body, which versions are made of.
-	Sum [sha256.Size]byte
-}
 
 // ConvertError is a resource that could not be converted: the caller can
 // serve it another way (a file, or a bootstrap Envoy parses itself). It
@@ -51,7 +45,7 @@ type ConvertError struct {
 	Err  error
 }
 
-func (e *ConvertError) Error() string { return "convert " + e.Type.short() + ": " + e.Err.Error() }
+func (e *ConvertError) Error() string { return "convert " + e.Type.Noun() + ": " + e.Err.Error() }
 
 func (e *ConvertError) Unwrap() error { return e.Err }
 

@@ -11,8 +11,12 @@
 // embedded in the binary (descriptors.pb.gz, written by ./protoset),
 // reading the YAML as Envoy's own loader does or failing; Server answers
 // each Envoy process (an epoch, named by the :authority of its gRPC stream)
-// from a resource set of its own and tells what it acknowledged; and
-// Bootstrap gives the pieces of a bootstrap that point Envoy at it.
+// from a resource set of its own (and the secrets UpdateSecret gives it,
+// every epoch's: the certificates) and tells what it acknowledged, on ADS
+// streams and on a secret's own SDS stream alike; and ads.Bootstrap gives
+// the pieces of a bootstrap that point Envoy at it. Package ads holds what
+// the packages that run Envoy share with it without linking gRPC or
+// protobuf.
 //
 // It knows nothing of systemd, TOML or the envoy package, and never logs or
 // returns a resource's content (a secret's key).

@@ -25,6 +25,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/envoy-agent/envoy-agent/envoy/xds/ads"
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
@@ -248,7 +249,7 @@ func indent(s string, n int) string {
 // items, indented for static_resources.clusters) and listeners.
 func adsBootstrap(t testing.TB, s *Server, epoch, clusters, listeners string) string {
 	t.Helper()
-	p, err := Bootstrap(s.Path(), epoch, nil)
+	p, err := ads.Bootstrap(s.Path(), epoch, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

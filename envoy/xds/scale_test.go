@@ -197,9 +197,9 @@ func TestScale(t *testing.T) {
 		}
 		// Envoy asks once per subscription; one response in flight at a
 		// time answers them in a few.
-		t.Logf("%s: %d requests, %d responses at the start", typ.short(), ts.Requests, ts.Responses)
+		t.Logf("%s: %d requests, %d responses at the start", typ.Noun(), ts.Requests, ts.Responses)
 		if ts.Responses > n/20 {
-			t.Errorf("%s: %d responses to %d requests: each resent what came before", typ.short(), ts.Responses, ts.Requests)
+			t.Errorf("%s: %d responses to %d requests: each resent what came before", typ.Noun(), ts.Responses, ts.Requests)
 		}
 	}
 

@@ -9,17 +9,19 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"sync"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	secret "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	"google.golang.org/grpc"
+
+	"github.com/envoy-agent/envoy-agent/envoy/xds/ads"
 )
 
 // SocketName is the server's socket in the folder the caller gives.
-const SocketName = "xds.sock"
+const SocketName = ads.SocketName
 
 // Logger is what a Server logs through; *logrus.Logger satisfies it.
 type Logger interface {
@@ -28,26 +30,25 @@ type Logger interface {
 	Errorf(format string, args ...any)
 }
 
-// epochName is what an epoch's name (its streams' :authority) may hold:
-// an HTTP/2 authority Envoy sends as it is.
-var epochName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
-
 // Server serves the resource sets of the agent's Envoy processes over ADS.
 // Each process is an epoch, named by the :authority its bootstrap gives its
 // stream (Bootstrap), and is answered from its own set: a draining epoch
-// keeps the resources it ran with while the new one gets its own. It is
-// safe for concurrent use.
+// keeps the resources it ran with while the new one gets its own. Secrets
+// given to UpdateSecret (the certificates the agent reads from files) are
+// every epoch's, unless its own set has one of that name. It is safe for
+// concurrent use.
 type Server struct {
 	discovery.UnimplementedAggregatedDiscoveryServiceServer
 
 	log  Logger
 	path string
 	sock os.FileInfo // the socket as made, so Close removes no other
-	ln   net.Listener
+	ln   *net.UnixListener
 	grpc *grpc.Server
 
 	mu      sync.Mutex
 	epochs  map[string]*epoch
+	shared  map[string]Resource // UpdateSecret's secrets, by name
 	nonce   uint64
 	changed chan struct{} // closed, and replaced, at every change a waiter may look for
 }
@@ -58,39 +59,83 @@ type epoch struct {
 	streams map[*stream]bool
 }
 
-// Listen makes the server's socket, dir/SocketName (0600; a stale socket
-// there is replaced), in dir, a folder that neither its group nor others
-// may write (the agent's run folder), and serves it until Close.
+// Listen makes the server's socket, dir/SocketName, and serves it until
+// Close (New, then Server.Listen).
 func Listen(dir string, log Logger) (*Server, error) {
-	st, err := os.Stat(dir)
-	if err != nil {
-		return nil, fmt.Errorf("xds socket folder: %w", err)
+	s := New(filepath.Join(dir, SocketName), log)
+	if err := s.Listen(); err != nil {
+		return nil, err
 	}
-	if !st.IsDir() || st.Mode().Perm()&0o022 != 0 {
-		return nil, fmt.Errorf("xds socket folder %s: must be a folder only its owner can write (mode %v)", dir, st.Mode().Perm())
-	}
-	path := filepath.Join(dir, SocketName)
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		_ = os.Remove(path)
-	}
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("xds socket: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("xds socket: %w", err)
-	}
-	sock, err := os.Lstat(path)
-	if err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("xds socket: %w", err)
-	}
-	s := &Server{log: log, path: path, sock: sock, ln: ln, epochs: map[string]*epoch{}, changed: make(chan struct{})}
+	return s, nil
+}
+
+// New is a Server whose socket is path, not made yet: it answers nothing
+// until Listen, or Serve on a socket handed over. Epochs can be set on it
+// meanwhile.
+func New(path string, log Logger) *Server {
+	s := &Server{log: log, path: path, epochs: map[string]*epoch{}, shared: map[string]Resource{}, changed: make(chan struct{})}
 	s.grpc = grpc.NewServer(grpc.Creds(peerCreds{}))
 	discovery.RegisterAggregatedDiscoveryServiceServer(s.grpc, s)
+	secret.RegisterSecretDiscoveryServiceServer(s.grpc, sds{s: s})
+	return s
+}
+
+// Listen makes the server's socket (0600; a stale socket there is
+// replaced) in its folder, which neither its group nor others may write
+// (the agent's run folder), and serves it until Close.
+func (s *Server) Listen() error {
+	dir := filepath.Dir(s.path)
+	st, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("xds socket folder: %w", err)
+	}
+	if !st.IsDir() || st.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("xds socket folder %s: must be a folder only its owner can write (mode %v)", dir, st.Mode().Perm())
+	}
+	if fi, err := os.Lstat(s.path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		_ = os.Remove(s.path)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.path, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("xds socket: %w", err)
+	}
+	if err := os.Chmod(s.path, 0o600); err != nil {
+		ln.Close()
+		return fmt.Errorf("xds socket: %w", err)
+	}
+	if err := s.Serve(ln); err != nil {
+		ln.Close()
+		return err
+	}
+	return nil
+}
+
+// Serve answers on ln, the server's socket at Path (made by Listen; a live
+// upgrade hands it over, and Envoy, reconnecting, finds it listening),
+// until Close. Call it once the sets of the epochs whose Envoys will
+// connect are in place.
+func (s *Server) Serve(ln *net.UnixListener) error {
+	if got := ln.Addr().String(); got != s.path {
+		return fmt.Errorf("xds socket: %s is not %s", got, s.path)
+	}
+	sock, err := os.Lstat(s.path)
+	if err != nil || sock.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("xds socket %s: not there as a socket (%v)", s.path, err)
+	}
+	ln.SetUnlinkOnClose(false) // Close removes it, if it is still this one
+	s.mu.Lock()
+	s.sock, s.ln = sock, ln
+	s.mu.Unlock()
 	go func() { _ = s.grpc.Serve(ln) }()
-	return s, nil
+	return nil
+}
+
+// Listener is the server's listening socket (nil before Listen or Serve),
+// which a live upgrade hands over.
+func (s *Server) Listener() *net.UnixListener {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ln
 }
 
 // Path is the server's socket.
@@ -101,7 +146,14 @@ func (s *Server) Path() string { return s.path }
 // server has made its own at the path since.
 func (s *Server) Close() {
 	s.grpc.Stop()
-	if fi, err := os.Lstat(s.path); err == nil && os.SameFile(fi, s.sock) {
+	s.mu.Lock()
+	ln, sock := s.ln, s.sock
+	s.mu.Unlock()
+	if ln == nil {
+		return
+	}
+	_ = ln.Close()
+	if fi, err := os.Lstat(s.path); err == nil && os.SameFile(fi, sock) {
 		_ = os.Remove(s.path)
 	}
 }
@@ -121,25 +173,18 @@ func (s *Server) epochLocked(name string) *epoch {
 	return e
 }
 
-func checkEpoch(name string) error {
-	if !epochName.MatchString(name) {
-		return fmt.Errorf("xds: epoch name %q: want 1 to 64 of [A-Za-z0-9._-]", name)
-	}
-	return nil
-}
-
 // Set makes rs the whole set of type t of the epoch: what it answers the
 // epoch's Envoy, from its first request on. It waits for nothing (an
 // Envoy not started yet asks when it starts; a running one is sent what it
 // subscribes to).
 func (s *Server) Set(epochName string, t Type, rs []Resource) error {
-	if err := checkEpoch(epochName); err != nil {
+	if err := ads.CheckEpoch(epochName); err != nil {
 		return err
 	}
 	set := make(map[string]Resource, len(rs))
 	for _, r := range rs {
 		if r.Type != t {
-			return fmt.Errorf("xds: %s %s is not a %s", r.Type.short(), r.Name, t.short())
+			return fmt.Errorf("xds: %s %s is not a %s", r.Type.Noun(), r.Name, t.Noun())
 		}
 		set[r.Name] = r
 	}
@@ -166,29 +211,6 @@ func (s *Server) kickLocked(e *epoch) {
 	s.notifyLocked()
 }
 
-// Outcome is what an epoch's Envoy did with a change.
-type Outcome struct {
-	// Version is the version of the resources it acknowledged ("" when no
-	// stream of it subscribes to any changed name).
-	Version string
-	// Unsubscribed are the changed names its Envoy does not ask for (yet):
-	// they are served when it does.
-	Unsubscribed []string
-}
-
-// RejectedError is a change Envoy refused (a NACK): Detail is its reason
-// (the error_detail of its request). Envoy goes on with what it had.
-type RejectedError struct {
-	Epoch   string
-	Type    Type
-	Version string
-	Detail  string
-}
-
-func (e *RejectedError) Error() string {
-	return fmt.Sprintf("Envoy (epoch %s) rejected %s version %s: %s", e.Epoch, e.Type.short()+"s", e.Version, e.Detail)
-}
-
 // Update puts rs into (and removes the names remove from) the epoch's set
 // of type t, sends the change to its Envoy, and waits, within ctx, until
 // every stream of that Envoy that subscribes to a changed name has
@@ -199,7 +221,7 @@ func (e *RejectedError) Error() string {
 // nothing: Envoy keeps a resource a response leaves out (measured) until it
 // no longer asks for it.
 func (s *Server) Update(ctx context.Context, epochName string, t Type, rs []Resource, remove []string) (Outcome, error) {
-	if err := checkEpoch(epochName); err != nil {
+	if err := ads.CheckEpoch(epochName); err != nil {
 		return Outcome{}, err
 	}
 	changed := make([]string, 0, len(rs)+len(remove))
@@ -209,7 +231,7 @@ func (s *Server) Update(ctx context.Context, epochName string, t Type, rs []Reso
 	for _, r := range rs {
 		if r.Type != t {
 			s.mu.Unlock()
-			return Outcome{}, fmt.Errorf("xds: %s %s is not a %s", r.Type.short(), r.Name, t.short())
+			return Outcome{}, fmt.Errorf("xds: %s %s is not a %s", r.Type.Noun(), r.Name, t.Noun())
 		}
 		set[r.Name] = r
 		changed = append(changed, r.Name)
@@ -230,27 +252,32 @@ func maps(sets map[Type]map[string]Resource, t Type) map[string]Resource {
 	return sets[t]
 }
 
-// UpdateSecret puts the secret r into the set of every epoch that has a
-// secret of its name or whose Envoy subscribes to it (a renewal reaches
-// the draining epoch too), and waits for each as Update does. It returns
-// the outcome of each epoch, and the first rejection.
+// UpdateSecret serves the secret r to every epoch, now and from then on
+// (a certificate the agent reads from files, and its renewals: a draining
+// epoch gets them too, and so does an epoch that starts later), and puts it
+// in place of a secret of its name in an epoch's own set; it waits, as
+// Update does, for each epoch whose Envoy subscribes to it. It returns the
+// outcome of each such epoch, and the rejections.
 func (s *Server) UpdateSecret(ctx context.Context, r Resource) (map[string]Outcome, error) {
 	if r.Type != SecretType {
-		return nil, fmt.Errorf("xds: %s %s is not a secret", r.Type.short(), r.Name)
+		return nil, fmt.Errorf("xds: %s %s is not a secret", r.Type.Noun(), r.Name)
 	}
 	s.mu.Lock()
+	s.shared[r.Name] = r
 	var names []string
 	for name, e := range s.epochs {
-		_, has := e.sets[SecretType][r.Name]
+		if _, own := e.sets[SecretType][r.Name]; own {
+			e.sets[SecretType][r.Name] = r
+		}
 		for st := range e.streams {
-			has = has || st.subscribesLocked(SecretType, r.Name)
+			if st.subscribesLocked(SecretType, r.Name) {
+				names = append(names, name)
+				break
+			}
 		}
-		if has {
-			maps(e.sets, SecretType)[r.Name] = r
-			s.kickLocked(e)
-			names = append(names, name)
-		}
+		s.kickLocked(e)
 	}
+	s.notifyLocked()
 	s.mu.Unlock()
 	sort.Strings(names)
 	out := map[string]Outcome{}
@@ -263,6 +290,19 @@ func (s *Server) UpdateSecret(ctx context.Context, r Resource) (map[string]Outco
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// resourceLocked is the resource name of type t that epoch e serves: its
+// own, else a shared secret.
+func (s *Server) resourceLocked(e *epoch, t Type, name string) (Resource, bool) {
+	if r, ok := e.sets[t][name]; ok {
+		return r, true
+	}
+	if t == SecretType {
+		r, ok := s.shared[name]
+		return r, ok
+	}
+	return Resource{}, false
 }
 
 // wait waits until every stream of the epoch that subscribes to one of
@@ -278,7 +318,7 @@ func (s *Server) wait(ctx context.Context, epochName string, t Type, names []str
 		}
 		select {
 		case <-ctx.Done():
-			return out, fmt.Errorf("xds: waiting for Envoy (epoch %s) to acknowledge %s: %w", epochName, t.short()+"s", ctx.Err())
+			return out, fmt.Errorf("xds: waiting for Envoy (epoch %s) to acknowledge %s: %w", epochName, t.Noun()+"s", ctx.Err())
 		case <-ch:
 		}
 	}
@@ -304,7 +344,7 @@ func (s *Server) settledLocked(epochName string, t Type, names []string) (bool, 
 				continue
 			}
 			used[n] = true
-			r, ok := e.sets[t][n]
+			r, ok := s.resourceLocked(e, t, n)
 			switch {
 			case !ok:
 				// Removed while subscribed: Envoy keeps what it has
@@ -328,38 +368,9 @@ func (s *Server) settledLocked(epochName string, t Type, names []string) (bool, 
 	return true, out, nil
 }
 
-// TypeStatus is what one stream of an Envoy has of one type.
-type TypeStatus struct {
-	// Subscribed are the names Envoy asks for; Unknown those of them the
-	// epoch's set does not have (Envoy waits for them, up to its
-	// initial_fetch_timeout at a start).
-	Subscribed, Unknown []string
-	// Sent is the version last sent, Acked the version Envoy acknowledged
-	// last.
-	Sent, Acked string
-	// Rejected is Envoy's reason for the rejection of resources it does
-	// not hold yet ("" when it took every one it was sent).
-	Rejected string
-	// Requests and Responses count what went each way.
-	Requests, Responses int
-}
-
-// StreamStatus is one ADS stream of an epoch's Envoy.
-type StreamStatus struct {
-	// Pid is the connected process (SO_PEERCRED).
-	Pid   int32
-	Types map[Type]TypeStatus
-}
-
-// EpochStatus is what an epoch's Envoy has acknowledged.
-type EpochStatus struct {
-	// Resources counts the epoch's set by type.
-	Resources map[Type]int
-	Streams   []StreamStatus
-}
-
 // Status says, for each epoch, what its Envoy subscribes to and has
-// acknowledged.
+// acknowledged: a subscribed name is held (Envoy acknowledged it as the
+// server has it), pending, rejected (as the server has it) or unknown.
 func (s *Server) Status() map[string]EpochStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -373,17 +384,25 @@ func (s *Server) Status() map[string]EpochStatus {
 			ss := StreamStatus{Pid: st.pid, Types: map[Type]TypeStatus{}}
 			for t, ts := range st.types {
 				status := TypeStatus{Sent: ts.version, Acked: ts.acked, Requests: ts.requests, Responses: ts.responses}
-				if len(ts.rejected) > 0 {
-					status.Rejected = ts.reason
-				}
 				for n := range ts.names {
 					status.Subscribed = append(status.Subscribed, n)
-					if _, ok := e.sets[t][n]; !ok {
+					r, ok := s.resourceLocked(e, t, n)
+					switch {
+					case !ok:
 						status.Unknown = append(status.Unknown, n)
+					case ts.rejected[n] == r.Sum:
+						status.RejectedNames = append(status.RejectedNames, n)
+					case ts.held[n] != r.Sum:
+						status.Pending = append(status.Pending, n)
 					}
+				}
+				if len(status.RejectedNames) > 0 {
+					status.Rejected = ts.reason
 				}
 				slices.Sort(status.Subscribed)
 				slices.Sort(status.Unknown)
+				slices.Sort(status.Pending)
+				slices.Sort(status.RejectedNames)
 				ss.Types[t] = status
 			}
 			es.Streams = append(es.Streams, ss)

@@ -26,11 +26,15 @@ import (
 	"strconv"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	secret "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/envoy-agent/envoy-agent/envoy/output"
+	"github.com/envoy-agent/envoy-agent/envoy/xds/ads"
 )
 
 // stream is one ADS stream; its types are guarded by the server's mu.
@@ -80,12 +84,13 @@ func (st *stream) subscribesLocked(t Type, name string) bool {
 	return ts != nil && ts.names[name]
 }
 
-// setLocked is the stream's epoch's set of type t (nil once forgotten).
-func (st *stream) setLocked(t Type) map[string]Resource {
+// resourceLocked is the resource name of type t the stream's epoch
+// serves (none once forgotten).
+func (st *stream) resourceLocked(t Type, name string) (Resource, bool) {
 	if e := st.srv.epochs[st.epoch]; e != nil {
-		return e.sets[t]
+		return st.srv.resourceLocked(e, t, name)
 	}
-	return nil
+	return Resource{}, false
 }
 
 // StreamAggregatedResources serves one Envoy's ADS stream. The epoch is
@@ -95,7 +100,7 @@ func (s *Server) StreamAggregatedResources(ss discovery.AggregatedDiscoveryServi
 	ctx := ss.Context()
 	md, _ := metadata.FromIncomingContext(ctx)
 	auth := md.Get(":authority")
-	if len(auth) != 1 || checkEpoch(auth[0]) != nil {
+	if len(auth) != 1 || ads.CheckEpoch(auth[0]) != nil {
 		return status.Errorf(codes.InvalidArgument, "xds: the stream's :authority must name an epoch (%q)", auth)
 	}
 	st := &stream{srv: s, epoch: auth[0], wake: make(chan struct{}, 1), types: map[Type]*typeState{}, warned: map[string]bool{}}
@@ -140,6 +145,19 @@ func (s *Server) StreamAggregatedResources(ss discovery.AggregatedDiscoveryServi
 	}
 }
 
+// sds serves a secret's own gRPC stream (SecretDiscoveryService), which a
+// bootstrap with an ads_config of its own (the operator's control plane)
+// uses for the agent's secrets (ads.SecretSource): the same state of the
+// world as an ADS stream, for one type.
+type sds struct {
+	secret.UnimplementedSecretDiscoveryServiceServer
+	s *Server
+}
+
+func (d sds) StreamSecrets(ss secret.SecretDiscoveryService_StreamSecretsServer) error {
+	return d.s.StreamAggregatedResources(ss)
+}
+
 // prepare is the response of type t the stream is to be sent now: the
 // subscribed resources of the set that Envoy neither holds nor rejected as
 // they are; nil when there are none, or a response is in flight.
@@ -151,7 +169,6 @@ func (st *stream) prepare(t Type) *discovery.DiscoveryResponse {
 	if ts == nil || ts.inFlight {
 		return nil
 	}
-	set := st.setLocked(t)
 	names := make([]string, 0, len(ts.names))
 	for n := range ts.names {
 		names = append(names, n)
@@ -160,7 +177,7 @@ func (st *stream) prepare(t Type) *discovery.DiscoveryResponse {
 	var send []Resource
 	whole := make([]Resource, 0, len(names)) // what Envoy holds once it takes the response
 	for _, n := range names {
-		r, ok := set[n]
+		r, ok := st.resourceLocked(t, n)
 		if !ok {
 			if d, held := ts.held[n]; held {
 				whole = append(whole, Resource{Name: n, Sum: d})
@@ -214,14 +231,14 @@ func (st *stream) receive(ss discovery.AggregatedDiscoveryService_StreamAggregat
 		if req.GetResponseNonce() != "" && req.GetResponseNonce() == ts.nonce && ts.inFlight {
 			ts.inFlight = false
 			if d := req.GetErrorDetail(); d != nil {
-				ts.reason = d.GetMessage()
+				ts.reason = output.RedactDetails(d.GetMessage()) // never the configuration it may quote
 				if ts.reason == "" {
 					ts.reason = "(Envoy gave no reason)"
 				}
 				for n, sum := range ts.offered {
 					ts.rejected[n] = sum
 				}
-				s.log.Warnf("xds: Envoy pid %d (epoch %s) rejected %ss version %s: %s", st.pid, st.epoch, t.short(), ts.version, ts.reason)
+				s.log.Warnf("xds: Envoy pid %d (epoch %s) rejected %ss version %s: %s", st.pid, st.epoch, t.Noun(), ts.version, ts.reason)
 			} else {
 				ts.acked = ts.version
 				for n, sum := range ts.offered {
@@ -232,17 +249,21 @@ func (st *stream) receive(ss discovery.AggregatedDiscoveryService_StreamAggregat
 			clear(ts.offered)
 		}
 		clear(ts.names)
-		set := st.setLocked(t)
 		for _, n := range req.GetResourceNames() {
 			ts.names[n] = true
-			if _, ok := set[n]; !ok && !st.warned[string(t)+"\x00"+n] {
+			if _, ok := st.resourceLocked(t, n); !ok && !st.warned[string(t)+"\x00"+n] {
 				st.warned[string(t)+"\x00"+n] = true
-				s.log.Warnf("xds: Envoy pid %d (epoch %s) asks for %s %q, which its set does not have: Envoy waits for it", st.pid, st.epoch, t.short(), n)
+				s.log.Warnf("xds: Envoy pid %d (epoch %s) asks for %s %q, which its set does not have: Envoy waits for it", st.pid, st.epoch, t.Noun(), n)
 			}
 		}
 		for n := range ts.held {
 			if !ts.names[n] {
 				delete(ts.held, n) // unsubscribed: Envoy dropped it
+			}
+		}
+		for n := range ts.rejected {
+			if !ts.names[n] {
+				delete(ts.rejected, n) // unsubscribed: nothing is rejected of it any more
 			}
 		}
 		s.notifyLocked()

@@ -152,3 +152,70 @@ func TestStreamNeedsAnEpoch(t *testing.T) {
 		t.Fatalf("a stream with a bad :authority: %v", err)
 	}
 }
+
+// sendSecrets asks for the secrets names, acknowledging version and nonce
+// (or rejecting them with nack).
+func (f *fakeEnvoy) sendSecrets(names []string, version, nonce, nack string) {
+	req := &discovery.DiscoveryRequest{TypeUrl: string(SecretType), ResourceNames: names, VersionInfo: version, ResponseNonce: nonce}
+	if nack != "" {
+		req.ErrorDetail = &rpcstatus.Status{Code: 3, Message: nack}
+	}
+	if err := f.stream.Send(req); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// The secrets UpdateSecret serves are every epoch's: an epoch whose set
+// was never given them, or that starts after them, is served them (a
+// renewal between an epoch's copy and its start is not lost); a renewal
+// waits for the Envoys that ask for it; Status says what each Envoy holds,
+// has pending or rejected.
+func TestSharedSecrets(t *testing.T) {
+	s := listen(t, testLog{t})
+	secret := func(v string) Resource {
+		r, err := ConvertYAML(SecretType, []byte(`{name: s, generic_secret: {secret: {inline_string: "`+v+`"}}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	ctx := withTimeout(t, 10*time.Second)
+	if out, err := s.UpdateSecret(ctx, secret("v1")); err != nil || len(out) != 0 {
+		t.Fatalf("UpdateSecret with no epoch: %v %v", out, err)
+	}
+	if err := s.Set("e1", RouteType, nil); err != nil {
+		t.Fatal(err)
+	}
+	f := dialFake(t, s, "e1")
+	f.sendSecrets([]string{"s"}, "", "", "")
+	r := f.recv()
+	if len(r.Resources) != 1 {
+		t.Fatalf("first response: %d secrets, want the one served to every epoch", len(r.Resources))
+	}
+	if ts := s.Status()["e1"].Streams[0].Types[SecretType]; len(ts.Pending) != 1 || len(ts.Unknown) != 0 {
+		t.Fatalf("before the ACK: %+v; want s pending", ts)
+	}
+	f.sendSecrets([]string{"s"}, r.VersionInfo, r.Nonce, "")
+	done := make(chan error, 1)
+	go func() { _, err := s.UpdateSecret(ctx, secret("v2")); done <- err }()
+	r = f.recv() // the renewal
+	f.sendSecrets([]string{"s"}, r.VersionInfo, r.Nonce, "")
+	if err := <-done; err != nil {
+		t.Fatalf("the renewal: %v", err)
+	}
+	if ts := s.Status()["e1"].Streams[0].Types[SecretType]; len(ts.Pending)+len(ts.Unknown)+len(ts.RejectedNames) != 0 || ts.Acked != r.VersionInfo {
+		t.Fatalf("after the ACK: %+v", ts)
+	}
+	// A renewal Envoy rejects: UpdateSecret says so with its reason, and
+	// Status names the secret.
+	go func() { _, err := s.UpdateSecret(ctx, secret("v3")); done <- err }()
+	r = f.recv()
+	f.sendSecrets([]string{"s"}, "", r.Nonce, "bad key")
+	var rej *RejectedError
+	if err := <-done; !errors.As(err, &rej) || rej.Detail != "bad key" {
+		t.Fatalf("the rejected renewal: %v", err)
+	}
+	if ts := s.Status()["e1"].Streams[0].Types[SecretType]; len(ts.RejectedNames) != 1 || ts.Rejected != "bad key" {
+		t.Fatalf("after the NACK: %+v", ts)
+	}
+}

@@ -103,7 +103,7 @@ func (c *Config) ListenerNames(path string) string {
 	if err != nil {
 		return ""
 	}
-	b, err := inplace.Parse(c.Envoy.ConfigPath, data)
+	b, err := inplace.Parse(c.Envoy.ConfigPath, data, nil)
 	var nr *inplace.NotRewritableError
 	switch {
 	case errors.As(err, &nr):

@@ -73,12 +73,16 @@ func Validate(ctx context.Context, path string, out io.Writer) error {
 	if err := ValidateBootstrap(ctx, &check, new(versions.Cache)); err != nil {
 		return inFile(err, running, cfg.Envoy.ConfigPath)
 	}
+	inotify, err := cfg.CheckInotify()
+	if err != nil {
+		return err
+	}
 	// Paths, certificates' names and Envoy's words reach the terminal with
 	// their control characters escaped (printable).
 	for _, w := range cfg.Warnings() {
 		fmt.Fprintf(out, "warning: %s\n", printable.String(w))
 	}
-	for _, w := range certificateWarnings(cfg, time.Now()) {
+	for _, w := range append(certificateWarnings(cfg, time.Now()), inotify...) {
 		fmt.Fprintf(out, "warning: %s\n", printable.String(w))
 	}
 	for _, n := range cfg.Notes() {

@@ -47,6 +47,10 @@ type StatusReport struct {
 	// Certificates are those the bootstrap names by file, served to Envoy
 	// as secrets and watched for renewals (envoy/certs).
 	Certificates []CertificateStatus `json:"certificates,omitempty"`
+	// CertificatesPolled says why renewals of some certificates are read
+	// every 30 s instead of at once (inotify's limits reached); "" when
+	// every folder is watched.
+	CertificatesPolled string `json:"certificates_polled,omitempty"`
 }
 
 // CertificateStatus is a certificate in use. It holds no key material.

@@ -208,6 +208,9 @@ func FormatStatus(r StatusReport) string {
 			line(label, "%s", text)
 		}
 	}
+	if r.CertificatesPolled != "" {
+		line("certificates", "%s", r.CertificatesPolled)
+	}
 	return b.String()
 }
 

@@ -43,7 +43,7 @@ func TestTake(t *testing.T) {
 		name, text, wantErr string
 	}{
 		{name: "good", text: good},
-		{name: "unknown version", text: `{"version":99}`, wantErr: "version 99, this agent reads [1 2]"},
+		{name: "unknown version", text: `{"version":99}`, wantErr: "version 99, this agent reads [1 2 3]"},
 		{name: "unknown field", text: strings.Replace(good, `"from_agent_version"`, `"from_agent_versoin"`, 1), wantErr: "unknown field"},
 		{name: "no envoy", text: `{"version":1,"config":{"envoy":{},"agent":{}}}`, wantErr: "no Envoy"},
 		{name: "not json", text: `{`, wantErr: "handover state"},

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/envoy/certs"
 	"github.com/envoy-agent/envoy-agent/envoy/reexec"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
 	"github.com/envoy-agent/envoy-agent/service/claims"
@@ -26,10 +27,12 @@ const stateEnv = "ENVOY_AGENT_HANDOVER"
 // every version in formatVersions. A new format gets a new number, and
 // agents keep reading the old ones for a while. Version 2 adds Envoy's
 // hot-restart socket path (version 1's Envoys use the abstract sockets) and
-// the claims' lock files.
-const formatVersion = 2
+// the claims' lock files; version 3 the ADS server's listening socket and
+// the certificates it serves (the Envoys of versions 1 and 2 read their
+// routes and secrets from files).
+const formatVersion = 3
 
-var formatVersions = []int{1, 2}
+var formatVersions = []int{1, 2, 3}
 
 // State is the state file: what the new agent needs to go on exactly where
 // the old one was. Its JSON is read by agents other than the one that wrote
@@ -44,6 +47,11 @@ type State struct {
 	PrometheusFD      int                  `json:"prometheus_fd"`       // the metrics listener's, -1 when off
 	Claims            []claims.FD          `json:"claims"`              // the locked claim files (version 2)
 	Envoy             reexec.HandoverState `json:"envoy"`               // the running Envoys, as package envoy handed them over
+	// XDSFD is the ADS server's listening socket, -1 when none (version 3).
+	XDSFD int `json:"xds_fd,omitempty"`
+	// Certificates are the certificates' secrets the ADS server serves,
+	// with their files (version 3).
+	Certificates []certs.Served `json:"certificates,omitempty"`
 }
 
 // New is the state an agent of version from hands over, in the format this
@@ -52,7 +60,7 @@ type State struct {
 // claim file yet.
 func New(from string, cfg *config.Config, hotRestartVersion string, envoy reexec.HandoverState) *State {
 	return &State{Version: formatVersion, FromAgentVersion: from, Written: time.Now(),
-		Config: cfg, HotRestartVersion: hotRestartVersion, StatusFD: -1, PrometheusFD: -1, Envoy: envoy}
+		Config: cfg, HotRestartVersion: hotRestartVersion, StatusFD: -1, PrometheusFD: -1, XDSFD: -1, Envoy: envoy}
 }
 
 // Write writes st into dir, private (0600) and created exclusively, and
@@ -141,6 +149,48 @@ func (st *State) ServingConfig() *config.Config {
 		return nil
 	}
 	return st.Config
+}
+
+// HasXDS reports whether the state hands over an ADS server (version 3):
+// its socket (AdoptXDS) and the certificates it served. An agent of before
+// ran its Envoys from files.
+func (st *State) HasXDS() bool { return st != nil && st.Version >= 3 && st.XDSFD >= 0 }
+
+// AdoptXDS takes over the ADS server's listening socket inherited through
+// the exec.
+func (st *State) AdoptXDS() (*net.UnixListener, error) {
+	f := os.NewFile(uintptr(st.XDSFD), "xds")
+	if f == nil {
+		return nil, fmt.Errorf("the ADS server's socket: bad inherited fd %d", st.XDSFD)
+	}
+	defer f.Close() // FileListener made its own copy
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("the ADS server's socket: inherited fd %d: %w", st.XDSFD, err)
+	}
+	ul, ok := ln.(*net.UnixListener)
+	if !ok {
+		ln.Close()
+		return nil, fmt.Errorf("the ADS server's socket: inherited fd %d is not a unix socket", st.XDSFD)
+	}
+	return ul, nil
+}
+
+// KeepXDS keeps the ADS server's listening socket open across the exec
+// (Envoy, reconnecting, finds it listening and waits in its backlog until
+// the new agent serves it) and records its fd in st. undo, never nil, makes
+// it close-on-exec again.
+func (st *State) KeepXDS(ln *net.UnixListener) (undo func(), err error) {
+	if ln == nil {
+		return func() {}, nil
+	}
+	fd, err := reexec.Inheritable(ln, true)
+	undo = func() { _, _ = reexec.Inheritable(ln, false) }
+	if err != nil {
+		return undo, fmt.Errorf("keep the ADS server's socket open across the exec: %w", err)
+	}
+	st.XDSFD = fd
+	return undo, nil
 }
 
 // AdoptListeners takes over the status and metrics listeners inherited

@@ -265,6 +265,7 @@ prepare_share() {
 	prepare_envoy_packages || return 1
 	cp "$deb" "$share/envoy-agent.deb" || return 1
 	bootstrap v1 >"$share/v1.yaml" && bootstrap v2 >"$share/v2.yaml" && bootstrap v2 bad >"$share/bad.yaml" || return 1
+	prepare_scale || return 1
 	# The upgrade: the same binary, packaged as a newer version.
 	version=$(dpkg-deb -f "$deb" Version)
 	upversion="${version%-*}.1"
@@ -273,6 +274,152 @@ prepare_share() {
 		-version "$upversion" -binary "$BINARY" -out "$work/upgrade" || return 1
 	cp "$work"/upgrade/envoy-agent_*.deb "$share/envoy-agent-upgrade.deb"
 	echo "detail: $(basename "$deb"), upgrade to $upversion, Envoy packages $ENVOY_FROM and $ENVOY_TO"
+}
+
+# --- at scale: 1,000 certificates, 1,000 listeners ------------------------------------------------
+
+SCALE=1000
+SCALE_RENEWED=500  # the certificate renewed
+SCALE_CERTS=/etc/envoy-agent/scale # where the container keeps the certificates
+
+# prepare_scale: the certificates (one per name s<i>.test, and a renewal of s$SCALE_RENEWED.test
+# whose subject says "renewed"), a bootstrap of one TLS listener on 8443 with a filter chain per
+# name (SNI), each certificate named by file, and two bootstraps of $SCALE HTTP listeners (ports
+# 10000 on) answering v1, the second with the last listener's route answering v2.
+prepare_scale() {
+	local d=$share/scale i last=$((SCALE - 1))
+	mkdir -p "$d" || return 1
+	command -v openssl >/dev/null || { echo "no openssl on the host"; return 1; }
+	for i in $(seq 0 $last); do
+		openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -subj "/CN=s$i.test" \
+			-keyout "$d/$i.key" -out "$d/$i.pem" 2>/dev/null || return 1
+	done
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -subj "/CN=s$SCALE_RENEWED.test renewed" \
+		-keyout "$d/renewed.key" -out "$d/renewed.pem" 2>/dev/null || return 1
+	{
+		echo 'admin: { address: { pipe: { path: /run/envoy-agent/admin.sock, mode: 0600 } } }'
+		echo 'static_resources:'
+		echo '  listeners:'
+		echo '  - name: e2e_tls'
+		echo '    address: { socket_address: { address: 127.0.0.1, port_value: 8443 } }'
+		echo '    listener_filters: [{ name: tls, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector } }]'
+		echo '    filter_chains:'
+		for i in $(seq 0 $last); do
+			echo "    - filter_chain_match: { server_names: [s$i.test] }"
+			echo "      transport_socket: { name: tls, typed_config: { \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext, common_tls_context: { tls_certificates: [{ certificate_chain: { filename: $SCALE_CERTS/$i.pem }, private_key: { filename: $SCALE_CERTS/$i.key } }] } } }"
+			echo "      filters: [{ name: d, typed_config: { \"@type\": type.googleapis.com/envoy.extensions.filters.network.direct_response.v3.Config, response: { inline_string: s$i } } }]"
+		done
+	} >"$share/scale-certs.yaml" || return 1
+	scale_listeners -1 >"$share/scale-listeners-v1.yaml" && scale_listeners $last >"$share/scale-listeners-v2.yaml"
+}
+
+# scale_listeners EDIT: $SCALE HTTP listeners e2e_<i> on 10000+i answering v1, but listener EDIT v2.
+scale_listeners() {
+	local i body
+	echo 'admin: { address: { pipe: { path: /run/envoy-agent/admin.sock, mode: 0600 } } }'
+	echo 'static_resources:'
+	echo '  listeners:'
+	for i in $(seq 0 $((SCALE - 1))); do
+		body=v1
+		[ "$i" = "$1" ] && body=v2
+		cat <<-EOF
+		  - name: e2e_$i
+		    address:
+		      socket_address: { address: 127.0.0.1, port_value: $((10000 + i)) }
+		    filter_chains:
+		    - filters:
+		      - name: envoy.filters.network.http_connection_manager
+		        typed_config:
+		          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+		          stat_prefix: e2e_$i
+		          route_config:
+		            virtual_hosts:
+		            - name: e2e
+		              domains: ["*"]
+		              routes:
+		              - match: { prefix: "/" }
+		                direct_response: { status: 200, body: { inline_string: "$body" } }
+		          http_filters:
+		          - name: envoy.filters.http.router
+		            typed_config:
+		              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+		EOF
+	done
+}
+
+# tls_subject NAME: the subject of the certificate a new TLS handshake to 8443 for NAME gets.
+tls_subject() {
+	ct_sh "curl -sk -v --max-time 5 --resolve $1:8443:127.0.0.1 https://$1:8443/ 2>&1 | sed -n 's/^\*  *subject: //p'"
+}
+
+# scale_certificates: 1,000 certificates named by file, one a TLS filter chain (SNI): the packaged
+# unit restarts into READY (systemctl restart returns at READY=1) and serves every name; a renewal
+# of one (its files renamed into place) reaches new handshakes within 2 s, with the same Envoy and
+# no reload; Envoy holds at most two inotify instances (its listener and cluster files). Before,
+# 150 such certificates made the unit's Envoy abort at its start.
+scale_certificates() {
+	local start took pid names bad cur renewed
+	ct_sh "rm -rf $SCALE_CERTS && cp -r /mnt/e2e/scale $SCALE_CERTS && chown -R root:envoy-agent $SCALE_CERTS &&
+		chmod 0750 $SCALE_CERTS && chmod 0640 $SCALE_CERTS/*" || return 1
+	ct_sh "cat /mnt/e2e/scale-certs.yaml > /etc/envoy-agent/envoy.yaml" || return 1
+	cur=$(cursor)
+	start=$(date +%s%N)
+	T=180 ct_run systemctl restart "$UNIT" || { ct_run journalctl -u "$UNIT" -n 30 --no-pager; fail "restart with $SCALE certificates failed"; }
+	took=$((($(date +%s%N) - start) / 1000000))
+	unit_is active || fail "unit $(prop ActiveState)"
+	pid=$(envoy_pid)
+	echo "detail: systemctl restart ${took} ms (the stop's drain included), $(journal_after "$cur" | grep -o 'envoy is LIVE after [0-9.]*m*s' | tail -n1); Envoy pid $pid, RSS $(ct_sh "grep VmRSS /proc/$pid/status" | awk '{print $2}') KB, the agent's $(ct_sh "grep VmRSS /proc/$(prop MainPID)/status" | awk '{print $2}') KB, Envoy's inotify instances $(ct_sh "ls -l /proc/$pid/fd | grep -c inotify")"
+	[ "$(ct_sh "ls -l /proc/$pid/fd | grep -c inotify")" -le 2 ] || fail "Envoy holds more than two inotify instances"
+	bad=$(T=300 ct_sh "for i in \$(seq 0 $((SCALE - 1))); do curl -sk -v --max-time 5 --resolve s\$i.test:8443:127.0.0.1 https://s\$i.test:8443/ 2>&1 |
+		grep -q \"subject: CN *= *s\$i.test\$\" || echo s\$i.test; done")
+	[ -z "$bad" ] || fail "names not served their certificate: $(echo $bad | head -c 300)"
+	echo "detail: all $SCALE names served their own certificate"
+	cur=$(cursor)
+	ct_sh "cp /mnt/e2e/scale/renewed.key $SCALE_CERTS/.k && cp /mnt/e2e/scale/renewed.pem $SCALE_CERTS/.c &&
+		chown root:envoy-agent $SCALE_CERTS/.k $SCALE_CERTS/.c && chmod 0640 $SCALE_CERTS/.k $SCALE_CERTS/.c &&
+		mv $SCALE_CERTS/.k $SCALE_CERTS/$SCALE_RENEWED.key && mv $SCALE_CERTS/.c $SCALE_CERTS/$SCALE_RENEWED.pem" || return 1
+	start=$(date +%s%N)
+	renewed=
+	until [ $((($(date +%s%N) - start) / 1000000)) -gt 2000 ]; do
+		case "$(tls_subject s$SCALE_RENEWED.test)" in *renewed*) renewed=$((($(date +%s%N) - start) / 1000000)); break ;; esac
+	done
+	[ -n "$renewed" ] || fail "2 s after the renewal s$SCALE_RENEWED.test gets \"$(tls_subject s$SCALE_RENEWED.test)\""
+	echo "detail: renewal served to new handshakes after ${renewed} ms"
+	[ "$(envoy_pid)" = "$pid" ] || fail "Envoy's pid changed: $pid -> $(envoy_pid)"
+	journal_after "$cur" | grep -qi 'reload' && fail "a reload ran: $(journal_after "$cur" | grep -i reload | head -n 3)"
+	case "$(tls_subject s0.test)" in *"CN = s0.test"* | *"CN=s0.test"*) ;; *) fail "s0.test after the renewal: $(tls_subject s0.test)" ;; esac
+	unit_is active
+}
+
+# scale_routes: $SCALE HTTP listeners; a route edit of the last one is reloaded in place under a
+# non-retrying load on that listener: 0 failed, the same Envoy pid (before, only the first 32
+# connection managers' routes changed in place, and this edit hot-restarted Envoy).
+scale_routes() {
+	local pid cur out last=$((SCALE - 1))
+	ct_sh "cat /mnt/e2e/scale-listeners-v1.yaml > /etc/envoy-agent/envoy.yaml" || return 1
+	T=180 ct_run systemctl restart "$UNIT" || { ct_run journalctl -u "$UNIT" -n 30 --no-pager; fail "restart with $SCALE listeners failed"; }
+	pid=$(envoy_pid)
+	HTTP=http://127.0.0.1:$((10000 + last)) client_start scale || return 1
+	ct_sh "cat /mnt/e2e/scale-listeners-v2.yaml > /etc/envoy-agent/envoy.yaml" || return 1
+	cur=$(cursor)
+	T=120 ct_run systemctl reload "$UNIT" || { client_stop scale; fail "the reload failed"; }
+	out=$(journal_after "$cur")
+	sleep 1
+	client_stop scale || return 1
+	grep -qx '200 v2' "$work/scale.client" || fail "the last listener never answered v2"
+	echo "detail: $(grep -o 'reloaded in place[^"]*' <<<"$out" | head -n1); $(grep -o 'in_place_ms=[0-9.]*\|validate_ms=[0-9.]*\|took_ms=[0-9]*' <<<"$out" | tr '\n' ' ')"
+	grep -q "reloaded in place: routes updated e2e_$last/0/0" <<<"$out" || { echo "$out" | tail -n 20; fail "the route edit of the last listener was not made in place"; }
+	[ "$(envoy_pid)" = "$pid" ] || fail "Envoy's pid changed: $pid -> $(envoy_pid)"
+	unit_is active
+}
+
+# scale_undo: the e2e bootstrap back, the unit restarted, whatever the scale steps did.
+scale_undo() {
+	put_bootstrap "$(current)" || return 1
+	ct_sh "rm -rf $SCALE_CERTS"
+	T=120 ct_run systemctl restart "$UNIT" || { ct_run journalctl -u "$UNIT" -n 30 --no-pager; return 1; }
+	wait_for 60 unit_is active || fail "unit $(prop ActiveState)"
+	expect_body
 }
 
 unit_security() {
@@ -1357,6 +1504,9 @@ release_full() {
 			step "reload: a bad bootstrap right after a good reload fails in under 2 s while the old epoch drains" reload_bad_after_good
 			step "reload in place (the default): a route change reloaded in place under load, 0 failed, same Envoy pid; reload_method = \"hot_restart\" set by a reload starts a new epoch" reload_in_place
 			step "reload in place: config.toml put back byte for byte, restart: Envoy runs from resource files again" reload_in_place_undo
+			step "scale: $SCALE certificates named by file (SNI): READY, every name served, one renewed within 2 s, same Envoy, no reload" scale_certificates
+			step "scale: $SCALE HTTP listeners: a route edit of the last reloaded in place under load, 0 failed, same Envoy" scale_routes
+			step "scale: the e2e bootstrap back, restarted" scale_undo
 			step "envoy package: dpkg -i $ENVOY_FROM -> $ENVOY_TO under load, trigger reloads, 0 failed, /server_info $ENVOY_TO" envoy_upgrade
 			step "envoy package: dpkg -i $ENVOY_TO -> $ENVOY_FROM (downgrade) under load, 0 failed, /server_info $ENVOY_FROM" envoy_downgrade
 			step "envoy replaced by hand: STATUS= and the log say so, systemctl reload switches" envoy_by_hand

@@ -3,7 +3,7 @@
 // epoch, and the config source a connection manager's rds and an
 // SdsSecretConfig use to read from ADS.
 
-package xds
+package ads
 
 import (
 	"fmt"
@@ -11,6 +11,10 @@ import (
 
 	"go.yaml.in/yaml/v3"
 )
+
+// SocketName is the server's socket in the folder it is made in (the
+// agent's run folder).
+const SocketName = "xds.sock"
 
 // ClusterName is the static xDS cluster's name, with a number after it
 // when the operator's bootstrap has a cluster of that name.
@@ -45,16 +49,32 @@ type Pieces struct {
 // :authority, which Server answers by) with the server's socket at socket.
 // taken says whether the operator's bootstrap has a cluster of a name.
 func Bootstrap(socket, epoch string, taken func(string) bool) (Pieces, error) {
-	if err := checkEpoch(epoch); err != nil {
+	if err := CheckEpoch(epoch); err != nil {
 		return Pieces{}, err
 	}
+	var p Pieces
+	p.ClusterName, p.Cluster = Cluster(socket, taken)
+	p.ADSConfig = mapping(
+		"api_type", plainStr("GRPC"),
+		"transport_api_version", plainStr("V3"),
+		"set_node_on_first_message_only", plainStr("true"),
+		"grpc_services", seq(grpcService(p.ClusterName, epoch)),
+	)
+	p.ConfigSource = ConfigSource()
+	return p, nil
+}
+
+// Cluster is the static xDS cluster to the server's socket (STATIC,
+// HTTP/2, the socket as a pipe address) and its name: ClusterName, with a
+// number after it while taken says the operator's bootstrap has a cluster
+// of that name.
+func Cluster(socket string, taken func(string) bool) (string, *yaml.Node) {
 	name := ClusterName
 	for i := 2; taken != nil && taken(name); i++ {
 		name = ClusterName + "-" + strconv.Itoa(i)
 	}
-	p := Pieces{ClusterName: name}
 	endpoint := mapping("endpoint", mapping("address", mapping("pipe", mapping("path", str(socket)))))
-	p.Cluster = mapping(
+	return name, mapping(
 		"name", str(name),
 		"type", plainStr("STATIC"),
 		"load_assignment", mapping("cluster_name", str(name), "endpoints", seq(mapping("lb_endpoints", seq(endpoint)))),
@@ -62,16 +82,35 @@ func Bootstrap(socket, epoch string, taken func(string) bool) (Pieces, error) {
 			"@type", str("type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"),
 			"explicit_http_config", mapping("http2_protocol_options", mapping()))),
 	)
+}
+
+// grpcService is the gRPC service of the cluster named cluster, with the
+// epoch as its streams' :authority.
+func grpcService(cluster, epoch string) *yaml.Node {
 	retry := mapping("retry_back_off", mapping("base_interval", str(retryBase), "max_interval", str(retryMax)))
-	grpcService := mapping("envoy_grpc", mapping("cluster_name", str(name), "authority", str(epoch), "retry_policy", retry))
-	p.ADSConfig = mapping(
-		"api_type", plainStr("GRPC"),
-		"transport_api_version", plainStr("V3"),
-		"set_node_on_first_message_only", plainStr("true"),
-		"grpc_services", seq(grpcService),
+	return mapping("envoy_grpc", mapping("cluster_name", str(cluster), "authority", str(epoch), "retry_policy", retry))
+}
+
+// EpochToken stands for the epoch's name in a bootstrap copy, which any
+// epoch may run, where the copy itself must name it (SecretSource); the
+// agent puts the epoch's name in its place when an epoch runs the copy
+// (inplace.Runnable).
+const EpochToken = "envoy-agent-epoch"
+
+// SecretSource is an SdsSecretConfig's sds_config that reads the secret
+// from the server on a gRPC stream of its own (SDS, not ADS), through the
+// cluster named cluster, as EpochToken: for a bootstrap whose ads_config
+// is the operator's own control plane, which the agent's secrets cannot
+// share.
+func SecretSource(cluster string) *yaml.Node {
+	return mapping(
+		"api_config_source", mapping(
+			"api_type", plainStr("GRPC"),
+			"transport_api_version", plainStr("V3"),
+			"grpc_services", seq(grpcService(cluster, EpochToken)),
+		),
+		"resource_api_version", plainStr("V3"),
 	)
-	p.ConfigSource = ConfigSource()
-	return p, nil
 }
 
 // ConfigSource is {ads: {}, resource_api_version: V3}: read from the ADS

@@ -1,0 +1,134 @@
+//go:build linux
+
+package config
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/envoy-agent/envoy-agent/envoy/certs"
+	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
+	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
+	"github.com/envoy-agent/envoy-agent/internal/safefile"
+)
+
+// What Envoy and the agent still watch with inotify, counted against the
+// host's per-user limit before Envoy starts (validate and run): Envoy opens
+// an instance for each file it reads resources from, and aborts at its
+// start when it cannot have one ("assert failure: inotify_fd_ >= 0",
+// Envoy 1.40.0). The routes, the secrets and the certificates reach it
+// over ADS, and cost none.
+
+// inotifyNearShare is how much of what the user has left Envoy and the
+// agent may need before validate and run warn: the user's other processes
+// (a second instance, an editor, a shell's tools) take some too.
+const inotifyNearShare = 0.75
+
+// InotifyNeed is what Envoy and the agent will hold of inotify, per the
+// bootstrap.
+type InotifyNeed struct {
+	// Files are the files each Envoy epoch watches: lds.yaml and cds.yaml
+	// with resource files, and every path_config_source, watched_directory
+	// and runtime disk_layer of the operator's bootstrap.
+	Files int
+	// Instances is what they need at most: the files twice (two epochs
+	// during a hot restart), and one for the agent's certificates' watch.
+	Instances int
+	// Folders are the folders of the certificates the agent watches, each
+	// an inotify watch.
+	Folders int
+}
+
+// inotifyNeed counts what Envoy and the agent will watch for this
+// configuration's bootstrap (read from its file, decoded once; the
+// certificates' files are not read).
+func (c *Config) inotifyNeed() (InotifyNeed, error) {
+	path := c.Envoy.ConfigPath
+	data, err := safefile.ReadRegular(path, bootyaml.MaxSize)
+	if err != nil || !bootyaml.Rewritable(path) {
+		return InotifyNeed{Instances: 1}, err
+	}
+	var doc yaml.Node
+	if err := bootyaml.Decode(data, &doc); err != nil {
+		return InotifyNeed{}, err
+	}
+	n := InotifyNeed{Files: watchedSources(&doc)}
+	if c.Agent.InPlace() && bootyaml.Value(bootyaml.Root(&doc), "dynamic_resources") == nil {
+		n.Files += 2 // lds.yaml, cds.yaml (one too many when envoy/inplace cannot split the bootstrap)
+	}
+	n.Instances = 2*n.Files + 1
+	res, _ := certs.Edit(&doc, c.RunDir()) // names the files; reads none
+	// A file's folder and the folder its links lead to (certbot's live/
+	// and archive/): one file of each folder is resolved.
+	dirs := map[string]bool{}
+	for _, s := range res.Secrets {
+		for _, f := range []string{s.CertFile, s.KeyFile} {
+			if d := filepath.Dir(f); f != "" && !dirs[d] {
+				dirs[d] = true
+				if real, err := filepath.EvalSymlinks(f); err == nil {
+					dirs[filepath.Dir(real)] = true
+				}
+			}
+		}
+	}
+	n.Folders = len(dirs)
+	return n, nil
+}
+
+// watchedSources counts the path_config_source, watched_directory and
+// disk_layer keys under n (either spelling): a watcher each.
+func watchedSources(n *yaml.Node) int {
+	count := 0
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if k := n.Content[i].Value; bootyaml.SameField(k, "path_config_source") || bootyaml.SameField(k, "watched_directory") || bootyaml.SameField(k, "disk_layer") {
+				count++
+			}
+		}
+	}
+	for _, c := range n.Content {
+		count += watchedSources(c)
+	}
+	return count
+}
+
+// CheckInotify checks that Envoy and the agent, run by this process's user
+// with this configuration, will have the inotify instances they need: what
+// fs.inotify.max_user_instances leaves once the user's processes took
+// theirs. Over it, a *ConfigError naming the limit, the count and the fix;
+// near it (inotifyNearShare), or short of watches for the certificates'
+// folders, warnings. A host whose /proc does not say is not checked.
+func (c *Config) CheckInotify() (warnings []string, err error) {
+	need, err := c.inotifyNeed()
+	if err != nil {
+		return nil, nil // Envoy's validation, or its start, says what is wrong with the file
+	}
+	host, err := hostfiles.InotifyOf(os.Geteuid())
+	if err != nil {
+		return nil, nil
+	}
+	return inotifyVerdict(c.Envoy.ConfigPath, need, host)
+}
+
+// inotifyVerdict is CheckInotify's judgement of need on host for the
+// bootstrap file.
+func inotifyVerdict(file string, need InotifyNeed, host hostfiles.Inotify) (warnings []string, err error) {
+	left := host.MaxInstances - host.Instances
+	what := fmt.Sprintf("Envoy and the agent need %d inotify instances (%d files Envoy watches, twice during a hot restart, and the agent's certificates' watch), and fs.inotify.max_user_instances is %d with %d held by this user's processes now",
+		need.Instances, need.Files, host.MaxInstances, host.Instances)
+	fix := fmt.Sprintf("raise it: echo 'fs.inotify.max_user_instances = %d' > /etc/sysctl.d/60-envoy-agent.conf && sysctl --system", max(1024, 2*(host.Instances+need.Instances)))
+	switch {
+	case need.Instances > left:
+		return nil, &ConfigError{Problems: []Problem{{File: file, Msg: fmt.Sprintf("%s: Envoy would abort at its start; %s (or read fewer files by path_config_source)", what, fix)}}}
+	case float64(need.Instances) > inotifyNearShare*float64(left):
+		warnings = append(warnings, fmt.Sprintf("%s: %s: close to the limit; %s", file, what, fix))
+	}
+	if watchesLeft := host.MaxWatches - host.Watches; need.Folders > watchesLeft {
+		warnings = append(warnings, fmt.Sprintf("%s: the agent watches %d folders of certificates and fs.inotify.max_user_watches leaves %d (%d of %d held now): renewals in the others are read every %s instead of at once; raise it: echo 'fs.inotify.max_user_watches = %d' > /etc/sysctl.d/60-envoy-agent.conf && sysctl --system",
+			file, need.Folders, watchesLeft, host.Watches, host.MaxWatches, certs.DefaultPoll, 2*(host.Watches+need.Folders)))
+	}
+	return warnings, nil
+}
