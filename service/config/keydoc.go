@@ -2,6 +2,11 @@
 
 package config
 
+import (
+	"reflect"
+	"strings"
+)
+
 // KeyDoc documents one key of the configuration file. The README's key table and the
 // envoy-agent.toml(5) man page are generated from KeyDocs, and tests check that it names every key
 // the loader accepts, with the loader's default and whether a reload applies it.
@@ -47,4 +52,17 @@ var KeyDocs = []KeyDoc{
 	{Key: "agent.reload_guard_error_rise", Default: "0.1", Meaning: "a regression is a share of failures (5xx answers, failed connection attempts, timeouts, connections closed at once) risen by this much over its share before the reload: 0.1 is 10 points", Reload: "yes"},
 	{Key: "agent.reload_guard_min_requests", Default: "50", Meaning: "how many requests (connections, connection attempts) a share must count after the reload before it is judged, and before it for its share then to count; a listener counts as gone only when it took at least this many connections in the 5 minutes before", Reload: "yes"},
 	{Key: "agent.reload_guard_healthy_share", Default: "0.5", Meaning: "a cluster that had healthy hosts before the reload must keep at least this share of them; 0 turns this signal off", Reload: "yes"},
+}
+
+// tomlKeys lists the toml tag names of a struct's fields.
+func tomlKeys(v any) []string {
+	t := reflect.TypeOf(v)
+	var keys []string
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("toml"), ",")
+		if name != "" && name != "-" {
+			keys = append(keys, name)
+		}
+	}
+	return keys
 }

@@ -26,7 +26,7 @@ type Config struct {
 	// wanted with admin_socket).
 	adminPortSet bool
 	// adminSocketDefault: neither admin key is set, and the admin is on
-	// the default socket (admindefault.go).
+	// the default socket (runningcopy.go).
 	adminSocketDefault bool
 	// warnings are what a valid configuration should still change
 	// (Warnings).
