@@ -55,6 +55,11 @@ type Edits struct {
 	// NodeSet lists what the copy filled in of an empty node ("node.id",
 	// "node.cluster").
 	NodeSet []string
+	// UserAgents counts the connection managers with add_user_agent when
+	// NodeSet is not empty: they send the node Envoy runs with upstream
+	// (x-envoy-downstream-service-cluster and -node), which a bare Envoy
+	// of the same bootstrap sends empty (cluster) or not at all (node).
+	UserAgents int
 }
 
 // Empty reports that the copy is the operator's bootstrap.
@@ -121,8 +126,28 @@ func EditRunningCopy(doc *yaml.Node, admin AgentAdmin) (Edits, error) {
 			return edits, err
 		}
 	}
-	edits.NodeSet = fillNode(root)
+	if edits.NodeSet = fillNode(root); len(edits.NodeSet) > 0 {
+		edits.UserAgents = countUserAgents(root)
+	}
 	return edits, nil
+}
+
+// countUserAgents counts the mappings under n whose add_user_agent is
+// true, as Envoy's YAML reads a bool.
+func countUserAgents(n *yaml.Node) int {
+	count := 0
+	if n.Kind == yaml.MappingNode {
+		if v := bootyaml.Value(n, "add_user_agent"); v != nil && v.Kind == yaml.ScalarNode {
+			switch strings.ToLower(v.Value) {
+			case "true", "y", "yes", "on":
+				count++
+			}
+		}
+	}
+	for _, c := range n.Content {
+		count += countUserAgents(c)
+	}
+	return count
 }
 
 // moveAdmin puts the admin of the bootstrap root where the agent reaches

@@ -61,6 +61,9 @@ func TestRunningCopy(t *testing.T) {
 		{name: "pipe admin: the operator's", text: node + "admin: { address: { pipe: { path: /elsewhere.sock } } }\n", admin: socket},
 		{name: "no node", text: "admin: { address: { pipe: { path: " + sock + " } } }\n", admin: socket,
 			edits: Edits{NodeSet: []string{"node.id", "node.cluster"}}, contains: []string{"node:\n  id: \"envoy-agent\"\n  cluster: \"envoy-agent\"\n"}},
+		{name: "no node, connection managers with add_user_agent", text: "admin: { address: { pipe: { path: " + sock + " } } }\nstatic_resources: { listeners: [{ filter_chains: [{ filters: [{ typed_config: { add_user_agent: true } }, { typed_config: { add_user_agent: yes } }, { typed_config: { add_user_agent: false } }] }] }] }\n", admin: socket,
+			edits: Edits{NodeSet: []string{"node.id", "node.cluster"}, UserAgents: 2}},
+		{name: "node set, add_user_agent: its own node", text: node + "admin: { address: { pipe: { path: " + sock + " } } }\nstatic_resources: { listeners: [{ filter_chains: [{ filters: [{ typed_config: { add_user_agent: true } }] }] }] }\n", admin: socket},
 		{name: "empty node cluster", text: "node: { id: n, cluster: \"\" }\nadmin: { address: { pipe: { path: " + sock + " } } }\n", admin: socket,
 			edits: Edits{NodeSet: []string{"node.cluster"}}, contains: []string{"id: n"}},
 		{name: "JSON", file: "e.json", text: `{"node":{"id":"n","cluster":"c"}}`, admin: socket,
@@ -112,7 +115,7 @@ func TestRunningCopy(t *testing.T) {
 }
 
 func equalEdits(a, b Edits) bool {
-	return a.AdminAdded == b.AdminAdded && a.AdminMoved == b.AdminMoved && slices.Equal(a.AdminClusters, b.AdminClusters) && slices.Equal(a.NodeSet, b.NodeSet)
+	return a.AdminAdded == b.AdminAdded && a.AdminMoved == b.AdminMoved && slices.Equal(a.AdminClusters, b.AdminClusters) && slices.Equal(a.NodeSet, b.NodeSet) && a.UserAgents == b.UserAgents
 }
 
 // TestRunningCopyRefusesADNSClusterMixedWithTheAdmin: a cluster that

@@ -61,6 +61,10 @@ func (c *Config) checkRunningCopy(ps *problems, doc *yaml.Node) {
 	if len(edits.NodeSet) > 0 {
 		c.notef("%s: the bootstrap sets no %s; Envoy runs with %q there, in the agent's copy only (Envoy reads resources from files only with a node id and cluster)", file, strings.Join(edits.NodeSet, " and "), inplace.DefaultNode)
 	}
+	if edits.UserAgents > 0 {
+		c.warnf("%s: %d HTTP connection manager(s) set add_user_agent, so Envoy sends its node upstream (x-envoy-downstream-service-cluster and x-envoy-downstream-service-node: %q, where a bare Envoy of this bootstrap sends an empty cluster and no node); set node.id and node.cluster in the bootstrap to choose what it sends",
+			file, edits.UserAgents, inplace.DefaultNode)
+	}
 }
 
 // RunningCopy is the copy of the bootstrap that Envoy runs, as far as it
