@@ -147,6 +147,37 @@ func (f *Files) Plan(copied, original string) (*Plan, error) {
 	return &Plan{Change: c, files: f, old: old, new: b, copied: copied}, nil
 }
 
+// Diff says which listeners, routes, clusters and secrets differ from the
+// epoch's bootstrap to copied (a copy of the operator's file original),
+// whatever else differs and whether the epoch runs from resource files: a
+// dry run's account of a reload that cannot be made in place. An error
+// says why the bootstraps cannot be compared (an
+// *inplace.NotRewritableError for one the agent does not split).
+func (f *Files) Diff(copied, original string) (inplace.Change, error) {
+	old := f.layout.Load()
+	var err error
+	if old == nil {
+		if old, err = parseCopy(f.Copy, original); err != nil {
+			return inplace.Change{}, err
+		}
+	}
+	b, err := parseCopy(copied, original)
+	if err != nil {
+		return inplace.Change{}, err
+	}
+	return inplace.Diff(old, b), nil
+}
+
+// parseCopy parses the bootstrap copy at path of the operator's file
+// original.
+func parseCopy(path, original string) (*inplace.Bootstrap, error) {
+	data, err := safefile.ReadRegular(path, MaxBootstrapSize)
+	if err != nil {
+		return nil, fmt.Errorf("read envoy bootstrap: %w", err)
+	}
+	return inplace.Parse(original, data)
+}
+
 // ErrPlanStale refuses a plan made for other files than the ones it is
 // applied to: the serving epoch changed since the reload was planned.
 var ErrPlanStale = errors.New("the serving epoch changed since the reload was planned")
