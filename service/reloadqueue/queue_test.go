@@ -19,7 +19,7 @@ type fake struct {
 	verdicts  []string
 	prepared  int
 	forces    []bool // each Prepare's force
-	applied   []int // the prepared reload each Apply got
+	applied   []int  // the prepared reload each Apply got
 	discarded []int
 	waiting   chan struct{} // a Wait began
 	release   chan struct{} // ends a Wait with no error
