@@ -227,6 +227,9 @@ type FileStatus struct {
 type ReloadCounts struct {
 	OK     int `json:"ok"`
 	Failed int `json:"failed"`
+	// RolledBack counts the reloads (of those OK) the reload guard rolled
+	// back.
+	RolledBack int `json:"rolled_back"`
 }
 
 // StatusAdminTimeout bounds each of the admin calls one status report makes:
