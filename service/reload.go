@@ -233,7 +233,10 @@ func (s *supervisor) planConfig(old *config.Config, in planInput) (*config.Confi
 	if in.candidate == nil {
 		return config.LoadConfig(old.File)
 	}
+	// Planned as the files the agent runs: the candidate's copies are to
+	// replace them (the Ansible role writes and checks them elsewhere).
 	c := *in.candidate.Config
+	c.File, c.Envoy.ConfigPath = old.File, old.Envoy.ConfigPath
 	return &c, nil
 }
 
