@@ -648,3 +648,27 @@ func TestDryRunChangesNothing(t *testing.T) {
 		t.Errorf("a dry run of a bootstrap Envoy rejects: %+v, want refused as a configuration error", res)
 	}
 }
+
+// TestGuardRollsBackADrainRestart: where hot restart is compiled out, a
+// reload that makes things worse is rolled back as it came, by a drain
+// and restart to the kept copy with the configuration before's drain.
+func TestGuardRollsBackADrainRestart(t *testing.T) {
+	fs := startFake(t, `[agent] reload_guard = "3s"`)
+	f := fs.envoy
+	f.serving, f.next = envoy.HotRestartDisabled, envoy.HotRestartDisabled
+	fs.s.setHotRestartVersion(envoy.HotRestartDisabled)
+	waitStatsReads(t, f, 3)
+	fs.writeBootstrap("v1")
+	failAfterReload(f)
+	res := fs.reloadWith(control.ReloadOptions{Wait: true})
+	if !res.OK || res.Outcome != control.OutcomeRolledBack || res.Rollback == nil || res.Rollback.Path != control.PathDrainRestart {
+		t.Fatalf("reload --wait: %+v, want rolled back by a drain and restart", res)
+	}
+	back := f.reloads[1]
+	if back.Path != envoy.DrainRestart || !back.Config.DisableHotRestart || back.Restart.MaxDrain != 7*time.Second || !strings.Contains(back.Copied, "epoch-1-") {
+		t.Errorf("the rollback's plan %+v: want a drain and restart to the kept copy, with the drain before", back)
+	}
+	if f.phases[1] != phaseDrainRestarting {
+		t.Errorf("the phase during the rollback: %v, want drain-restarting", f.phases[1])
+	}
+}

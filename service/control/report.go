@@ -172,8 +172,9 @@ type RollbackStatus struct {
 	// first.
 	Findings []GuardFinding `json:"findings"`
 	// Path is how the configuration before came back: PathInPlace (the
-	// previous resources put back in the same Envoy) or PathHotRestart (to
-	// the previous bootstrap copy).
+	// previous resources put back in the same Envoy), PathHotRestart (a new
+	// epoch of the previous bootstrap copy) or PathDrainRestart (the same,
+	// where hot restart is compiled out).
 	Path   string `json:"path"`
 	TookMs int64  `json:"took_ms"` // from the regression until the configuration before served
 	// Error is why the rollback failed: the reloaded configuration still
