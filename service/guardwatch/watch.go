@@ -123,8 +123,8 @@ func (w *Watch) Run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+		began := time.Now() // before the settings: a window opened after them drops this read
 		st := w.settings()
-		began := time.Now()
 		var sample guard.Sample
 		ok := false
 		if st.On {
@@ -172,13 +172,13 @@ func (w *Watch) readEnvoy(ctx context.Context, url string) (guard.Sample, bool) 
 func (w *Watch) take(began time.Time, on, ok bool, sample guard.Sample) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.held || began.Before(w.released) {
+		return // a reload is being applied: its window counts from the read before
+	}
 	if !on {
 		w.history = nil
 		w.end(Verdict{Outcome: Superseded, At: time.Now()}) // a reload turned the guard off
 		return
-	}
-	if w.held || began.Before(w.released) {
-		return // a reload is being applied: its window counts from the read before
 	}
 	if w.history == nil {
 		w.history = guard.NewHistory()
