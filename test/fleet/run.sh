@@ -481,8 +481,9 @@ reload_fails() {
 	echo "detail: $FAIL_HOST failed at \"$failed_task\": $(grep -m1 -oE 'last reload failed: .*' "$work/runtime.play" | cut -c1-160)"
 	[ "$failed_task" = "envoy_agent : The reload failed" ] || { show_play runtime; fail "$FAIL_HOST did not fail at the reload"; }
 	# The handler's message: the agent's STATUS= with the reason (not the handler's source, which
-	# Ansible also prints and which has no "last reload failed").
-	grep -qE 'systemctl reload failed; envoy-agent: .*last reload failed: .*in use' "$work/runtime.play" ||
+	# Ansible also prints and which has no "last reload failed"), after `envoy-agent reload
+	# --wait`, which the role uses when the installed agent has it, or `systemctl reload`.
+	grep -qE '(systemctl reload|envoy-agent reload --wait) failed; envoy-agent: .*last reload failed: .*in use' "$work/runtime.play" ||
 		{ show_play runtime; fail "the failure does not give the agent's reason"; }
 	grep -q "the files its Envoy serves were put back" "$work/runtime.play" || { show_play runtime; fail "the failure does not say the files were put back"; }
 	[ "$(recap runtime fleet-1 failed)" = 0 ] && [ "$(answer fleet-1)" = "200 3" ] || fail "fleet-1 did not take the change: $(answer fleet-1)"
@@ -597,8 +598,9 @@ check_mode() {
 	echo "detail: $diffs diffs of the bootstrap shown"
 	[ "$diffs" -ge "${#HOSTS[@]}" ] || { show_play check; fail "want a diff of the bootstrap for each host"; }
 	local plans
-	plans=$(grep -cE '"plan: (in place|hot restart|drain and restart): ' "$work/check.play")
-	echo "detail: $plans plans shown: $(grep -m1 -oE '"plan: (in place|hot restart|drain and restart): [^"]*' "$work/check.play" | cut -c1-160)"
+	# Ansible prints each line of the plan quoted, with ' or ".
+	plans=$(grep -cE "[\"']plan: (in place|hot restart|drain and restart): " "$work/check.play")
+	echo "detail: $plans plans shown: $(grep -m1 -oE "[\"']plan: (in place|hot restart|drain and restart): .*" "$work/check.play" | cut -c2-160)"
 	[ "$plans" -ge "${#HOSTS[@]}" ] || { show_play check; fail "want the plan of each host's reload"; }
 	for h in "${HOSTS[@]}"; do
 		host_state "$h" >"$work/$h.after"
