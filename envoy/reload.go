@@ -8,6 +8,8 @@
 package envoy
 
 import (
+	"go.yaml.in/yaml/v3"
+
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/envoy-agent/envoy-agent/envoy/adminapi"
 	"github.com/envoy-agent/envoy-agent/envoy/epochfiles"
+	"github.com/envoy-agent/envoy-agent/envoy/inplace"
 )
 
 // ReloadPath is how a reload reaches its new configuration.
@@ -142,6 +145,51 @@ func (e *Envoy) PlanInPlace(copied string) (*epochfiles.Plan, error) {
 		return nil, epochfiles.ErrNoResourceFiles
 	}
 	return p.files.Plan(copied, e.config().ConfigPath)
+}
+
+// CopyForPlan makes a private copy of data, the bootstrap read from the
+// operator's file original, for a plan that will not be carried out (a
+// dry run): as CopyBootstrap makes one, but with certs for the
+// certificates' step (one that serves nothing and watches nothing), so
+// that planning changes nothing the serving Envoy reads. The caller
+// removes the copy.
+func (e *Envoy) CopyForPlan(data []byte, original string, certs func(doc *yaml.Node, runDir string) (bool, error)) (string, error) {
+	dir, err := e.ensureRunDir()
+	if err != nil {
+		return "", err
+	}
+	pc := e.config()
+	pc.RewriteBootstrap = certs
+	return e.copies.CopyData(dir, data, original, e.Epoch()+1, pc.rewrite())
+}
+
+// DiffServing says which listeners, routes, clusters and secrets differ
+// from the serving epoch's bootstrap to copied, a copy CopyBootstrap or
+// CopyForPlan made, whatever path a reload to it takes
+// (epochfiles.Files.Diff).
+func (e *Envoy) DiffServing(copied string) (inplace.Change, error) {
+	p := e.serving()
+	if p == nil || p.files == nil {
+		return inplace.Change{}, errors.New("no serving epoch")
+	}
+	return p.files.Diff(copied, e.config().ConfigPath)
+}
+
+// KeepServingCopy makes a private copy of the serving epoch's bootstrap
+// copy, the configuration it serves now, for a later plan back to it (the
+// reload guard's rollback: in place, or a new epoch once the serving one
+// and its copy are gone). The caller removes it unless a plan takes it.
+func (e *Envoy) KeepServingCopy() (string, error) {
+	dir, err := e.ensureRunDir()
+	if err != nil {
+		return "", err
+	}
+	p := e.serving()
+	if p == nil || p.files == nil {
+		return "", errors.New("no serving epoch")
+	}
+	// The epoch's copy went through the rewrite already: none again.
+	return e.copies.Copy(dir, p.files.Copy, e.config().ConfigPath, p.epoch+1, nil)
 }
 
 // applyInPlace changes the serving epoch's resources as plan says

@@ -16,6 +16,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -195,6 +196,34 @@ func TestLivePrometheusAlerts(t *testing.T) {
 		}
 	})
 
+	t.Run("reload rolled back", func(t *testing.T) {
+		// After the rejected change (whose files it put back): / routed to a
+		// cluster whose endpoint refuses connections, under a load; the
+		// reload guard (reload_guard "3s") rolls the reload back.
+		l := envoykit.StartLoadUntilCleanup(t, envoykit.LoadOptions{URL: envoykit.URL(a.ports.Listener, "/"), Client: envoykit.RawHTTP1,
+			Workers: []envoykit.Workers{{N: 1, Path: "/"}}})
+		defer l.Stop()
+		envoykit.WaitAnswers(t, l, 1500) // a baseline of good answers beside the earlier subtests' 503s
+		dead := fmt.Sprintf("  clusters:\n  - name: dead\n    type: STATIC\n    connect_timeout: 1s\n    load_assignment: {cluster_name: dead, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: %d}}}}]}]}\n",
+			envoykit.FreePort(t))
+		bad := strings.Replace(strings.ReplaceAll(string(a.good), "route: {cluster: upstream}", "route: {cluster: dead}"), "  clusters:\n", dead, 1)
+		if err := os.WriteFile(a.bootstrap, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(a.bin, "reload", "--wait", "--config", a.config).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 5 || !strings.Contains(string(out), "rolled the reload back") {
+			t.Fatalf("reload --wait of a route to a refusing cluster: %v:\n%s", err, out)
+		}
+		p.waitFiring(t, "EnvoyAgentReloadRolledBack")
+		if r, err := envoykit.Get(envoykit.URL(a.ports.Listener, "/"), 5*time.Second); err != nil || r.Code != 200 {
+			t.Errorf("Envoy does not serve the configuration from before after the rollback: %v %v", r.Code, err)
+		}
+		if err := os.WriteFile(a.bootstrap, a.good, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("stopped Envoy", func(t *testing.T) {
 		if err := syscall.Kill(a.envoyPid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
@@ -349,6 +378,7 @@ run_dir = %q
 termination_drain_duration = "2s"
 min_drain_duration = "0s"
 reload_method = "auto"
+reload_guard = "3s"
 `, envoyBin, a.bootstrap, ports.Admin, baseID, ports.Status, ports.Prometheus, filepath.Join(dir, "run"))
 	if err := os.WriteFile(a.config, []byte(config), 0o644); err != nil {
 		t.Fatal(err)

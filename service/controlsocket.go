@@ -39,6 +39,6 @@ func (s *supervisor) newControl() (*control.Server, *net.UnixListener, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: the control socket: %w", key, err)
 	}
-	c := &control.Server{Log: s.log, Policy: control.OwnPolicy(), ConfigPath: abs, Drain: s.drainNow, Reload: s.requestReload}
+	c := &control.Server{Log: s.log, Policy: control.OwnPolicy(), ConfigPath: abs, Drain: s.drainNow, Reload: s.requestReload, Plan: s.requestPlan}
 	return c, ln, nil
 }

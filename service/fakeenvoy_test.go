@@ -3,8 +3,12 @@
 package service
 
 import (
+	"go.yaml.in/yaml/v3"
+
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,6 +25,7 @@ import (
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/service/config"
 	"github.com/envoy-agent/envoy-agent/service/control"
+	"github.com/envoy-agent/envoy-agent/service/guard"
 	"github.com/envoy-agent/envoy-agent/service/handover"
 	"github.com/envoy-agent/envoy-agent/service/systemd"
 )
@@ -46,14 +51,17 @@ type fakeEnvoy struct {
 	reloadErr   error            // what Reload returns
 	onReload    func()           // runs inside Reload
 	draining    *envoy.DrainingEpoch
+	failing     bool // every request Envoy counts from now on is a 5xx
 	// What happened.
-	epoch, pid  int
-	reloads     []envoy.ReloadPlan
-	phases      []phase // the supervisor's phase during each Reload
-	planned     int     // PlanInPlace calls
-	waits       int     // WaitForDrainingEpochs calls
-	waitStarted chan struct{}
-	waitRelease chan struct{}
+	statsReads          int    // reads of the reload guard's statistics
+	completed, answered uint64 // the requests counted, and their 5xx answers
+	epoch, pid          int
+	reloads             []envoy.ReloadPlan
+	phases              []phase // the supervisor's phase during each Reload
+	planned             int     // PlanInPlace calls
+	waits               int     // WaitForDrainingEpochs calls
+	waitStarted         chan struct{}
+	waitRelease         chan struct{}
 }
 
 func newFakeEnvoy(t *testing.T, site string) *fakeEnvoy {
@@ -125,6 +133,42 @@ func (f *fakeEnvoy) PlanInPlace(string) (*epochfiles.Plan, error) {
 	return f.inPlace, f.inPlaceErr
 }
 
+// CopyForPlan copies data as it is: the fake's bootstraps name no
+// certificate.
+func (f *fakeEnvoy) CopyForPlan(data []byte, original string, _ func(*yaml.Node, string) (bool, error)) (string, error) {
+	return f.copies.CopyData(f.runDir, data, original, f.Epoch()+1, nil)
+}
+
+// DiffServing says one route changed: the fake has no bootstraps to compare.
+func (f *fakeEnvoy) DiffServing(string) (inplace.Change, error) {
+	return routesUpdated().Change, nil
+}
+
+// KeepServingCopy keeps a copy of a stand-in for the serving bootstrap.
+func (f *fakeEnvoy) KeepServingCopy() (string, error) {
+	return f.copies.CopyData(f.runDir, []byte("# the serving copy\n"), "envoy.yaml", f.Epoch()+1, nil)
+}
+
+// stats is the answer to the reload guard's read of the statistics: each
+// read counts 100 more requests through one connection manager, all 5xx
+// while failing.
+func (f *fakeEnvoy) stats() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.statsReads++
+	f.completed += 100
+	if f.failing {
+		f.answered += 100
+	}
+	return fmt.Sprintf("http.ingress.downstream_rq_completed: %d\nhttp.ingress.downstream_rq_5xx: %d\n", f.completed, f.answered)
+}
+
+func (f *fakeEnvoy) setFailing(on bool) {
+	f.mu.Lock()
+	f.failing = on
+	f.mu.Unlock()
+}
+
 func (f *fakeEnvoy) ServingBinaryIs(string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -189,8 +233,14 @@ func (f *fakeEnvoy) copiesLeft(t *testing.T) []string {
 // fakeAdmin is the fake Envoy's admin API: LIVE, of the serving version.
 type fakeAdmin struct{ f *fakeEnvoy }
 
-func (a fakeAdmin) Get(context.Context, string) (*http.Response, error) {
-	return nil, errors.New("fake admin: no stats")
+// Get answers the reload guard's read of the statistics (fakeEnvoy.stats);
+// nothing else.
+func (a fakeAdmin) Get(_ context.Context, path string) (*http.Response, error) {
+	if path != guard.StatsPath {
+		return nil, errors.New("fake admin: no such page")
+	}
+	body := a.f.stats()
+	return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Body: io.NopCloser(strings.NewReader(body))}, nil
 }
 
 func (a fakeAdmin) Ready(context.Context) (adminapi.Ready, error) {
@@ -249,6 +299,10 @@ func startFake(t *testing.T, toml string) *fakeSite {
 		t.Fatal(err)
 	}
 	fs.s, fs.envoy.s = s, s
+	// The reload guard's reads run as in serve.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go s.watch.Run(ctx)
 	s.goLive()
 	s.setHotRestartVersion(fs.envoy.serving)
 	return fs
@@ -298,8 +352,14 @@ func (fs *fakeSite) writeBootstrap(body string) {
 // reload asks for a reload as `envoy-agent reload` does and waits for it.
 func (fs *fakeSite) reload() control.ReloadResult {
 	fs.t.Helper()
+	return fs.reloadWith(control.ReloadOptions{})
+}
+
+// reloadWith is reload with `envoy-agent reload`'s flags.
+func (fs *fakeSite) reloadWith(opts control.ReloadOptions) control.ReloadResult {
+	fs.t.Helper()
 	ch := make(chan control.ReloadResult, 1)
-	go func() { ch <- control.ReloadResult(fs.s.requestReload(context.Background(), nil)) }()
+	go func() { ch <- fs.s.requestReload(context.Background(), nil, opts) }()
 	select {
 	case r := <-ch:
 		return r

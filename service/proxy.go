@@ -8,7 +8,12 @@
 package service
 
 import (
+	"go.yaml.in/yaml/v3"
+
 	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"time"
 
@@ -47,6 +52,13 @@ type envoyProcess interface {
 	// that carries the plan out.
 	CopyBootstrap(path string) (*epochfiles.Copy, error)
 	PlanInPlace(copied string) (*epochfiles.Plan, error)
+	// A plan that will not run (a dry run): its copy, made by a rewrite
+	// that serves nothing, and what it changes whatever its path.
+	CopyForPlan(data []byte, original string, certs func(doc *yaml.Node, runDir string) (bool, error)) (string, error)
+	DiffServing(copied string) (inplace.Change, error)
+	// The reload guard's rollback: a private copy of the serving
+	// configuration, taken before a reload, that a plan back to it runs.
+	KeepServingCopy() (string, error)
 	ServingBinaryIs(path string) bool
 	WaitForDrainingEpochs(ctx context.Context, report func(envoy.DrainingEpoch)) (time.Duration, error)
 	Reload(context.Context, envoy.ReloadPlan) (envoy.ReloadOutcome, error)
@@ -60,6 +72,30 @@ type envoyAdmin interface {
 	ServerInfo(context.Context) (adminapi.ServerInfo, error)
 	ActiveConnections(context.Context) (int, error)
 	Listeners(context.Context) ([]adminapi.Listener, error)
+}
+
+// adminReader is the reload guard's reads of Envoy's admin API
+// (guardwatch.Envoy) over the supervisor's admin.
+type adminReader struct{ admin envoyAdmin }
+
+// maxGuardRead bounds an answer the guard reads: guard.StatsPath's
+// statistics of thousands of clusters and listeners are a few MB.
+const maxGuardRead = 32 << 20
+
+func (a adminReader) Read(ctx context.Context, path string) ([]byte, error) {
+	resp, err := a.admin.Get(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, maxGuardRead))
+}
+
+func (a adminReader) Listeners(ctx context.Context) ([]adminapi.Listener, error) {
+	return a.admin.Listeners(ctx)
 }
 
 // envoys is where the supervisor gets the Envoy it runs and what it asks

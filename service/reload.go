@@ -8,21 +8,29 @@
 package service
 
 import (
+	"go.yaml.in/yaml/v3"
+
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/envoy-agent/envoy-agent/envoy"
+	"github.com/envoy-agent/envoy-agent/envoy/certs"
 	"github.com/envoy-agent/envoy-agent/envoy/epochfiles"
 	"github.com/envoy-agent/envoy-agent/envoy/inplace"
+	"github.com/envoy-agent/envoy-agent/internal/safefile"
 	"github.com/envoy-agent/envoy-agent/service/config"
 	"github.com/envoy-agent/envoy-agent/service/control"
+	"github.com/envoy-agent/envoy-agent/service/guardwatch"
 	"github.com/envoy-agent/envoy-agent/service/reloadqueue"
 )
 
@@ -50,7 +58,25 @@ type reloadPlan struct {
 	// from is the serving epoch and its pid when the plan was made: what it
 	// replaces, or changes in place.
 	from, fromPid int
-	steps         reloadSteps // how long each part of its check took
+	// files are the sums of the TOML and of the bootstrap's bytes the copy
+	// was made of: what Envoy serves once the plan is carried out.
+	files servedFiles
+	steps reloadSteps // how long each part of its check took
+}
+
+// planInput is what checkReload plans from: by default the agent's own
+// files, read now, for a reload that will run.
+type planInput struct {
+	// dry: a plan that will not run (a dry run): the copy goes through the
+	// certificates' rewrite that serves and watches nothing, and the
+	// caller removes it.
+	dry bool
+	// force takes files the reload guard rolled back.
+	force bool
+	// candidate is another configuration's files (`validate --plan`),
+	// loaded, checked and validated by the client, with its binary's
+	// hot-restart version; only with dry.
+	candidate *control.Candidate
 }
 
 // String says what the plan does, in one line.
@@ -84,39 +110,51 @@ func (st reloadSteps) fields(path envoy.ReloadPath, applied time.Duration) logru
 func ms(d time.Duration) float64 { return float64(d.Microseconds()/100) / 10 }
 
 // prepareReload is a reload's first half: RELOADING=1, re-read and check
-// the files (checkReload). A refusal ends the reload at once (finishReload:
-// READY=1 with the reason in STATUS=, or STATUS= alone when nested: another
-// reload, whose files were good, is still under way).
-func (s *supervisor) prepareReload(nested bool) (*reloadPlan, control.ReloadResult) {
+// the files (checkReload), force taking files the reload guard rolled
+// back. A refusal ends the reload at once (finishReload: READY=1 with the
+// reason in STATUS=, or STATUS= alone when nested: another reload, whose
+// files were good, is still under way).
+func (s *supervisor) prepareReload(nested, force bool) (*reloadPlan, control.ReloadResult) {
 	start := time.Now()
 	if !nested {
 		s.notify.Reloading(s.reloadingStatus())
 		s.notify.ExtendTimeout(s.config().ReloadBound(0))
 	}
-	p, err := s.checkReload()
+	p, tried, err := s.checkReload(planInput{force: force})
 	if err == nil {
 		return p, control.ReloadResult{}
 	}
-	res := control.ReloadResult{Epoch: s.proxy.Epoch(), Error: err.Error(),
+	return nil, s.finishReload(reloadqueue.Run{Start: start}, nil, 0, refusal(s.proxy.Epoch(), err), err, nested, tried)
+}
+
+// refusal is the answer of a reload refused with err while epoch serves.
+func refusal(epoch int, err error) control.ReloadResult {
+	return control.ReloadResult{Epoch: epoch, Error: err.Error(),
 		Config: errors.As(err, new(errConfig)) || errors.As(err, new(*config.ConfigError))}
-	return nil, s.finishReload(reloadqueue.Run{Start: start}, nil, 0, res, err, nested)
 }
 
 // checkReload re-reads the TOML, refuses keys a reload cannot change,
 // copies the bootstrap and validates that copy while the binary's
 // hot-restart version is asked (from the cache when it has not changed),
-// decides the path from that version and the serving Envoy's (reloadPath),
-// and, with reload_method "auto", whether the serving epoch can take the
-// change in place. It returns the whole plan.
-func (s *supervisor) checkReload() (*reloadPlan, error) {
+// refuses files the reload guard rolled back (unless in.force), decides
+// the path from that version and the serving Envoy's (reloadPath), and,
+// with reload_method "auto", whether the serving epoch can take the change
+// in place. It returns the whole plan, and the files it read as far as it
+// read them (a refusal's, for the status).
+func (s *supervisor) checkReload(in planInput) (*reloadPlan, servedFiles, error) {
 	t := time.Now()
 	old := s.config()
-	cfg, err := config.LoadConfig(old.File)
+	var tried servedFiles
+	cfg, err := s.planConfig(old, in)
 	if err != nil {
-		return nil, err
+		return nil, tried, err
+	}
+	tried.config = cfg.Sum()
+	if in.candidate != nil {
+		tried.config = in.candidate.ConfigSHA256
 	}
 	if keys := config.RestartOnlyChanges(old, cfg); len(keys) > 0 {
-		return nil, errConfig{fmt.Errorf("a reload cannot change %s: restart the service to apply it", strings.Join(keys, ", "))}
+		return nil, tried, errConfig{fmt.Errorf("a reload cannot change %s: restart the service to apply it", strings.Join(keys, ", "))}
 	}
 	p := &reloadPlan{cfg: cfg, from: s.proxy.Epoch(), fromPid: s.proxy.Pid()}
 	p.steps.load = time.Since(t)
@@ -129,18 +167,33 @@ func (s *supervisor) checkReload() (*reloadPlan, error) {
 	}
 	hr := make(chan answer, 1)
 	go func() {
+		if in.candidate != nil { // the client asked its binary: the agent runs none a client names
+			hr <- answer{version: in.candidate.HotRestartVersion}
+			return
+		}
 		t := time.Now()
 		v, err := s.envoys.HotRestartVersion(ctx, cfg.Envoy.BinaryPath)
 		hr <- answer{v, err, time.Since(t)}
 	}()
 	// One copy of the bootstrap: validated, then run. Reading the file twice
 	// would validate one text and run another if it changed in between.
-	copied, err := s.copyAndValidate(ctx, cfg, &p.steps)
+	var copied string
+	if in.dry {
+		copied, tried.bootstrap, err = s.copyForPlan(ctx, cfg, in, &p.steps)
+	} else {
+		copied, tried.bootstrap, err = s.copyAndValidate(ctx, cfg, &p.steps)
+	}
 	if err != nil {
 		<-hr
-		return nil, err
+		return nil, tried, err
 	}
 	v := <-hr
+	if rb, ok := s.report.wasRolledBack(tried); ok && !in.force {
+		_ = os.Remove(copied)
+		return nil, tried, errConfig{fmt.Errorf("these files (%s and %s) were rolled back by the reload guard at %s: %s; fix them, or take them again with envoy-agent reload --force",
+			cfg.File, cfg.Envoy.ConfigPath, rb.files.at.UTC().Format(time.RFC3339), rb.reason)}
+	}
+	p.files = tried
 	p.steps.versions = v.took
 	path := envoy.HotRestart
 	if v.err != nil {
@@ -156,7 +209,7 @@ func (s *supervisor) checkReload() (*reloadPlan, error) {
 	}
 	if err != nil {
 		_ = os.Remove(copied)
-		return nil, err
+		return nil, tried, err
 	}
 	p.version = v.version
 	p.envoy = envoy.ReloadPlan{Path: path, Config: s.proxyConfig(cfg, v.version), Copied: copied}
@@ -173,7 +226,58 @@ func (s *supervisor) checkReload() (*reloadPlan, error) {
 		}
 	}
 	p.envoy.Timeout = reloadTimeout(cfg, p.envoy.Path)
-	return p, nil
+	return p, tried, nil
+}
+
+// planConfig is the configuration a plan takes: the agent's file read
+// again, or a candidate's as its client loaded it.
+func (s *supervisor) planConfig(old *config.Config, in planInput) (*config.Config, error) {
+	if in.candidate == nil {
+		return config.LoadConfig(old.File)
+	}
+	// Planned as the files the agent runs: the candidate's copies are to
+	// replace them (the Ansible role writes and checks them elsewhere).
+	c := *in.candidate.Config
+	c.File, c.Envoy.ConfigPath = old.File, old.Envoy.ConfigPath
+	return &c, nil
+}
+
+// copyForPlan is copyAndValidate for a plan that will not run: the
+// bootstrap's bytes (the file cfg names, or a candidate's) copied through
+// the certificates' rewrite that serves and watches nothing
+// (certs.Rewrite), and validated unless a candidate's client validated
+// them. It returns the copy and the SHA-256 of the bytes.
+func (s *supervisor) copyForPlan(ctx context.Context, cfg *config.Config, in planInput, steps *reloadSteps) (string, string, error) {
+	t := time.Now()
+	data := []byte(nil)
+	if in.candidate != nil {
+		data = in.candidate.Bootstrap
+	} else {
+		var err error
+		if data, err = safefile.ReadRegular(cfg.Envoy.ConfigPath, epochfiles.MaxBootstrapSize); err != nil {
+			return "", "", errConfig{fmt.Errorf("envoy.config_path: read envoy bootstrap: %w", err)}
+		}
+	}
+	sum := sha256.Sum256(data)
+	copied, err := s.proxy.CopyForPlan(data, cfg.Envoy.ConfigPath, func(doc *yaml.Node, runDir string) (bool, error) {
+		// The certificates' step without serving or watching them.
+		r, err := certs.Edit(doc, runDir)
+		return len(r.Secrets) > 0, err
+	})
+	steps.copy = time.Since(t)
+	if err != nil {
+		return "", hex.EncodeToString(sum[:]), errConfig{fmt.Errorf("envoy.config_path: %w", err)}
+	}
+	if in.candidate == nil {
+		t = time.Now()
+		err = s.validateCopy(ctx, cfg, copied)
+		steps.validate = time.Since(t)
+		if err != nil {
+			_ = os.Remove(copied)
+			return "", hex.EncodeToString(sum[:]), err
+		}
+	}
+	return copied, hex.EncodeToString(sum[:]), nil
 }
 
 // errHotRestartVersions is a reload to a binary that cannot hot restart
@@ -220,13 +324,15 @@ const bootstrapReads = 3
 // otherwise run whatever prefix of it validates, which can be a bootstrap
 // with no routes, no endpoints or no listeners. When the file changed, it
 // is read again, bootstrapReads times at most; then the reload is refused.
-func (s *supervisor) copyAndValidate(ctx context.Context, cfg *config.Config, steps *reloadSteps) (string, error) {
+// It returns the copy and the SHA-256 of the bytes it was made of (known
+// too when the copy is refused, for the status).
+func (s *supervisor) copyAndValidate(ctx context.Context, cfg *config.Config, steps *reloadSteps) (string, string, error) {
 	for read := 1; ; read++ {
 		t := time.Now()
 		c, err := s.proxy.CopyBootstrap(cfg.Envoy.ConfigPath)
 		steps.copy += time.Since(t)
 		if err != nil {
-			return "", errConfig{fmt.Errorf("envoy.config_path: %w", err)}
+			return "", "", errConfig{fmt.Errorf("envoy.config_path: %w", err)}
 		}
 		t = time.Now()
 		err = s.validateCopy(ctx, cfg, c.Path)
@@ -239,13 +345,13 @@ func (s *supervisor) copyAndValidate(ctx context.Context, cfg *config.Config, st
 				s.log.Warnf("reload: %v; reading it again", changed)
 				continue
 			}
-			return "", errConfig{fmt.Errorf("envoy.config_path: %w, %d times in a row: write the new bootstrap to a file beside it and rename that over it (mv), then reload", changed, read)}
+			return "", "", errConfig{fmt.Errorf("envoy.config_path: %w, %d times in a row: write the new bootstrap to a file beside it and rename that over it (mv), then reload", changed, read)}
 		}
 		if err != nil {
 			_ = os.Remove(c.Path)
-			return "", err
+			return "", c.SHA256(), err
 		}
-		return c.Path, nil
+		return c.Path, c.SHA256(), nil
 	}
 }
 
@@ -323,7 +429,11 @@ func (s *supervisor) discardReload(p *reloadPlan) {
 // applyReload is a reload's second half: the plan carried out by one call,
 // after one step of the phase, then the one ending (finishReload). run is
 // what the queue's run did before: when it began, what it waited for.
+// With the reload guard on, a reload that takes a new configuration is
+// watched from its end (guardReload).
 func (s *supervisor) applyReload(p *reloadPlan, run reloadqueue.Run) control.ReloadResult {
+	prev := s.current()
+	g := s.prepareGuard(p, prev, run.Start)
 	s.beginReload(p.envoy.Path)
 	if p.envoy.Path != envoy.InPlace {
 		s.notify.Status(s.reloadingStatus())
@@ -335,7 +445,9 @@ func (s *supervisor) applyReload(p *reloadPlan, run reloadqueue.Run) control.Rel
 	out, err := s.proxy.Reload(context.Background(), p.envoy)
 	applied := time.Since(t)
 	if err == nil {
-		s.takeReloadedConfig(p.cfg, p.version)
+		files := p.files
+		files.at = time.Now()
+		s.takeReloadedConfig(p.cfg, p.version, files)
 	}
 	s.endReload()
 	res := control.ReloadResult{OK: err == nil, Epoch: s.proxy.Epoch(), WaitedMs: run.Waited.Milliseconds()}
@@ -349,25 +461,29 @@ func (s *supervisor) applyReload(p *reloadPlan, run reloadqueue.Run) control.Rel
 		res.Error = err.Error()
 	}
 	res.Note = strings.Join(slices.DeleteFunc([]string{run.Note, s.restartNote(p, out, err)}, func(n string) bool { return n == "" }), "; ")
-	return s.finishReload(run, p, applied, res, err, false)
+	s.guardReload(g, p, prev, err, &res)
+	return s.finishReload(run, p, applied, res, err, false, p.files)
 }
 
 // finishReload is the one ending of a reload, refused before it had a plan
 // (p nil), failed or done: the answer's time (from run's start, its wait
-// included), the metrics, the status report, the log line (with each
-// step's time, applied the plan's call), and READY=1 with STATUS=
-// (STATUS= alone when nested: a refusal while another reload, whose files
-// were good, is under way).
-func (s *supervisor) finishReload(run reloadqueue.Run, p *reloadPlan, applied time.Duration, res control.ReloadResult, err error, nested bool) control.ReloadResult {
+// included), the metrics, the status report (with tried, the files it
+// read), the log line (with each step's time, applied the plan's call),
+// and READY=1 with STATUS= (STATUS= alone when nested: a refusal while
+// another reload, whose files were good, is under way).
+func (s *supervisor) finishReload(run reloadqueue.Run, p *reloadPlan, applied time.Duration, res control.ReloadResult, err error, nested bool, tried servedFiles) control.ReloadResult {
 	took := time.Since(run.Start)
 	res.TookMs = took.Milliseconds()
+	if err != nil {
+		res.Outcome = control.OutcomeFailed
+	}
 	path := envoy.HotRestart
 	if p != nil {
 		path = p.envoy.Path
 	}
 	s.metrics.epoch.Set(float64(s.proxy.Epoch()))
 	s.metrics.reloadSeconds.Set(took.Seconds())
-	s.report.reloadDone(run.Start, res)
+	s.report.reloadDone(run.Start, res, s.triedFiles(tried))
 	log := s.log.WithFields(logrus.Fields{"event": "reload", "ok": err == nil, "epoch": res.Epoch, "pid": s.proxy.Pid(), "took_ms": took.Milliseconds()})
 	if res.WaitedMs > 0 {
 		log = log.WithField("waited_ms", res.WaitedMs)
@@ -388,10 +504,15 @@ func (s *supervisor) finishReload(run reloadqueue.Run, p *reloadPlan, applied ti
 		return res
 	}
 	log = log.WithFields(p.steps.fields(path, applied))
+	guarded := ""
+	if res.Outcome == control.OutcomeGuarding {
+		log = log.WithField("guard_ends", res.GuardEnds)
+		guarded = "; the reload guard watches it until " + res.GuardEnds
+	}
 	if path == envoy.InPlace {
 		s.metrics.reloadsInPlace.Inc()
 		log.WithFields(logrus.Fields{"path": res.Path, "changed": res.Changed}).Infof("reloaded in place in %s: %s; epoch %d keeps serving", took.Round(time.Millisecond), res.Changed, res.Epoch)
-		s.notify.Ready(fmt.Sprintf("%s; reloaded in place %s", s.liveStatus(), time.Now().Format(time.RFC3339)))
+		s.notify.Ready(fmt.Sprintf("%s; reloaded in place %s%s", s.liveStatus(), time.Now().Format(time.RFC3339), guarded))
 		return res
 	}
 	s.metrics.reloads.Inc()
@@ -399,18 +520,37 @@ func (s *supervisor) finishReload(run reloadqueue.Run, p *reloadPlan, applied ti
 		log = log.WithFields(logrus.Fields{"path": res.Path, "why": res.Changed})
 	}
 	log.Infof("reloaded in %s: epoch %d is serving", took.Round(time.Millisecond), res.Epoch)
-	s.notify.Ready(fmt.Sprintf("%s; reloaded %s", s.liveStatus(), time.Now().Format(time.RFC3339)))
+	s.notify.Ready(fmt.Sprintf("%s; reloaded %s%s", s.liveStatus(), time.Now().Format(time.RFC3339), guarded))
 	return res
 }
 
+// triedFiles is tried with what it does not know read from the files now:
+// a reload refused before it read them (the TOML did not load, say) read
+// them all the same a moment ago.
+func (s *supervisor) triedFiles(tried servedFiles) servedFiles {
+	cfg := s.config()
+	if tried.config == "" {
+		tried.config, _ = config.FileSum(cfg.File)
+	}
+	if tried.bootstrap == "" {
+		tried.bootstrap, _ = bootstrapSum(cfg.Envoy.ConfigPath)
+	}
+	return tried
+}
+
 // takeReloadedConfig makes cfg, now running in an Envoy of hot-restart
-// version version, the agent's configuration: drain settings, log settings,
-// and what the next reload compares with.
-func (s *supervisor) takeReloadedConfig(cfg *config.Config, version string) {
+// version version, the agent's configuration, read from files: drain
+// settings, log settings, and what the next reload compares with.
+func (s *supervisor) takeReloadedConfig(cfg *config.Config, version string, files servedFiles) {
+	s.takeSettings(cfg)
+	s.reloaded(cfg, version, files)
+}
+
+// takeSettings takes cfg's drain and log settings.
+func (s *supervisor) takeSettings(cfg *config.Config) {
 	a := cfg.Agent
 	s.runner.SetDrainSettings(a.TerminationDrainDuration.D(), a.MinDrainDuration.D(), a.ExitOnZeroActiveConnections)
 	s.applyLogSettings(cfg)
-	s.reloaded(cfg, version)
 }
 
 // waitForDrainingEpochs is the reloader's wait: while the epoch that the
@@ -460,17 +600,373 @@ func drainingWhat(d envoy.DrainingEpoch) string {
 
 // requestReload asks for a reload and waits for its result; reloads are
 // refused until Envoy is first LIVE and once a stop has begun. progress,
-// when not nil, hears at once what the reload waits for.
-func (s *supervisor) requestReload(ctx context.Context, progress func(string)) control.ReloadResult {
+// when not nil, hears at once what the reload waits for. opts.Force takes
+// files the reload guard rolled back; opts.Wait holds the answer until the
+// guard's verdict (awaitGuard).
+func (s *supervisor) requestReload(ctx context.Context, progress func(string), opts control.ReloadOptions) control.ReloadResult {
 	if !s.live() {
 		res := control.ReloadResult{Error: "envoy is not serving (starting or stopping): nothing to reload", Epoch: s.proxy.Epoch()}
 		s.log.Warnf("reload refused: %s", res.Error)
 		return res
 	}
+	var res control.ReloadResult
 	select {
-	case res := <-s.reloader.Request(progress):
-		return res
+	case res = <-s.reloader.Request(progress, opts.Force):
 	case <-ctx.Done():
 		return control.ReloadResult{Error: "the reload request was cancelled; the reload goes on"}
 	}
+	if opts.Wait {
+		res = s.awaitGuard(ctx, res, progress)
+	}
+	return res
+}
+
+// requestPlan is a dry run (`reload --dry-run`, candidate nil) or
+// `validate --plan` (a candidate's files): what a reload would do, from
+// the reload queue (so that it does not race a reload), changing nothing:
+// no RELOADING=1, no phase step, no call to Envoy; its copy is removed.
+func (s *supervisor) requestPlan(_ context.Context, candidate *control.Candidate, force bool) control.ReloadResult {
+	if !s.live() {
+		return control.ReloadResult{DryRun: true, Error: "envoy is not serving (starting or stopping): nothing to plan against", Epoch: s.proxy.Epoch()}
+	}
+	res := control.ReloadResult{DryRun: true, Error: "the agent is stopping", Epoch: s.proxy.Epoch()}
+	s.reloader.Do(func(context.Context) { res = s.dryRun(candidate, force) })
+	return res
+}
+
+// dryRun plans a reload as checkReload does, with a copy that serves and
+// watches nothing, and says what it would do.
+func (s *supervisor) dryRun(candidate *control.Candidate, force bool) control.ReloadResult {
+	p, _, err := s.checkReload(planInput{dry: true, force: force, candidate: candidate})
+	if err != nil {
+		res := refusal(s.proxy.Epoch(), err)
+		res.DryRun = true
+		return res
+	}
+	defer os.Remove(p.envoy.Copied)
+	rep := control.PlanReport{Path: p.envoy.Path.String(), Why: p.why, Epoch: p.from, Pid: p.fromPid}
+	switch {
+	case p.envoy.Path == envoy.DrainRestart && rep.Why == "":
+		rep.Why = control.HotRestartOffNote
+	case p.envoy.Path == envoy.HotRestart && rep.Why == "" && !p.cfg.Agent.InPlace():
+		rep.Why = `agent.reload_method is "hot_restart"`
+	}
+	var change inplace.Change
+	if p.envoy.InPlace != nil {
+		change = p.envoy.InPlace.Change
+	} else if change, err = s.proxy.DiffServing(p.envoy.Copied); err != nil {
+		rep.ResourcesUnknown = err.Error()
+	}
+	of := func(d inplace.Delta) control.ResourceChanges {
+		return control.ResourceChanges{Added: d.Added, Changed: d.Updated, Removed: d.Removed}
+	}
+	rep.Listeners, rep.Routes, rep.Clusters, rep.Secrets = of(change.Listeners), of(change.Routes), of(change.Clusters), of(change.Secrets)
+	s.log.WithFields(logrus.Fields{"event": "plan", "path": rep.Path, "why": rep.Why}).Infof("plan (dry run, nothing changed): %s", p)
+	return control.ReloadResult{OK: true, DryRun: true, Epoch: p.from, Path: rep.Path, Changed: change.String(), Plan: &rep}
+}
+
+// guardedReload is a reload the reload guard watches: what a rollback
+// puts back and how, and the verdict for those who wait for it.
+type guardedReload struct {
+	id    uint64
+	prev  inForce          // the configuration before: what a rollback puts back
+	files servedFiles      // the reload's files: what a rollback marks rolled back
+	path  envoy.ReloadPath // how the reload went: in place, a rollback goes back in place
+	kept  string           // a private copy of prev's bootstrap copy, which the rollback runs
+	began time.Time        // when the reload began (its ReloadStatus.At)
+	win   *guardwatch.Window
+
+	done  chan struct{}        // closed once final is set
+	final control.ReloadResult // what `reload --wait` adds to the answer: Outcome, Guard, Rollback, Epoch
+}
+
+// guards are the reload guard's watches of reloads: the one open, and the
+// last few that ended, for a `reload --wait` that asks after the verdict.
+type guards struct {
+	mu      sync.Mutex
+	next    uint64
+	current *guardedReload
+	recent  []*guardedReload
+}
+
+// maxRecentGuards bounds the ended watches kept for `reload --wait`: a
+// caller asks for its own at once, and coalesced callers share one.
+const maxRecentGuards = 8
+
+// add registers a new watch, the current one.
+func (gs *guards) add(g *guardedReload) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	gs.next++
+	g.id = gs.next
+	gs.current = g
+	gs.recent = append(gs.recent, g)
+	if n := len(gs.recent); n > maxRecentGuards {
+		gs.recent = gs.recent[n-maxRecentGuards:]
+	}
+}
+
+// take makes g no longer current and reports whether it was.
+func (gs *guards) take(g *guardedReload) bool {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if gs.current != g {
+		return false
+	}
+	gs.current = nil
+	return true
+}
+
+// byID is the watch of that id among the current and recent ones.
+func (gs *guards) byID(id uint64) *guardedReload {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	for _, g := range gs.recent {
+		if g.id == id {
+			return g
+		}
+	}
+	return nil
+}
+
+// newConfiguration reports whether p takes another configuration than
+// prev: other bytes in the TOML or the bootstrap (unknown after a live
+// upgrade counts as other), and not an in-place change of nothing.
+func newConfiguration(p *reloadPlan, prev inForce) bool {
+	if p.envoy.Path == envoy.InPlace && p.envoy.InPlace != nil && p.envoy.InPlace.Change.Empty() {
+		return false
+	}
+	return prev.files.config == "" || p.files.config != prev.files.config || p.files.bootstrap != prev.files.bootstrap
+}
+
+// prepareGuard readies the watch of p, a reload begun at began, when the
+// reload guard is on for it and it takes a new configuration: a private
+// copy of the serving bootstrap (what a rollback runs) and the watch's
+// hold on its reads. nil when p is not to be watched.
+func (s *supervisor) prepareGuard(p *reloadPlan, prev inForce, began time.Time) *guardedReload {
+	if p.cfg.Agent.ReloadGuard <= 0 || !newConfiguration(p, prev) {
+		return nil
+	}
+	kept, err := s.proxy.KeepServingCopy()
+	if err != nil {
+		s.log.Warnf("reload guard: cannot keep the serving configuration for a rollback (%v): this reload is not watched", err)
+		return nil
+	}
+	s.watch.Hold()
+	return &guardedReload{prev: prev, files: p.files, path: p.envoy.Path, kept: kept, began: began, done: make(chan struct{})}
+}
+
+// guardReload, once p was carried out (err nil) or failed, opens g's
+// window, or lets go of g; a reload that took a new configuration unwatched
+// ends the window of the one before (superseded). It sets the answer's
+// outcome.
+func (s *supervisor) guardReload(g *guardedReload, p *reloadPlan, prev inForce, err error, res *control.ReloadResult) {
+	if err != nil {
+		res.Outcome = control.OutcomeFailed
+		if g != nil {
+			s.watch.Release()
+			_ = os.Remove(g.kept)
+		}
+		return
+	}
+	res.Outcome = control.OutcomeOK
+	if g == nil {
+		if newConfiguration(p, prev) {
+			s.watch.Close(nil, guardwatch.Superseded)
+		}
+		return
+	}
+	a := p.cfg.Agent
+	g.win = s.watch.Open(a.GuardThresholds(), time.Now(), a.ReloadGuard.D())
+	s.guards.add(g)
+	res.Outcome, res.GuardEnds, res.GuardWindow = control.OutcomeGuarding, g.win.Ends().UTC().Format(time.RFC3339Nano), g.id
+	res.Guard = "watches Envoy's traffic until " + res.GuardEnds
+	go s.judgeReload(g)
+}
+
+// judgeReload waits for g's verdict and acts on it: a regression is
+// rolled back (rollback, from the reload queue: not beside a reload); a
+// window that ended keeps the reload.
+func (s *supervisor) judgeReload(g *guardedReload) {
+	v := <-g.win.Verdict()
+	log := s.log.WithFields(logrus.Fields{"event": "reload_guard", "reload": g.began.UTC().Format(time.RFC3339Nano)})
+	switch v.Outcome {
+	case guardwatch.Regressed:
+		log.WithField("reason", v.Reason()).Warnf("reload guard: the reload of %s made Envoy's traffic worse: %s; rolling it back", g.began.UTC().Format(time.RFC3339), v.Reason())
+		if !s.reloader.Do(func(ctx context.Context) { s.rollback(ctx, g, v) }) {
+			_ = os.Remove(g.kept)
+			s.guards.take(g)
+			s.endGuard(g, control.ReloadResult{Outcome: control.OutcomeRolledBack, Epoch: s.proxy.Epoch(),
+				Rollback: rollbackStatus(v, g.path, 0, errors.New("the agent is stopping: not rolled back"))})
+		}
+		return
+	case guardwatch.Kept:
+		log.Infof("reload guard: the reload of %s is kept: %s", g.began.UTC().Format(time.RFC3339), v.Summary)
+		s.endGuard(g, control.ReloadResult{Outcome: control.OutcomeOK, Guard: v.Summary})
+	case guardwatch.Superseded:
+		s.endGuard(g, control.ReloadResult{Outcome: control.OutcomeOK, Guard: "not judged: a later reload took another configuration before the verdict"})
+	default:
+		s.endGuard(g, control.ReloadResult{Outcome: control.OutcomeOK, Guard: "not judged: the agent stopped watching (a stop, or a live upgrade of the agent)"})
+	}
+	s.guards.take(g)
+	_ = os.Remove(g.kept)
+}
+
+// endGuard gives g's waiters its verdict, and the status report too when
+// the reload was kept (a rollback records its own).
+func (s *supervisor) endGuard(g *guardedReload, final control.ReloadResult) {
+	if final.Rollback == nil {
+		s.report.guardEnded(g.id, nil, 0)
+	}
+	g.final = final
+	close(g.done)
+}
+
+// rollbackStatus is a rollback by path, of the regression v, that took
+// took from the verdict (err: it failed).
+func rollbackStatus(v guardwatch.Verdict, path envoy.ReloadPath, took time.Duration, err error) *control.RollbackStatus {
+	rb := &control.RollbackStatus{At: v.At.UTC().Format(time.RFC3339Nano), Reason: v.Reason(), Path: path.String(), TookMs: took.Milliseconds(),
+		Findings: []control.GuardFinding{}}
+	for _, f := range v.Findings {
+		rb.Findings = append(rb.Findings, control.GuardFinding{Signal: string(f.Signal), Subject: f.Subject, Before: f.Before, After: f.After})
+	}
+	if err != nil {
+		rb.Error = err.Error()
+	}
+	return rb
+}
+
+// rollback puts back the configuration before g's reload, after the
+// regression v: in place when the reload was in place, else by a hot
+// restart (once the epoch the reload replaced has drained: no request in
+// flight fails because of the rollback) or, where hot restart is compiled
+// out, a drain and restart, to g's kept copy. A reload that came since
+// (g is no longer current) is left alone. Then the configuration before
+// is the agent's again, with its drain and log settings; the rollback is
+// counted, reported, logged at warning and said in STATUS=, and g's files
+// are remembered as rolled back. The files on disk are not touched.
+func (s *supervisor) rollback(ctx context.Context, g *guardedReload, v guardwatch.Verdict) {
+	if !s.guards.take(g) {
+		_ = os.Remove(g.kept)
+		s.endGuard(g, control.ReloadResult{Outcome: control.OutcomeOK, Guard: "not rolled back: a later reload took another configuration before the rollback"})
+		return
+	}
+	plan, err := s.rollbackPlan(ctx, g)
+	if err == nil && !s.beginReload(plan.Path) {
+		err = errors.New("the agent is stopping")
+	}
+	if err != nil {
+		_ = os.Remove(g.kept)
+	} else {
+		s.notify.Status(fmt.Sprintf("%s; rolling back the reload of %s: %s", s.liveStatus(), g.began.UTC().Format(time.RFC3339), v.Reason()))
+		_, err = s.proxy.Reload(context.Background(), plan)
+		s.endReload()
+	}
+	took := time.Since(v.At)
+	rb := rollbackStatus(v, plan.Path, took, err)
+	epoch := s.proxy.Epoch()
+	f := logrus.Fields{"event": "reload_rollback", "path": plan.Path.String(), "took_ms": took.Milliseconds(), "epoch": epoch, "pid": s.proxy.Pid(),
+		"reload": g.began.UTC().Format(time.RFC3339Nano)}
+	if len(v.Findings) > 0 {
+		first := v.Findings[0]
+		f["signal"], f["subject"], f["before"], f["after"] = string(first.Signal), first.Subject, first.Before, first.After
+	}
+	var all []string
+	for _, fd := range v.Findings {
+		all = append(all, fmt.Sprintf("%s (%s)", fd.Signal, fd))
+	}
+	if err != nil {
+		s.report.guardEnded(g.id, rb, epoch)
+		s.log.WithFields(f).WithField("reason", firstLine(err.Error())).Errorf("reload guard: the rollback of the reload of %s FAILED after %s: %v; the reloaded configuration serves (epoch %d). Regression: %s",
+			g.began.UTC().Format(time.RFC3339), took.Round(time.Millisecond), err, epoch, strings.Join(all, "; "))
+		s.notify.Status(fmt.Sprintf("%s; the reload guard saw a regression and its rollback FAILED: %s", s.liveStatus(), firstLine(err.Error())))
+		s.endGuard(g, control.ReloadResult{Outcome: control.OutcomeRolledBack, Epoch: epoch, Rollback: rb})
+		return
+	}
+	s.takeSettings(g.prev.cfg)
+	s.putBack(g.prev)
+	s.metrics.reloadRollbacks.Inc()
+	s.metrics.epoch.Set(float64(epoch))
+	s.report.rememberRolledBack(g.files, v.At, v.Reason())
+	s.report.guardEnded(g.id, rb, epoch)
+	s.log.WithFields(f).Warnf("reload guard: rolled back the reload of %s (%s in %s): epoch %d serves the configuration from before; the files on disk are not what it serves (a reload of them is refused unless forced). Regression: %s",
+		g.began.UTC().Format(time.RFC3339), strings.ReplaceAll(plan.Path.String(), "_", " "), took.Round(time.Millisecond), epoch, strings.Join(all, "; "))
+	s.notify.Status(fmt.Sprintf("%s; last reload ROLLED BACK by the reload guard %s: %s", s.liveStatus(), time.Now().Format(time.RFC3339), v.Reason()))
+	s.endGuard(g, control.ReloadResult{Outcome: control.OutcomeRolledBack, Epoch: epoch, Rollback: rb})
+}
+
+// rollbackPlan is the way back from g's reload to the configuration
+// before it, to g's kept copy: in place when the reload was in place and
+// the serving epoch can take it so; else a new epoch by the path the
+// serving Envoy and the one before can take (reloadPath), after the wait
+// for a draining epoch that a hot restart needs (ctx ends it at a stop).
+func (s *supervisor) rollbackPlan(ctx context.Context, g *guardedReload) (envoy.ReloadPlan, error) {
+	prev := g.prev
+	if g.path == envoy.InPlace {
+		ip, err := s.proxy.PlanInPlace(g.kept)
+		if err == nil {
+			return envoy.ReloadPlan{Path: envoy.InPlace, InPlace: ip, Copied: g.kept, Timeout: reloadTimeout(prev.cfg, envoy.InPlace)}, nil
+		}
+		s.log.Warnf("reload guard: the configuration before cannot be put back in place (%v): rolling back by a new epoch", err)
+	}
+	path, err := reloadPath(s.hotRestartVersion(), prev.hrVersion)
+	plan := envoy.ReloadPlan{Path: path, Config: s.proxyConfig(prev.cfg, prev.hrVersion), Copied: g.kept, Timeout: reloadTimeout(prev.cfg, path)}
+	if err != nil {
+		return plan, fmt.Errorf("the Envoy before had hot-restart version %s, the serving one %s: %w", prev.hrVersion, s.hotRestartVersion(), err)
+	}
+	switch path {
+	case envoy.DrainRestart:
+		plan.Restart = s.restartPlan(prev.cfg, s.proxy.Pid())
+	case envoy.HotRestart:
+		if _, _, err := s.waitForDrainingEpochs(ctx, nil); err != nil {
+			return plan, err
+		}
+	}
+	return plan, nil
+}
+
+// stopGuard ends the reload guard's watch of the reload it watches, if
+// any (Stopped), and waits, at most start_timeout, until its verdict was
+// acted on (its kept copy removed, a rollback under way ended).
+func (s *supervisor) stopGuard() {
+	s.guards.mu.Lock()
+	g := s.guards.current
+	s.guards.mu.Unlock()
+	s.watch.Close(nil, guardwatch.Stopped)
+	if g == nil {
+		return
+	}
+	t := time.NewTimer(s.config().Agent.StartTimeout.D())
+	defer t.Stop()
+	select {
+	case <-g.done:
+	case <-t.C:
+	}
+}
+
+// awaitGuard holds a reload's answer res until the reload guard's verdict
+// on it (`reload --wait`), saying first to progress until when it
+// watches; the answer then carries the verdict. A reload not watched is
+// answered at once. ctx ending (the client gone) ends the wait.
+func (s *supervisor) awaitGuard(ctx context.Context, res control.ReloadResult, progress func(string)) control.ReloadResult {
+	if !res.OK || res.GuardWindow == 0 {
+		return res
+	}
+	g := s.guards.byID(res.GuardWindow)
+	if g == nil {
+		return res
+	}
+	if progress != nil {
+		progress(fmt.Sprintf("reloaded (epoch %d); the reload guard watches Envoy's traffic until %s", res.Epoch, res.GuardEnds))
+	}
+	select {
+	case <-g.done:
+	case <-ctx.Done():
+		return res
+	}
+	res.Outcome, res.Guard, res.Rollback, res.GuardEnds = g.final.Outcome, g.final.Guard, g.final.Rollback, ""
+	if g.final.Rollback != nil {
+		res.Epoch = g.final.Epoch
+	}
+	return res
 }

@@ -5,6 +5,7 @@ package service
 import (
 	"context"
 	"errors"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -131,7 +132,7 @@ func TestReloadPlanPath(t *testing.T) {
 func TestReloadPlanIsAValue(t *testing.T) {
 	fs := startFake(t, "")
 	fs.writeBootstrap("v1")
-	p, err := fs.s.checkReload()
+	p, _, err := fs.s.checkReload(planInput{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,10 +283,10 @@ func TestReloadCoalescesWithAStop(t *testing.T) {
 	f := fs.envoy
 	f.draining = &envoy.DrainingEpoch{Epoch: 0, Pid: 99, Connections: 1, Left: time.Minute}
 	first, second := make(chan control.ReloadResult, 1), make(chan control.ReloadResult, 1)
-	go func() { first <- fs.s.requestReload(context.Background(), nil) }()
+	go func() { first <- fs.s.requestReload(context.Background(), nil, control.ReloadOptions{}) }()
 	signalled(t, f.waitStarted, "the first wait")
 	fs.writeBootstrap("v2")
-	go func() { second <- fs.s.requestReload(context.Background(), nil) }()
+	go func() { second <- fs.s.requestReload(context.Background(), nil, control.ReloadOptions{}) }()
 	signalled(t, f.waitStarted, "the wait resumed with the second request's plan")
 	if left := f.copiesLeft(t); len(left) != 1 {
 		t.Errorf("copies during the wait: %v, want only the second request's", left)
@@ -328,7 +329,7 @@ func TestReloadClientDeadline(t *testing.T) {
 	f.draining = &envoy.DrainingEpoch{Epoch: 0, Pid: 99, Connections: 1, Left: cfg.Envoy.ParentShutdownDuration.D()}
 	mark := fs.ns.Mark()
 	done := make(chan control.ReloadResult, 1)
-	go func() { done <- fs.s.requestReload(context.Background(), nil) }()
+	go func() { done <- fs.s.requestReload(context.Background(), nil, control.ReloadOptions{}) }()
 	signalled(t, f.waitStarted, "the wait")
 	close(f.waitRelease)
 	res := <-done
@@ -341,7 +342,7 @@ func TestReloadClientDeadline(t *testing.T) {
 	if _, err := fs.ns.WaitFrom(ctx, "READY=1", mark, nil); err != nil {
 		t.Fatal(err)
 	}
-	client := cfg.ReloadClientTimeout()
+	client := cfg.ReloadClientTimeout(false)
 	var longest time.Duration
 	for _, m := range fs.ns.Messages()[mark:] {
 		for _, line := range strings.Split(m.Text, "\n") {
@@ -370,8 +371,8 @@ func TestReloadClientDeadline(t *testing.T) {
 func TestReloadTimeoutsCoverTheirPath(t *testing.T) {
 	cfg := startFake(t, "").s.config()
 	for _, p := range []envoy.ReloadPath{envoy.HotRestart, envoy.InPlace, envoy.DrainRestart} {
-		if bound := reloadTimeout(cfg, p) + config.ValidateTimeout; bound > cfg.ReloadClientTimeout() {
-			t.Errorf("%s: the call's bound with its validation, %s, is past the client's deadline %s", p, bound, cfg.ReloadClientTimeout())
+		if bound := reloadTimeout(cfg, p) + config.ValidateTimeout; bound > cfg.ReloadClientTimeout(false) {
+			t.Errorf("%s: the call's bound with its validation, %s, is past the client's deadline %s", p, bound, cfg.ReloadClientTimeout(false))
 		}
 	}
 }
@@ -418,4 +419,256 @@ func lastStatus(ns *envoykit.NotifySocket) string {
 		}
 	}
 	return last
+}
+
+// waitStatsReads waits until the reload guard read the fake's statistics
+// n more times.
+func waitStatsReads(t *testing.T, f *fakeEnvoy, n int) {
+	t.Helper()
+	f.mu.Lock()
+	want := f.statsReads + n
+	f.mu.Unlock()
+	if !envoykit.Eventually(20*time.Second, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.statsReads >= want }) {
+		t.Fatalf("the reload guard did not read Envoy %d times within 20 s", n)
+	}
+}
+
+// failAfterReload makes every request Envoy counts a 5xx from the first
+// Reload call on, and none from the second (the rollback) on.
+func failAfterReload(f *fakeEnvoy) {
+	f.onReload = func() {
+		f.mu.Lock()
+		n := len(f.reloads)
+		f.mu.Unlock()
+		f.setFailing(n == 1)
+	}
+}
+
+// keptCopiesLeft are the copies of the serving configuration that
+// KeepServingCopy made and nobody took.
+func keptCopiesLeft(t *testing.T, f *fakeEnvoy) []string {
+	t.Helper()
+	var kept []string
+	for _, c := range f.copiesLeft(t) {
+		if b, err := os.ReadFile(c); err == nil && string(b) == "# the serving copy\n" {
+			kept = append(kept, c)
+		}
+	}
+	return kept
+}
+
+// TestGuardRollsBackInPlace: with the reload guard on, a reload in place
+// after which every answer is a 5xx is rolled back in place, to the copy
+// of the serving configuration kept before the reload; the configuration
+// before is the agent's again; the status, the metric, the log and
+// STATUS= say so; `reload --wait` exits with the verdict; a reload of the
+// same files is refused (a configuration error) naming the rollback,
+// unless forced.
+func TestGuardRollsBackInPlace(t *testing.T) {
+	fs := startFake(t, `[agent] reload_guard = "3s"`)
+	f := fs.envoy
+	f.inPlace = routesUpdated()
+	before := fs.s.config()
+	waitStatsReads(t, f, 3) // the baseline
+	fs.writeBootstrap("v1")
+	failAfterReload(f)
+	mark := len(fs.ns.Messages())
+	res := fs.reloadWith(control.ReloadOptions{Wait: true})
+	if !res.OK || res.Outcome != control.OutcomeRolledBack || res.Rollback == nil || res.Rollback.Error != "" {
+		t.Fatalf("reload --wait: %+v, want ok and rolled back", res)
+	}
+	if len(f.reloads) != 2 {
+		t.Fatalf("%d Reload calls, want the reload and its rollback", len(f.reloads))
+	}
+	back := f.reloads[1]
+	if back.Path != envoy.InPlace || back.InPlace != f.inPlace || !strings.Contains(back.Copied, "epoch-1-") || back.Copied == f.reloads[0].Copied {
+		t.Errorf("the rollback's plan %+v: want in place, to the kept copy", back)
+	}
+	if f.phases[1] != phaseReloading {
+		t.Errorf("the phase during the rollback: %v, want reloading", f.phases[1])
+	}
+	rb := res.Rollback
+	if rb.Path != control.PathInPlace || len(rb.Findings) == 0 || rb.Findings[0].Signal != "downstream_5xx" || !strings.Contains(rb.Reason, "5xx answers") {
+		t.Errorf("rollback %+v", rb)
+	}
+	if fs.s.config() != before {
+		t.Errorf("after the rollback the configuration in force is not the one before the reload")
+	}
+	rep := fs.s.statusReport(context.Background())
+	if lr := rep.LastReload; lr == nil || lr.Outcome != control.OutcomeRolledBack || lr.Rollback == nil || lr.Rollback.Reason != rb.Reason {
+		t.Errorf("status last_reload %+v", rep.LastReload)
+	}
+	if rep.Reloads.RolledBack != 1 || rep.Files == nil || rep.Files.State != control.FilesDiffer || !strings.Contains(rep.Files.Reason, "was rolled back by the reload guard") {
+		t.Errorf("status reloads %+v, files %+v", rep.Reloads, rep.Files)
+	}
+	if got := fs.s.metrics.reloadRollbacks.Get(); got != 1 {
+		t.Errorf("envoy_agent_reload_rollbacks_total = %d, want 1", got)
+	}
+	if !envoykit.Eventually(5*time.Second, func() bool {
+		return strings.Contains(fs.log.String(), "reload guard: rolled back the reload") && strings.Contains(fs.log.String(), "signal=downstream_5xx")
+	}) {
+		t.Errorf("no warning of the rollback with its signal in the log:\n%s", fs.log)
+	}
+	said := ""
+	envoykit.Eventually(5*time.Second, func() bool {
+		said = ""
+		for _, m := range fs.ns.Messages()[mark:] {
+			said += m.Text + "\n"
+		}
+		return strings.Contains(said, "ROLLED BACK by the reload guard")
+	})
+	if !strings.Contains(said, "ROLLED BACK by the reload guard") || strings.Count(said, "RELOADING=1") != 1 {
+		t.Errorf("notify messages since the reload: %q; want one RELOADING=1 (the reload's) and the rollback in STATUS=", said)
+	}
+
+	again := fs.reload()
+	if again.OK || !again.Config || !strings.Contains(again.Error, "were rolled back by the reload guard at") || !strings.Contains(again.Error, "--force") {
+		t.Errorf("a reload of the rolled-back files: %+v, want refused as a configuration error naming the rollback", again)
+	}
+	f.onReload = nil
+	forced := fs.reloadWith(control.ReloadOptions{Force: true})
+	if !forced.OK || forced.Outcome != control.OutcomeGuarding {
+		t.Errorf("a forced reload of them: %+v, want taken and watched", forced)
+	}
+}
+
+// TestGuardKeepsAGoodReload: a reload whose traffic stays as it was is
+// kept when the window ends: `reload --wait` says so, the status says ok,
+// and the copy kept for a rollback is removed. A reload with the guard
+// off, or one that changes nothing, is not watched and answered at once.
+func TestGuardKeepsAGoodReload(t *testing.T) {
+	fs := startFake(t, `[agent] reload_guard = "3s"`)
+	f := fs.envoy
+	f.inPlace = routesUpdated()
+	waitStatsReads(t, f, 2)
+	fs.writeBootstrap("v1")
+	res := fs.reloadWith(control.ReloadOptions{Wait: true})
+	if !res.OK || res.Outcome != control.OutcomeOK || !strings.Contains(res.Guard, "no regression over") || len(f.reloads) != 1 {
+		t.Fatalf("reload --wait: %+v (%d Reload calls), want kept", res, len(f.reloads))
+	}
+	if lr := fs.s.statusReport(context.Background()).LastReload; lr == nil || lr.Outcome != control.OutcomeOK || lr.GuardEnds != "" {
+		t.Errorf("status last_reload %+v, want ok", lr)
+	}
+	if !envoykit.Eventually(5*time.Second, func() bool { return len(keptCopiesLeft(t, f)) == 0 }) {
+		t.Errorf("the copy kept for a rollback is still there: %v", keptCopiesLeft(t, f))
+	}
+
+	f.inPlace = &epochfiles.Plan{} // nothing changed
+	if res := fs.reloadWith(control.ReloadOptions{Wait: true}); !res.OK || res.Outcome != control.OutcomeOK || res.GuardWindow != 0 {
+		t.Errorf("a reload of the same files: %+v, want ok at once, not watched", res)
+	}
+	fs.writeConfig("[agent] reload_guard = \"0s\"")
+	fs.writeBootstrap("v2")
+	f.inPlace = routesUpdated()
+	if res := fs.reloadWith(control.ReloadOptions{Wait: true}); !res.OK || res.Outcome != control.OutcomeOK || res.GuardWindow != 0 {
+		t.Errorf("a reload that turns the guard off: %+v, want ok at once, not watched", res)
+	}
+	if left := keptCopiesLeft(t, f); len(left) != 0 {
+		t.Errorf("copies kept for a rollback left: %v", left)
+	}
+}
+
+// TestGuardRollsBackAHotRestart: a reload by hot restart that makes
+// things worse is rolled back by a hot restart to the kept copy with the
+// configuration before, once the epoch the reload replaced has drained (a
+// new epoch would end it at once); a later reload supersedes a watch.
+func TestGuardRollsBackAHotRestart(t *testing.T) {
+	fs := startFake(t, `[agent] reload_guard = "3s"`)
+	f := fs.envoy
+	waitStatsReads(t, f, 3)
+	fs.writeBootstrap("v1")
+	failAfterReload(f)
+	res := fs.reload()
+	if !res.OK || res.Outcome != control.OutcomeGuarding || res.Epoch != 1 {
+		t.Fatalf("reload: %+v", res)
+	}
+	// The epoch it replaced still drains when the regression is called.
+	f.mu.Lock()
+	f.draining = &envoy.DrainingEpoch{Epoch: 0, Pid: 100, Connections: 1, Left: 10 * time.Second}
+	f.mu.Unlock()
+	signalled(t, f.waitStarted, "the rollback's wait for the draining epoch")
+	if n := len(f.reloads); n != 1 {
+		t.Fatalf("%d Reload calls while epoch 0 drains, want the reload's only", n)
+	}
+	close(f.waitRelease)
+	if !envoykit.Eventually(10*time.Second, func() bool {
+		lr := fs.s.statusReport(context.Background()).LastReload
+		return lr != nil && lr.Outcome == control.OutcomeRolledBack
+	}) {
+		t.Fatalf("not rolled back: %+v", fs.s.statusReport(context.Background()).LastReload)
+	}
+	back := f.reloads[1]
+	if back.Path != envoy.HotRestart || back.InPlace != nil || !strings.Contains(back.Copied, "epoch-1-") || back.Config.DisableHotRestart {
+		t.Errorf("the rollback's plan %+v: want a hot restart to the kept copy", back)
+	}
+	if lr := fs.s.statusReport(context.Background()).LastReload; lr.Epoch != 2 || lr.Rollback.Path != control.PathHotRestart {
+		t.Errorf("last_reload %+v: want epoch 2 serving after a hot-restart rollback", lr)
+	}
+
+	// A later reload supersedes a watch: its waiter is told, and nothing
+	// is rolled back.
+	f.mu.Lock()
+	f.draining = nil
+	f.mu.Unlock()
+	f.onReload = nil
+	fs.writeBootstrap("v2")
+	ch := make(chan control.ReloadResult, 1)
+	go func() { ch <- fs.s.requestReload(context.Background(), nil, control.ReloadOptions{Wait: true}) }()
+	if !envoykit.Eventually(10*time.Second, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.reloads) == 3 }) {
+		t.Fatal("the reload did not run")
+	}
+	fs.writeBootstrap("v3")
+	if r := fs.reload(); !r.OK {
+		t.Fatalf("the later reload: %+v", r)
+	}
+	first := <-ch
+	if !first.OK || first.Outcome != control.OutcomeOK || !strings.Contains(first.Guard, "a later reload") {
+		t.Errorf("the superseded reload's --wait: %+v", first)
+	}
+}
+
+// TestDryRunChangesNothing: a dry run plans through the reload queue and
+// answers the plan: no RELOADING=1, no phase step, no call to Envoy, no
+// copy left in the run folder.
+func TestDryRunChangesNothing(t *testing.T) {
+	fs := startFake(t, "")
+	f := fs.envoy
+	f.inPlace = routesUpdated()
+	fs.writeBootstrap("v1")
+	mark := len(fs.ns.Messages())
+	res := fs.s.requestPlan(context.Background(), nil, false)
+	if !res.OK || !res.DryRun || res.Plan == nil || res.Plan.Path != control.PathInPlace || len(res.Plan.Routes.Changed) != 1 || res.Plan.Pid != 100 {
+		t.Fatalf("plan: %+v %+v", res, res.Plan)
+	}
+	if len(f.reloads) != 0 || fs.s.now() != phaseLive || len(f.copiesLeft(t)) != 0 || len(fs.ns.Messages()) != mark {
+		t.Errorf("a dry run changed something: %d Reload calls, phase %v, copies %v, notify %v", len(f.reloads), fs.s.now(), f.copiesLeft(t), fs.ns.Messages()[mark:])
+	}
+	f.validateErr = &config.ConfigError{Problems: []config.Problem{{File: "x", Msg: "bad"}}}
+	if res := fs.s.requestPlan(context.Background(), nil, false); res.OK || !res.Config || !res.DryRun {
+		t.Errorf("a dry run of a bootstrap Envoy rejects: %+v, want refused as a configuration error", res)
+	}
+}
+
+// TestGuardRollsBackADrainRestart: where hot restart is compiled out, a
+// reload that makes things worse is rolled back as it came, by a drain
+// and restart to the kept copy with the configuration before's drain.
+func TestGuardRollsBackADrainRestart(t *testing.T) {
+	fs := startFake(t, `[agent] reload_guard = "3s"`)
+	f := fs.envoy
+	f.serving, f.next = envoy.HotRestartDisabled, envoy.HotRestartDisabled
+	fs.s.setHotRestartVersion(envoy.HotRestartDisabled)
+	waitStatsReads(t, f, 3)
+	fs.writeBootstrap("v1")
+	failAfterReload(f)
+	res := fs.reloadWith(control.ReloadOptions{Wait: true})
+	if !res.OK || res.Outcome != control.OutcomeRolledBack || res.Rollback == nil || res.Rollback.Path != control.PathDrainRestart {
+		t.Fatalf("reload --wait: %+v, want rolled back by a drain and restart", res)
+	}
+	back := f.reloads[1]
+	if back.Path != envoy.DrainRestart || !back.Config.DisableHotRestart || back.Restart.MaxDrain != 7*time.Second || !strings.Contains(back.Copied, "epoch-1-") {
+		t.Errorf("the rollback's plan %+v: want a drain and restart to the kept copy, with the drain before", back)
+	}
+	if f.phases[1] != phaseDrainRestarting {
+		t.Errorf("the phase during the rollback: %v, want drain-restarting", f.phases[1])
+	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
 	"github.com/envoy-agent/envoy-agent/service/config"
 	"github.com/envoy-agent/envoy-agent/service/control"
+	"github.com/envoy-agent/envoy-agent/service/guardwatch"
 	"github.com/envoy-agent/envoy-agent/service/handover"
 	"github.com/envoy-agent/envoy-agent/service/httpserver"
 	"github.com/envoy-agent/envoy-agent/service/reloadqueue"
@@ -136,6 +137,11 @@ type supervisor struct {
 	certs     *certs.Manager // the bootstrap's certificates, served as secrets and watched
 	xds       *xds.Server    // serves Envoy its routes and secrets (envoy/xds); its socket is made by open
 	installed installedEnvoy // is the Envoy at binary_path the running one? (installedenvoy.go)
+
+	// The reload guard (agent.reload_guard): its reads of Envoy and
+	// windows (package guardwatch), and the reloads it watches (reload.go).
+	watch  *guardwatch.Watch
+	guards guards
 }
 
 // newSupervisor assembles the supervisor of one run, every part of it in
@@ -166,9 +172,13 @@ func newSupervisor(cfg *config.Config, opts Options, handed *handover.State, log
 	if s.proxy, s.admin, err = s.envoys.open(s.proxyConfig(cfg, s.hotRestartVersion()), handed); err != nil {
 		return nil, err
 	}
+	s.watch = guardwatch.New(adminReader{s.admin}, func() guardwatch.Settings {
+		a := s.config().Agent
+		return guardwatch.Settings{On: a.ReloadGuard > 0, URL: a.ReloadGuardURL}
+	})
 	s.reloader = reloadqueue.New(reloadqueue.Funcs[*reloadPlan]{
-		Prepare: func(nested bool) (*reloadPlan, bool, control.ReloadResult) {
-			p, res := s.prepareReload(nested)
+		Prepare: func(nested, force bool) (*reloadPlan, bool, control.ReloadResult) {
+			p, res := s.prepareReload(nested, force)
 			return p, p != nil, res
 		},
 		Wait: s.waitForDrainingEpochs,
@@ -268,6 +278,7 @@ func (s *supervisor) serve(serveCtx, envoyCtx context.Context, stopEnvoy context
 	runErr := make(chan error, 1)
 	go func() { runErr <- s.runner.Run(envoyCtx) }()
 	go s.watchCertificates(serveCtx, s.handover != nil)
+	go s.watch.Run(serveCtx)
 
 	// The watchdog runs from the start: systemd arms it when it forks us,
 	// not at READY. Until Envoy is LIVE the agent vouches for itself (the
@@ -299,7 +310,7 @@ func (s *supervisor) loop(ctx context.Context, runErr <-chan error, stopEnvoy co
 			s.runner.DisableDraining()
 		case <-s.sigs.Reload:
 			s.log.Infof("SIGHUP: reloading")
-			go s.requestReload(context.Background(), nil)
+			go s.requestReload(context.Background(), nil, control.ReloadOptions{})
 		case <-s.sigs.Watchdog:
 			s.watchdogStop(stopEnvoy)
 		case <-s.sigs.Reopen:

@@ -68,9 +68,9 @@ func (st *state) config() *config.Config {
 }
 
 // reloaded takes a reload's configuration and the hot-restart version of
-// the Envoy that now serves it, together, with its files as they are now.
-func (st *state) reloaded(c *config.Config, hotRestartVersion string) {
-	files := filesOf(c, time.Now())
+// the Envoy that now serves it, together, with the files it was read from
+// (their sums as the reload read them: the bootstrap's is its copy's).
+func (st *state) reloaded(c *config.Config, hotRestartVersion string, files servedFiles) {
 	st.lock.Lock()
 	st.cfg, st.hrVersion, st.files = c, hotRestartVersion, files
 	st.lock.Unlock()

@@ -3,6 +3,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -45,6 +46,9 @@ type statusRecord struct {
 	version    string
 	started    time.Time
 	lastReload *control.ReloadStatus
+	lastGuard  uint64      // the reload guard's window of lastReload, 0 for none
+	tried      servedFiles // the files lastReload read, as far as it read them
+	rolledBack []rolledBack
 	counts     control.ReloadCounts
 	drain      *control.DrainStatus
 	drainStart time.Time
@@ -87,11 +91,14 @@ func (r *statusRecord) agentStarted(version string) {
 	r.version, r.started = version, time.Now()
 }
 
-func (r *statusRecord) reloadDone(start time.Time, res control.ReloadResult) {
+// reloadDone records a reload's answer, begun at start, and the files it
+// read (tried).
+func (r *statusRecord) reloadDone(start time.Time, res control.ReloadResult, tried servedFiles) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lastReload = &control.ReloadStatus{At: start.UTC().Format(time.RFC3339Nano), TookMs: res.TookMs, OK: res.OK, Epoch: res.Epoch, Error: res.Error,
-		Path: res.Path, Changed: res.Changed, Outcome: control.OutcomeOK}
+		Path: res.Path, Changed: res.Changed, Outcome: cmp.Or(res.Outcome, control.OutcomeOK), GuardEnds: res.GuardEnds}
+	r.lastGuard, r.tried = res.GuardWindow, tried
 	if !res.OK {
 		r.lastReload.Outcome = control.OutcomeFailed
 	}
@@ -100,6 +107,63 @@ func (r *statusRecord) reloadDone(start time.Time, res control.ReloadResult) {
 	} else {
 		r.counts.Failed++
 	}
+}
+
+// guardEnded records the reload guard's verdict on the reload whose window
+// is id: kept (rb nil), or rolled back, or its rollback failed (rb.Error),
+// with the serving epoch then. A verdict on a reload that is not the last
+// one changes nothing.
+func (r *statusRecord) guardEnded(id uint64, rb *control.RollbackStatus, epoch int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lastReload == nil || r.lastGuard != id {
+		return
+	}
+	lr := *r.lastReload // a new value: a report filled before keeps its own
+	lr.GuardEnds = ""
+	lr.Outcome = control.OutcomeOK
+	if rb != nil {
+		lr.Outcome, lr.Rollback, lr.Epoch = control.OutcomeRolledBack, rb, epoch
+		if rb.Error == "" {
+			r.counts.RolledBack++
+		}
+	}
+	r.lastReload = &lr
+}
+
+// rolledBack is a pair of files the reload guard rolled back: a reload of
+// the same bytes again is refused unless forced.
+type rolledBack struct {
+	files  servedFiles // the sums, and when they were rolled back
+	reason string
+}
+
+// maxRolledBack bounds the rolled-back pairs remembered: the latest ones.
+const maxRolledBack = 16
+
+// rememberRolledBack records files as rolled back at at, for reason.
+func (r *statusRecord) rememberRolledBack(files servedFiles, at time.Time, reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	files.at = at
+	r.rolledBack = append(r.rolledBack, rolledBack{files: files, reason: reason})
+	if n := len(r.rolledBack); n > maxRolledBack {
+		r.rolledBack = r.rolledBack[n-maxRolledBack:]
+	}
+}
+
+// wasRolledBack is the latest rollback of files (their TOML and bootstrap
+// both), if any.
+func (r *statusRecord) wasRolledBack(files servedFiles) (rolledBack, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.rolledBack) - 1; i >= 0; i-- {
+		rb := r.rolledBack[i]
+		if files.config != "" && files.bootstrap != "" && rb.files.config == files.config && rb.files.bootstrap == files.bootstrap {
+			return rb, true
+		}
+	}
+	return rolledBack{}, false
 }
 
 // drainBegan records a drain: kind "stop", bounded by limit, or "endless".
@@ -304,9 +368,9 @@ func bootstrapSum(path string) (string, error) {
 
 // filesStatus compares cfg's files on disk with served, the files of cfg
 // when it came into force, and says why they differ from last, the last
-// reload: a reload of these files (begun after they were last written)
-// that failed or was rolled back; else an edit not reloaded yet.
-func filesStatus(cfg *config.Config, served servedFiles, last *control.ReloadStatus) control.FilesStatus {
+// reload, which read tried: when the files on disk are those it read, it
+// failed or was rolled back; else they are an edit not reloaded yet.
+func filesStatus(cfg *config.Config, served servedFiles, last *control.ReloadStatus, tried servedFiles) control.FilesStatus {
 	st := control.FilesStatus{State: control.FilesInSync,
 		Config:    fileStatus(cfg.File, served.config, config.FileSum),
 		Bootstrap: fileStatus(cfg.Envoy.ConfigPath, served.bootstrap, bootstrapSum)}
@@ -333,15 +397,12 @@ func filesStatus(cfg *config.Config, served servedFiles, last *control.ReloadSta
 		return st
 	}
 	st.State = control.FilesDiffer
-	var began time.Time
-	if last != nil {
-		began, _ = time.Parse(time.RFC3339Nano, last.At)
-	}
-	tried := last != nil && !newest.After(began) // that reload read these files
+	// That reload read these very bytes.
+	read := last != nil && tried.config == st.Config.SHA256 && tried.bootstrap == st.Bootstrap.SHA256 && tried.config != ""
 	switch {
-	case tried && last.Outcome == control.OutcomeRolledBack && last.Rollback != nil:
+	case read && last.Outcome == control.OutcomeRolledBack && last.Rollback != nil:
 		st.Reason = fmt.Sprintf("the reload of these files at %s was rolled back by the reload guard: %s", last.At, last.Rollback.Reason)
-	case tried && !last.OK:
+	case read && !last.OK:
 		st.Reason = fmt.Sprintf("the reload of these files at %s failed: %s", last.At, firstLine(last.Error))
 	default:
 		st.Reason = fmt.Sprintf("edited at %s, after Envoy took the configuration at %s: not reloaded yet", newest.UTC().Format(time.RFC3339), served.at.UTC().Format(time.RFC3339))
@@ -383,7 +444,7 @@ func (s *supervisor) driftedFiles() int {
 func (s *supervisor) filesStatus() control.FilesStatus {
 	cfg, served := s.served()
 	s.report.mu.Lock()
-	last := s.report.lastReload
+	last, tried := s.report.lastReload, s.report.tried
 	s.report.mu.Unlock()
-	return filesStatus(cfg, served, last)
+	return filesStatus(cfg, served, last, tried)
 }

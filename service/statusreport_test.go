@@ -42,27 +42,35 @@ func TestFilesStatus(t *testing.T) {
 	served := servedFiles{at: t0.Add(time.Minute), config: tomlSum, bootstrap: bootSum}
 	at := func(d time.Duration) string { return t0.Add(d).UTC().Format(time.RFC3339Nano) }
 
-	if st := filesStatus(&cfg, served, nil); st.State != control.FilesInSync || st.Config.Differs || st.Bootstrap.Differs || st.Reason != "" {
+	if st := filesStatus(&cfg, served, nil, servedFiles{}); st.State != control.FilesInSync || st.Config.Differs || st.Bootstrap.Differs || st.Reason != "" {
 		t.Fatalf("untouched files: %+v", st)
 	}
 	write(cfg.Envoy.ConfigPath, "static_resources: { listeners: [] }\n", t0.Add(10*time.Minute))
+	edited, err := bootstrapSum(cfg.Envoy.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a reload read: these files, or those before the edit.
+	these, before := servedFiles{config: tomlSum, bootstrap: edited}, servedFiles{config: tomlSum, bootstrap: bootSum}
 	for _, tc := range []struct {
-		name string
-		last *control.ReloadStatus
-		want string
+		name  string
+		last  *control.ReloadStatus
+		tried servedFiles
+		want  string
 	}{
-		{"edited, no reload since", &control.ReloadStatus{At: at(5 * time.Minute), OK: true, Outcome: control.OutcomeOK},
+		{"edited, no reload since", &control.ReloadStatus{At: at(5 * time.Minute), OK: true, Outcome: control.OutcomeOK}, before,
 			"edited at " + t0.Add(10*time.Minute).UTC().Format(time.RFC3339) + ", after Envoy took the configuration at " + t0.Add(time.Minute).UTC().Format(time.RFC3339) + ": not reloaded yet"},
-		{"a reload of them failed", &control.ReloadStatus{At: at(11 * time.Minute), Outcome: control.OutcomeFailed, Error: "Envoy rejected the change: listener taken\nmore"},
+		{"a reload of them failed", &control.ReloadStatus{At: at(11 * time.Minute), Outcome: control.OutcomeFailed, Error: "Envoy rejected the change: listener taken\nmore"}, these,
 			"the reload of these files at " + at(11*time.Minute) + " failed: Envoy rejected the change: listener taken; Envoy serves the configuration from before (1 files differ)"},
 		{"a reload of them was rolled back", &control.ReloadStatus{At: at(11 * time.Minute), OK: true, Outcome: control.OutcomeRolledBack,
-			Rollback: &control.RollbackStatus{Reason: "5xx answers: 0% of 900 requests before the reload, 100% of 300 requests after"}},
+			Rollback: &control.RollbackStatus{Reason: "5xx answers: 0% of 900 requests before the reload, 100% of 300 requests after"}}, these,
 			"the reload of these files at " + at(11*time.Minute) + " was rolled back by the reload guard: 5xx answers: 0% of 900"},
-		{"a reload that failed before the edit", &control.ReloadStatus{At: at(9 * time.Minute), Outcome: control.OutcomeFailed, Error: "bad"},
+		// Its time is after the edit's: the sums, not the times, tell.
+		{"a reload of other bytes failed", &control.ReloadStatus{At: at(11 * time.Minute), Outcome: control.OutcomeFailed, Error: "bad"}, servedFiles{config: tomlSum, bootstrap: "other"},
 			"not reloaded yet"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := filesStatus(&cfg, served, tc.last)
+			st := filesStatus(&cfg, served, tc.last, tc.tried)
 			if st.State != control.FilesDiffer || st.Config.Differs || !st.Bootstrap.Differs || !strings.Contains(st.Reason, tc.want) {
 				t.Errorf("%+v\nwant the bootstrap differing: %q", st, tc.want)
 			}
@@ -71,11 +79,11 @@ func TestFilesStatus(t *testing.T) {
 			}
 		})
 	}
-	if st := filesStatus(&cfg, servedFiles{}, nil); st.State != control.FilesUnknown || st.Bootstrap.Differs || !strings.Contains(st.Reason, "live upgrade") {
+	if st := filesStatus(&cfg, servedFiles{}, nil, servedFiles{}); st.State != control.FilesUnknown || st.Bootstrap.Differs || !strings.Contains(st.Reason, "live upgrade") {
 		t.Errorf("a configuration handed over: %+v", st)
 	}
 	os.Remove(cfg.File)
-	if st := filesStatus(&cfg, served, nil); st.State != control.FilesDiffer || !st.Config.Differs || st.Config.Error == "" {
+	if st := filesStatus(&cfg, served, nil, servedFiles{}); st.State != control.FilesDiffer || !st.Config.Differs || st.Config.Error == "" {
 		t.Errorf("the TOML gone: %+v", st)
 	}
 }
@@ -87,7 +95,7 @@ func TestStatePutBack(t *testing.T) {
 	st := &state{cfg: &before, files: servedFiles{config: "aa", bootstrap: "bb"}, hrVersion: "11.104"}
 	saved := st.current()
 	after := config.DefaultConfig()
-	st.reloaded(&after, "11.104")
+	st.reloaded(&after, "11.104", servedFiles{})
 	if cfg, files := st.served(); cfg != &after || files.config != "" {
 		t.Fatalf("after the reload: %p %+v", cfg, files)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/envoy-agent/envoy-agent/envoy"
 	"github.com/envoy-agent/envoy-agent/service/control"
+	"github.com/envoy-agent/envoy-agent/service/guardwatch"
 	"github.com/envoy-agent/envoy-agent/service/lastexit"
 )
 
@@ -29,6 +30,7 @@ func (s *supervisor) stop(why string, stopEnvoy context.CancelFunc) {
 		s.log.Infof("waiting for the reload under way to end before draining")
 	}
 	s.report.drainBegan("stop", s.config().Agent.TerminationDrainDuration.D())
+	s.watch.Close(nil, guardwatch.Stopped) // a stop is never rolled back
 	if limit := s.config().Agent.StartTimeout.D(); !s.reloader.CloseWithin(limit) {
 		s.log.Warnf("the reload under way did not end within start_timeout (%s); stopping anyway", limit)
 	}

@@ -147,6 +147,7 @@ func (s *supervisor) prepareUpgrade(ctx context.Context) (control.UpgradeAnswer,
 func (s *supervisor) runUpgrade(up preparedUpgrade, o *opened) {
 	to := up.to
 	s.notify.Reloading(fmt.Sprintf("upgrading: handing Envoy pid %d (epoch %d) over to envoy-agent %s", s.proxy.Pid(), s.proxy.Epoch(), to))
+	s.stopGuard() // an upgrade is never rolled back, and the new agent watches no reload of this one's
 	err := s.execHandover(up, o)
 	up.binary.Close()
 	s.up.mu.Lock()

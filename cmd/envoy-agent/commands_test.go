@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,6 +31,13 @@ func TestEveryDocumentedCommandExists(t *testing.T) {
 			}
 			if c.ConfigFlag && !strings.Contains(out, "-config") {
 				t.Errorf("envoy-agent %s --help does not mention --config: %q", c.Name, out)
+			}
+			// Each switch on a line of its own, as the Ansible role looks
+			// for reload's --wait and validate's --plan.
+			for _, f := range c.Flags {
+				if !regexp.MustCompile(`(?m)^[[:space:]]+--?` + regexp.QuoteMeta(f.Name) + `([[:space:]]|$)`).MatchString(out) {
+					t.Errorf("envoy-agent %s --help does not list --%s as the role looks for it: %q", c.Name, f.Name, out)
+				}
 			}
 		})
 	}

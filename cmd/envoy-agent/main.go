@@ -28,11 +28,12 @@ var version = "dev"
 
 // Exit codes, documented in README.md.
 const (
-	exitOK        = 0
-	exitFailure   = 1                  // Envoy exited by itself, was never LIVE, or the agent failed
-	exitUsage     = handover.ExitUsage // the command line is wrong (2)
-	exitBadConfig = 3                  // the configuration is invalid; nothing was started
-	exitFallback  = 4                  // upgrade: the running agent cannot hand over; restart the unit to switch
+	exitOK         = 0
+	exitFailure    = 1                  // Envoy exited by itself, was never LIVE, or the agent failed
+	exitUsage      = handover.ExitUsage // the command line is wrong (2)
+	exitBadConfig  = 3                  // the configuration is invalid; nothing was started
+	exitFallback   = 4                  // upgrade: the running agent cannot hand over; restart the unit to switch
+	exitRolledBack = 5                  // reload --wait: the reload guard rolled the reload back
 )
 
 // Exit codes of `envoy-agent status`, as LSB init scripts' status action
@@ -75,12 +76,36 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer stopSignals()
 		oneProcessor()
 		return exitCode(service.Run(ctx, service.Options{ConfigPath: path, Version: version, Stderr: stderr, Signals: sigs}), stderr)
-	case "validate", "reload", "reopen-logs":
+	case "validate":
+		path, on, code := commandFlags(cmd, rest, stdout, stderr)
+		if code >= 0 {
+			return code
+		}
+		if err := config.Validate(context.Background(), path, stdout); err != nil || !on["plan"] {
+			return exitCode(err, stderr)
+		}
+		candidate, err := control.LoadCandidate(context.Background(), path)
+		if err != nil {
+			return exitCode(err, stderr)
+		}
+		return exitCode(control.RequestPlan(context.Background(), path, candidate, false, stdout), stderr)
+	case "reload":
+		path, on, code := commandFlags(cmd, rest, stdout, stderr)
+		if code >= 0 {
+			return code
+		}
+		opts := control.ReloadOptions{Wait: on["wait"], Force: on["force"], DryRun: on["dry-run"]}
+		if opts.DryRun && opts.Wait {
+			fmt.Fprintf(stderr, "envoy-agent reload: --dry-run changes nothing: there is nothing to --wait for\n")
+			return exitUsage
+		}
+		return exitCode(control.RequestReload(context.Background(), path, opts, stdout), stderr)
+	case "reopen-logs":
 		path, code := configFlag(cmd, rest, stdout, stderr)
 		if code >= 0 {
 			return code
 		}
-		return exitCode(fileCommands[cmd](context.Background(), path, stdout), stderr)
+		return exitCode(control.RequestReopenLogs(context.Background(), path, stdout), stderr)
 	case "status":
 		return statusCommand(rest, stdout, stderr)
 	case "upgrade":
@@ -129,14 +154,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// fileCommands are the commands that take only --config FILE and print
-// their outcome: each is one call into service.
-var fileCommands = map[string]func(context.Context, string, io.Writer) error{
-	"validate":    config.Validate,
-	"reload":      control.RequestReload,
-	"reopen-logs": control.RequestReopenLogs,
-}
-
 // describe is a command's description from service/manual, as a sentence without markup.
 func describe(name string) string {
 	c, _ := manual.Lookup(name)
@@ -146,27 +163,47 @@ func describe(name string) string {
 
 // configFlag parses a command's flags: --config FILE. code is -1 to go on.
 func configFlag(name string, args []string, stdout, stderr io.Writer) (path string, code int) {
+	path, _, code = commandFlags(name, args, stdout, stderr)
+	return path, code
+}
+
+// commandFlags parses a command's flags: --config FILE and the switches
+// service/manual declares for it (on, by name). code is -1 to go on.
+func commandFlags(name string, args []string, stdout, stderr io.Writer) (path string, on map[string]bool, code int) {
 	what := describe(name)
+	c, _ := manual.Lookup(name)
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&path, "config", defaultConfig, "the agent's TOML configuration `file`")
+	set := map[string]*bool{}
+	for _, f := range c.Flags {
+		set[f.Name] = fs.Bool(f.Name, false, strings.ReplaceAll(f.Usage, "`", ""))
+	}
+	synopsis := "[--config FILE]"
+	if c.Args != "" {
+		synopsis = c.Args
+	}
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: envoy-agent %s [--config FILE]\n\n%s\n\nFlags:\n", name, what)
+		fmt.Fprintf(fs.Output(), "Usage: envoy-agent %s %s\n\n%s\n\nFlags:\n", name, synopsis, what)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
 			fs.Usage()
-			return "", exitOK
+			return "", nil, exitOK
 		}
-		return "", exitUsage
+		return "", nil, exitUsage
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "envoy-agent %s: unexpected argument %q\n", name, fs.Arg(0))
-		return "", exitUsage
+		return "", nil, exitUsage
 	}
-	return path, -1
+	on = map[string]bool{}
+	for n, v := range set {
+		on[n] = *v
+	}
+	return path, on, -1
 }
 
 func helpOrUsage(err error) int {
@@ -193,6 +230,10 @@ func exitCode(err error, stderr io.Writer) int {
 	if control.IsConfigReloadError(err) {
 		say("envoy-agent: %v\n", err)
 		return exitBadConfig
+	}
+	if control.IsRolledBack(err) {
+		say("envoy-agent: %v\n", err)
+		return exitRolledBack
 	}
 	var ae *service.AdminAddressError
 	if errors.As(err, &ae) {

@@ -24,6 +24,7 @@ package epochfiles
 
 import (
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -68,6 +69,12 @@ func (c *Copier) Copy(dir, source, original string, epoch int, rewrite Rewrite) 
 	if err != nil {
 		return "", fmt.Errorf("read envoy bootstrap: %w", err)
 	}
+	return c.write(dir, data, original, epoch, rewrite)
+}
+
+// CopyData is Copy of data, the bootstrap read from original: a plan
+// made of bytes the caller read (a dry run's, a candidate's).
+func (c *Copier) CopyData(dir string, data []byte, original string, epoch int, rewrite Rewrite) (string, error) {
 	return c.write(dir, data, original, epoch, rewrite)
 }
 
@@ -134,6 +141,10 @@ type Copy struct {
 	sum    [sha256.Size]byte
 	state  safefile.Identity // the source's, before it was read
 }
+
+// SHA256 is the SHA-256 (hex) of the operator's bytes the copy was made
+// of: what Envoy serves once a plan that names the copy is carried out.
+func (c *Copy) SHA256() string { return hex.EncodeToString(c.sum[:]) }
 
 // ErrBootstrapChanged says that the bootstrap file changed after a copy
 // of it was made: it was being written, and the copy may hold part of it.

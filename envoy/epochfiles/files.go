@@ -300,11 +300,7 @@ func (f *Files) Plan(copied, original string) (*Plan, error) {
 		return nil, ErrNoResourceFiles
 	}
 	parse := func(path string, convert ads.Convert) (*inplace.Bootstrap, error) {
-		data, err := safefile.ReadRegular(path, MaxBootstrapSize)
-		if err != nil {
-			return nil, fmt.Errorf("read envoy bootstrap: %w", err)
-		}
-		return inplace.Parse(original, data, convert)
+		return parseCopy(path, original, convert)
 	}
 	old := f.layout.Load() // parsed when the epoch started, or at its last change in place
 	if old == nil {
@@ -322,6 +318,37 @@ func (f *Files) Plan(copied, original string) (*Plan, error) {
 		return nil, err
 	}
 	return &Plan{Change: c, files: f, old: old, new: b, copied: copied}, nil
+}
+
+// Diff says which listeners, routes, clusters and secrets differ from the
+// epoch's bootstrap to copied (a copy of the operator's file original),
+// whatever else differs and whether the epoch runs from resource files: a
+// dry run's account of a reload that cannot be made in place. An error
+// says why the bootstraps cannot be compared (an
+// *inplace.NotRewritableError for one the agent does not split).
+func (f *Files) Diff(copied, original string) (inplace.Change, error) {
+	old := f.layout.Load()
+	var err error
+	if old == nil {
+		if old, err = parseCopy(f.Copy, original, xds.Convert); err != nil {
+			return inplace.Change{}, err
+		}
+	}
+	b, err := parseCopy(copied, original, old.Reusing(xds.Convert))
+	if err != nil {
+		return inplace.Change{}, err
+	}
+	return inplace.Diff(old, b), nil
+}
+
+// parseCopy parses the bootstrap copy at path of the operator's file
+// original, its routes and secrets converted by convert.
+func parseCopy(path, original string, convert ads.Convert) (*inplace.Bootstrap, error) {
+	data, err := safefile.ReadRegular(path, MaxBootstrapSize)
+	if err != nil {
+		return nil, fmt.Errorf("read envoy bootstrap: %w", err)
+	}
+	return inplace.Parse(original, data, convert)
 }
 
 // ErrPlanStale refuses a plan made for other files than the ones it is

@@ -64,7 +64,14 @@ func Compare(old, new *Bootstrap) (Change, error) {
 	if old.restText != new.restText {
 		return Change{}, &RestartError{Reason: restDiff(old, new)}
 	}
-	return Change{Listeners: delta(old.listeners, new.listeners), Routes: delta(old.routes, new.routes), Clusters: delta(old.clusters, new.clusters), Secrets: delta(old.secrets, new.secrets)}, nil
+	return Diff(old, new), nil
+}
+
+// Diff says which listeners, routes, clusters and secrets differ from old
+// to new, whatever else differs: what a reload that cannot be made in
+// place changes of them too (a dry run's plan).
+func Diff(old, new *Bootstrap) Change {
+	return Change{Listeners: delta(old.listeners, new.listeners), Routes: delta(old.routes, new.routes), Clusters: delta(old.clusters, new.clusters), Secrets: delta(old.secrets, new.secrets)}
 }
 
 // restDiff names the top-level keys (and kept clusters) that differ.

@@ -14,13 +14,20 @@ import (
 // of a test or benchmark can hang it.
 const MaxSlow = 30 * time.Second
 
-// Upstream is the HTTP server behind Envoy: GET / answers at once, GET
-// /slow?d=2s answers after d (at most MaxSlow).
+// Upstream is the HTTP server behind Envoy: GET / answers at once (every
+// n-th with 503 after FailEvery(n)), GET /slow?d=2s answers after d (at
+// most MaxSlow).
 type Upstream struct {
-	Port   int
-	srv    *http.Server
-	slowIn atomic.Int64
+	Port      int
+	srv       *http.Server
+	slowIn    atomic.Int64
+	failEvery atomic.Int64
+	served    atomic.Int64 // GET / answered
 }
+
+// FailEvery makes GET / answer every n-th request with 503 (a background
+// of failures an application has); 0 answers every one 200.
+func (u *Upstream) FailEvery(n int) { u.failEvery.Store(int64(n)) }
 
 // StartUpstream starts an Upstream on a port of the kernel's choosing on
 // 127.0.0.1 (Envoy, not the clients, connects to it).
@@ -31,7 +38,13 @@ func StartUpstream() (*Upstream, error) {
 	}
 	u := &Upstream{Port: ln.Addr().(*net.TCPAddr).Port}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if n := u.failEvery.Load(); u.served.Add(1)%max(n, 1) == 0 && n > 0 {
+			http.Error(w, "the application's own failure", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
 		u.slowIn.Add(1)
 		defer u.slowIn.Add(-1)

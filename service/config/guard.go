@@ -33,11 +33,6 @@ func (r *Ratio) UnmarshalTOML(v any) error {
 	return nil
 }
 
-// guardNotWatched is said of agent.reload_guard while the daemon checks
-// the guard's keys and does not act on them yet (the judgement is
-// service/guard; reading Envoy and rolling back are the reload's).
-const guardNotWatched = "this agent checks the reload guard's keys but does not watch reloads with them yet: a reload is not judged nor rolled back"
-
 // maxGuardMinRequests bounds agent.reload_guard_min_requests: more than any
 // window sees, so that a larger number could only mean a mistake.
 const maxGuardMinRequests = 1_000_000_000
@@ -55,9 +50,6 @@ func (c *Config) checkGuard(ps *problems) {
 	if g := a.ReloadGuard.D(); g > 0 && g < guard.MinWindow {
 		ps.add("agent.reload_guard", "%s is too short to judge anything: at least %s (a regression is %d reads a second apart), or \"0s\" to turn the guard off",
 			g, guard.MinWindow, guard.FailuresInARow)
-	}
-	if a.ReloadGuard > 0 {
-		c.warnf("%s: agent.reload_guard: %s", c.File, guardNotWatched)
 	}
 	if a.ReloadGuardURL != "" {
 		if why := guardURLProblem(a.ReloadGuardURL); why != "" {

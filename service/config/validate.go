@@ -48,9 +48,17 @@ func (c *Config) ReloadWaitBound() time.Duration {
 // ReloadClientTimeout is how long `envoy-agent reload` waits for its
 // answer: the longest reload (ReloadBound with ReloadWaitBound), and one
 // validation more, for a request made while another reload's validation
-// is under way (it is checked once that ends).
-func (c *Config) ReloadClientTimeout() time.Duration {
-	return c.ReloadBound(c.ReloadWaitBound()) + ValidateTimeout
+// is under way (it is checked once that ends). With wait (`reload
+// --wait`), also the reload guard's window (agent.reload_guard) and the
+// rollback after it, which is a reload back to the configuration before
+// and bounded as one (ReloadBound with ReloadWaitBound: a rollback by hot
+// restart waits for the epoch the reload replaced).
+func (c *Config) ReloadClientTimeout(wait bool) time.Duration {
+	d := c.ReloadBound(c.ReloadWaitBound()) + ValidateTimeout
+	if wait && c.Agent.ReloadGuard > 0 {
+		d += c.Agent.ReloadGuard.D() + c.ReloadBound(c.ReloadWaitBound())
+	}
+	return d
 }
 
 // Validate checks the configuration file at path and has Envoy validate the

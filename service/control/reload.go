@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -26,7 +27,69 @@ type ReloadError struct {
 }
 
 func (e *ReloadError) Error() string {
+	if e.Result.DryRun {
+		return fmt.Sprintf("a reload would be refused; epoch %d keeps serving: %s", e.Result.Epoch, printable.String(e.Result.Error))
+	}
 	return fmt.Sprintf("reload failed; epoch %d keeps serving: %s", e.Result.Epoch, printable.String(e.Result.Error))
+}
+
+// RolledBackError is a reload `reload --wait` waited for that the reload
+// guard rolled back (or saw regress and failed to roll back: Rollback's
+// Error says so).
+type RolledBackError struct {
+	Result ReloadResult
+}
+
+func (e *RolledBackError) Error() string {
+	rb := e.Result.Rollback
+	if rb == nil {
+		return "the reload guard rolled the reload back"
+	}
+	if rb.Error != "" {
+		return printable.String(fmt.Sprintf("the reload guard saw a regression at %s (%s) and its rollback FAILED: %s; the reloaded configuration serves (epoch %d)",
+			rb.At, rb.Reason, firstLine(rb.Error), e.Result.Epoch))
+	}
+	return printable.String(fmt.Sprintf("the reload guard rolled the reload back at %s (%s in %d ms): %s; epoch %d serves the configuration from before, and the files on disk are not what it serves",
+		rb.At, strings.ReplaceAll(rb.Path, "_", " "), rb.TookMs, rb.Reason, e.Result.Epoch))
+}
+
+// ReloadOptions are `envoy-agent reload`'s flags. Force and Wait are sent
+// as POST /reload's query (reloadQuery); a dry run is POST /plan (plan.go),
+// a route an agent that predates it answers 404 instead of reloading.
+type ReloadOptions struct {
+	// Force takes files the reload guard rolled back (otherwise refused).
+	Force bool
+	// Wait holds the answer until the reload guard's verdict.
+	Wait bool
+	// DryRun plans the reload and changes nothing.
+	DryRun bool
+}
+
+// The reload request's query parameters (ReloadOptions).
+const (
+	queryForce = "force"
+	queryWait  = "wait"
+)
+
+// reloadQuery is o's Force and Wait as a request's query.
+func (o ReloadOptions) reloadQuery() string {
+	v := url.Values{}
+	if o.Force {
+		v.Set(queryForce, "1")
+	}
+	if o.Wait {
+		v.Set(queryWait, "1")
+	}
+	if len(v) == 0 {
+		return ""
+	}
+	return "?" + v.Encode()
+}
+
+// reloadOptionsOf reads ReloadOptions from a request's query.
+func reloadOptionsOf(r *http.Request) ReloadOptions {
+	q := r.URL.Query()
+	return ReloadOptions{Force: q.Get(queryForce) == "1", Wait: q.Get(queryWait) == "1"}
 }
 
 // RequestReload is `envoy-agent reload`: it asks the agent running with the
@@ -39,15 +102,22 @@ func (e *ReloadError) Error() string {
 // pid (controlPidHeader) that is the pid the kernel gives for the socket's
 // server (SO_PEERCRED), which runs as root, the caller's user or the
 // service user (controlRequest).
-func RequestReload(ctx context.Context, path string, out io.Writer) error {
+//
+// With opts.DryRun it prints the plan instead (nothing changes); with
+// opts.Wait it waits for the reload guard's verdict too, and returns a
+// *RolledBackError when the guard rolled the reload back.
+func RequestReload(ctx context.Context, path string, opts ReloadOptions, out io.Writer) error {
+	if opts.DryRun {
+		return RequestPlan(ctx, path, nil, opts.Force, out)
+	}
 	cfg, err := config.LoadUnchecked(path)
 	if err != nil {
 		return err
 	}
 	sock := cfg.ControlSocketPath()
-	ctx, cancel := context.WithTimeout(ctx, cfg.ReloadClientTimeout())
+	ctx, cancel := context.WithTimeout(ctx, cfg.ReloadClientTimeout(opts.Wait))
 	defer cancel()
-	resp, server, err := controlRequest(ctx, sock, http.MethodPost, "/reload", reloadProgressType)
+	resp, server, err := controlRequest(ctx, sock, http.MethodPost, "/reload"+opts.reloadQuery(), reloadProgressType)
 	if ue := (*config.UntrustedControlError)(nil); errors.As(err, &ue) {
 		return fmt.Errorf("reload: %s: %w", sock, err)
 	}
@@ -62,29 +132,21 @@ func RequestReload(ctx context.Context, path string, out io.Writer) error {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return fmt.Errorf("reload: the agent at %s answered %s: %s", sock, resp.Status, firstLine(string(body)))
 	}
-	// Progress lines first (an agent that predates them sends none), then
-	// the result.
-	dec := json.NewDecoder(io.LimitReader(resp.Body, 1<<20))
-	var res ReloadResult
-	for {
-		var line struct {
-			ReloadResult
-			Progress string `json:"progress"`
-		}
-		if err := dec.Decode(&line); err != nil {
-			return fmt.Errorf("reload: the agent at %s answered %s, not a reload result: %w", sock, resp.Status, err)
-		}
-		if line.Progress == "" {
-			res = line.ReloadResult
-			break
-		}
-		fmt.Fprintf(out, "reload: %s\n", printable.String(line.Progress))
+	res, err := readReloadAnswer(resp, sock, out)
+	if err != nil {
+		return err
 	}
 	if !res.OK {
 		if res.Error == "" {
 			res.Error = "no reason given"
 		}
 		return &ReloadError{Result: res}
+	}
+	if opts.Wait && res.Outcome == "" {
+		return fmt.Errorf("reload: the agent at %s predates --wait: it reloaded (epoch %d serves) and said nothing of a reload guard", sock, res.Epoch)
+	}
+	if res.Outcome == OutcomeRolledBack {
+		return &RolledBackError{Result: res}
 	}
 	// What changed and the note name Envoy's resources and files: printed
 	// with their control characters escaped.
@@ -100,7 +162,30 @@ func RequestReload(ctx context.Context, path string, out io.Writer) error {
 	if res.Note != "" {
 		fmt.Fprintf(out, "  (%s)\n", res.Note)
 	}
+	if g := printable.String(res.Guard); g != "" {
+		fmt.Fprintf(out, "  reload guard: %s\n", g)
+	}
 	return nil
+}
+
+// readReloadAnswer reads a reload's answer: progress lines first (an
+// agent that predates them sends none), each printed to out, then the
+// result.
+func readReloadAnswer(resp *http.Response, sock string, out io.Writer) (ReloadResult, error) {
+	dec := json.NewDecoder(io.LimitReader(resp.Body, 1<<20))
+	for {
+		var line struct {
+			ReloadResult
+			Progress string `json:"progress"`
+		}
+		if err := dec.Decode(&line); err != nil {
+			return ReloadResult{}, fmt.Errorf("reload: the agent at %s answered %s, not a reload result: %w", sock, resp.Status, err)
+		}
+		if line.Progress == "" {
+			return line.ReloadResult, nil
+		}
+		fmt.Fprintf(out, "reload: %s\n", printable.String(line.Progress))
+	}
 }
 
 // controlPost POSTs to route on the control socket at sock, and returns the
@@ -110,12 +195,22 @@ func controlPost(ctx context.Context, sock, route string) (*http.Response, peerC
 }
 
 // controlRequest is controlPost with any method, and an Accept header
-// unless accept is "". The socket's folder must
+// unless accept is "".
+func controlRequest(ctx context.Context, sock, method, route, accept string) (*http.Response, peerCred, error) {
+	return controlDo(ctx, sock, method, route, accept, nil)
+}
+
+// controlRequestBody is controlRequest with a JSON body.
+func controlRequestBody(ctx context.Context, sock, method, route string, body io.Reader) (*http.Response, peerCred, error) {
+	return controlDo(ctx, sock, method, route, "", body)
+}
+
+// controlDo is controlRequest with a body (nil: none). The socket's folder must
 // be one another user cannot have made or written (checkControlDir), and
 // the process serving the socket must be root, the caller's own user or the
 // folder's owner (SO_PEERCRED of the connection); anyone else's answer is
 // an error, not believed.
-func controlRequest(ctx context.Context, sock, method, route, accept string) (*http.Response, peerCred, error) {
+func controlDo(ctx context.Context, sock, method, route, accept string, body io.Reader) (*http.Response, peerCred, error) {
 	dir, err := config.CheckControlDir(sock)
 	if err != nil {
 		return nil, peerCred{}, err
@@ -141,12 +236,15 @@ func controlRequest(ctx context.Context, sock, method, route, accept string) (*h
 			return c, nil
 		},
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://envoy-agent"+route, nil)
+	req, err := http.NewRequestWithContext(ctx, method, "http://envoy-agent"+route, body)
 	if err != nil {
 		return nil, server, err
 	}
 	if accept != "" {
 		req.Header.Set("Accept", accept)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if credErr != nil {
@@ -165,16 +263,28 @@ var errNotBelieved = errors.New("the process serving the control socket is not b
 // checkControlIdentity checks that the answer came from the agent running
 // the configuration at path: see RequestReload.
 func checkControlIdentity(resp *http.Response, server peerCred, path string) error {
+	if err := checkControlPid(resp, server); err != nil {
+		return err
+	}
+	pid := resp.Header.Get(controlPidHeader)
+	runs := resp.Header.Get(controlConfigHeader)
+	if !sameFile(runs, path) {
+		return fmt.Errorf("the agent there (pid %s) runs %q, not %s: is agent.control_socket shared by two configurations?", pid, runs, path)
+	}
+	return nil
+}
+
+// checkControlPid checks that the answer came from the process serving
+// the socket, and that it says it is an agent (controlPidHeader): the
+// half of checkControlIdentity that does not ask which configuration it
+// runs (`validate --plan` asks whichever agent serves the socket).
+func checkControlPid(resp *http.Response, server peerCred) error {
 	pid, err := strconv.Atoi(resp.Header.Get(controlPidHeader))
 	if err != nil {
 		return fmt.Errorf("the process serving it (pid %d, uid %d) is not an envoy-agent (no %s in its answer %s)", server.Pid, server.UID, controlPidHeader, resp.Status)
 	}
 	if int32(pid) != server.Pid {
 		return fmt.Errorf("the answer claims pid %d but the process serving the socket is pid %d: not the agent", pid, server.Pid)
-	}
-	runs := resp.Header.Get(controlConfigHeader)
-	if !sameFile(runs, path) {
-		return fmt.Errorf("the agent there (pid %d) runs %q, not %s: is agent.control_socket shared by two configurations?", pid, runs, path)
 	}
 	return nil
 }
@@ -195,10 +305,18 @@ func sameFile(a, b string) bool {
 }
 
 // IsConfigReloadError reports whether err is a reload refused for the
-// configuration itself (a bad file, a setting that needs a restart).
+// configuration itself (a bad file, a setting that needs a restart, files
+// the reload guard rolled back).
 func IsConfigReloadError(err error) bool {
 	var re *ReloadError
 	return errors.As(err, &re) && re.Result.Config
+}
+
+// IsRolledBack reports whether err is a reload the reload guard rolled
+// back (`reload --wait`).
+func IsRolledBack(err error) bool {
+	var rb *RolledBackError
+	return errors.As(err, &rb)
 }
 
 // ReloadResult is the outcome of one reload, as `envoy-agent reload` and
@@ -220,6 +338,26 @@ type ReloadResult struct {
 	// Changed says, in place, what changed ("listeners updated ingress",
 	// "nothing changed"); for a new epoch, why one was needed.
 	Changed string `json:"changed,omitempty"`
+
+	// Outcome is the reload's outcome as the status report gives it
+	// (ReloadStatus.Outcome): OutcomeGuarding when the reload guard
+	// watches the reload until GuardEnds; with `reload --wait`, the guard's
+	// verdict: OutcomeOK or OutcomeRolledBack, with Rollback.
+	Outcome   string          `json:"outcome,omitempty"`
+	GuardEnds string          `json:"guard_ends,omitempty"`
+	Rollback  *RollbackStatus `json:"rollback,omitempty"`
+	// Guard says what the reload guard judged (`reload --wait`): no
+	// regression over the window, or why it stopped watching.
+	Guard string `json:"guard,omitempty"`
+	// GuardWindow names, inside the agent, the reload guard's window of
+	// this reload, for `reload --wait`; 0 for none. Not on the wire.
+	GuardWindow uint64 `json:"-"`
+
+	// DryRun: the answer of `reload --dry-run` or `validate --plan`, which
+	// changed nothing; Plan is what a reload would do (nil when it would be
+	// refused: Error says why).
+	DryRun bool        `json:"dry_run,omitempty"`
+	Plan   *PlanReport `json:"plan,omitempty"`
 }
 
 // The paths of a reload (ReloadResult.Path).

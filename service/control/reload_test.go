@@ -61,7 +61,7 @@ func TestRequestReloadRefusesImpostors(t *testing.T) {
 			go func() { _ = srv.Serve(ln) }()
 			t.Cleanup(func() { srv.Close() })
 			var out strings.Builder
-			err = RequestReload(context.Background(), config, &out)
+			err = RequestReload(context.Background(), config, ReloadOptions{}, &out)
 			if tt.want == "" {
 				if err != nil || out.String() != "reloaded: epoch 7 is serving (1 ms)\n" {
 					t.Fatalf("reload = %v, %q", err, out.String())

@@ -176,8 +176,9 @@ type RollbackStatus struct {
 	// first.
 	Findings []GuardFinding `json:"findings"`
 	// Path is how the configuration before came back: PathInPlace (the
-	// previous resources put back in the same Envoy) or PathHotRestart (to
-	// the previous bootstrap copy).
+	// previous resources put back in the same Envoy), PathHotRestart (a new
+	// epoch of the previous bootstrap copy) or PathDrainRestart (the same,
+	// where hot restart is compiled out).
 	Path   string `json:"path"`
 	TookMs int64  `json:"took_ms"` // from the regression until the configuration before served
 	// Error is why the rollback failed: the reloaded configuration still
@@ -231,6 +232,9 @@ type FileStatus struct {
 type ReloadCounts struct {
 	OK     int `json:"ok"`
 	Failed int `json:"failed"`
+	// RolledBack counts the reloads (of those OK) the reload guard rolled
+	// back.
+	RolledBack int `json:"rolled_back"`
 }
 
 // StatusAdminTimeout bounds each of the admin calls one status report makes:

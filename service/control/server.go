@@ -49,10 +49,11 @@ type Server struct {
 	ConfigPath string // the absolute path of the configuration file
 	Quit       func()
 	Drain      func()
-	Reload     func(context.Context, func(string)) ReloadResult
-	Report     http.HandlerFunc                   // GET /status (statusreport.go)
-	Reopen     func(context.Context) ReopenResult // POST /reopen_logs (reopenlogs.go)
-	Upgrade    http.Handler                       // GET and POST /upgrade (upgrade.go)
+	Reload     func(context.Context, func(string), ReloadOptions) ReloadResult
+	Plan       func(context.Context, *Candidate, bool) ReloadResult // POST /plan: a candidate (nil: the agent's own files), forced
+	Report     http.HandlerFunc                                     // GET /status (statusreport.go)
+	Reopen     func(context.Context) ReopenResult                   // POST /reopen_logs (reopenlogs.go)
+	Upgrade    http.Handler                                         // GET and POST /upgrade (upgrade.go)
 }
 
 // controlRoute is one route of the control API: a net/http ServeMux pattern
@@ -68,6 +69,7 @@ func (c *Server) routes() []controlRoute {
 		{"POST /quitquitquit", c.handleQuit},
 		{"POST /drain", c.handleDrain},
 		{"POST /reload", c.handleReload},
+		{"POST /plan", c.handlePlan},
 		{"GET /status", c.handleStatus},
 		{"POST /reopen_logs", c.handleReopenLogs},
 		{"GET /upgrade", c.handleUpgrade},
@@ -128,9 +130,10 @@ func (c *Server) handleDrain(w http.ResponseWriter, _ *http.Request, peer peerCr
 }
 
 func (c *Server) handleReload(w http.ResponseWriter, r *http.Request, peer peerCred) {
-	c.peerLog(peer).Infof("/reload from %s", peer)
+	opts := reloadOptionsOf(r)
+	c.peerLog(peer).WithFields(logrus.Fields{"force": opts.Force, "wait": opts.Wait}).Infof("/reload from %s", peer)
 	if r.Header.Get("Accept") != reloadProgressType {
-		res := c.Reload(r.Context(), nil)
+		res := c.Reload(r.Context(), nil, opts)
 		w.Header().Set("Content-Type", "application/json")
 		if !res.OK {
 			w.WriteHeader(http.StatusConflict)
@@ -154,7 +157,7 @@ func (c *Server) handleReload(w http.ResponseWriter, r *http.Request, peer peerC
 			_ = enc.Encode(reloadProgress{Progress: msg})
 			_ = rc.Flush()
 		}
-	})
+	}, opts)
 	mu.Lock()
 	done = true
 	_ = enc.Encode(res)
@@ -168,6 +171,28 @@ const reloadProgressType = "application/x-ndjson"
 // reloadProgress is one progress line of a reload's answer.
 type reloadProgress struct {
 	Progress string `json:"progress"`
+}
+
+// handlePlan is POST /plan: what a reload would do, of the agent's own
+// files or of a candidate's (the body); nothing changes.
+func (c *Server) handlePlan(w http.ResponseWriter, r *http.Request, peer peerCred) {
+	candidate, err := candidateOf(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	force := reloadOptionsOf(r).Force
+	what := "the agent's files"
+	if candidate != nil {
+		what = "the candidate " + candidate.Config.File
+	}
+	c.peerLog(peer).WithField("force", force).Infof("/plan of %s from %s", what, peer)
+	res := c.Plan(r.Context(), candidate, force)
+	w.Header().Set("Content-Type", "application/json")
+	if !res.OK {
+		w.WriteHeader(http.StatusConflict)
+	}
+	_ = json.NewEncoder(w).Encode(res)
 }
 
 func (c *Server) handleStatus(w http.ResponseWriter, r *http.Request, _ peerCred) {

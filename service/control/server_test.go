@@ -75,7 +75,7 @@ func TestControlServer(t *testing.T) {
 	var quits, drains, reloads atomic.Int64
 	c := &Server{Log: testLogger(), Policy: OwnPolicy(), ConfigPath: "/etc/envoy-agent/config.toml",
 		Quit: func() { quits.Add(1) }, Drain: func() { drains.Add(1) },
-		Reload: func(context.Context, func(string)) ReloadResult {
+		Reload: func(context.Context, func(string), ReloadOptions) ReloadResult {
 			reloads.Add(1)
 			return ReloadResult{OK: true, Epoch: 1}
 		}}

@@ -185,7 +185,11 @@ func FormatStatus(r StatusReport) string {
 	} else {
 		line("last reload", "none")
 	}
-	line("reloads", "%d ok, %d failed", r.Reloads.OK, r.Reloads.Failed)
+	if r.Reloads.RolledBack > 0 {
+		line("reloads", "%d ok (%d of them rolled back by the reload guard), %d failed", r.Reloads.OK, r.Reloads.RolledBack, r.Reloads.Failed)
+	} else {
+		line("reloads", "%d ok, %d failed", r.Reloads.OK, r.Reloads.Failed)
+	}
 	if f := r.Files; f != nil {
 		line("files", "%s", filesText(f))
 	}

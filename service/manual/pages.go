@@ -44,6 +44,9 @@ func WriteAgentPage(w io.Writer, version, date string) error {
 		if c.ConfigFlag {
 			syn += ` [\fB\-\-config\fR \fIFILE\fR]`
 		}
+		for _, f := range c.Flags {
+			syn += ` [\fB\-\-` + strings.ReplaceAll(f.Name, "-", `\-`) + `\fR]`
+		}
 		r.line("%s", syn)
 	}
 	r.section("description")
@@ -58,6 +61,13 @@ func WriteAgentPage(w io.Writer, version, date string) error {
 	r.line(".TP")
 	r.line(`\fB\-\-config\fR \fIFILE\fR`)
 	r.text("the agent's configuration file; see envoy-agent.toml(5). Default: `" + DefaultConfig + "`.")
+	for _, c := range Commands {
+		for _, f := range c.Flags {
+			r.line(".TP")
+			r.line(`\fB\-\-%s\fR (%s)`, strings.ReplaceAll(f.Name, "-", `\-`), c.Name)
+			r.text(f.Usage + ".")
+		}
+	}
 	r.line(".TP")
 	r.line(`\fB\-\-help\fR`)
 	r.text("print the command's usage and exit 0.")

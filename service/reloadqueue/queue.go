@@ -11,7 +11,14 @@
 // then applies. A request that arrives during that wait is prepared at
 // once: a bad configuration is refused then and there, while the run goes
 // on with the files it validated; a good one replaces them, and its
-// requests join the run.
+// requests join the run. A request may be forced (Request's force): the
+// run that serves it prepares with force, as does a run that any of its
+// coalesced requests forced.
+//
+// Other work that must not run beside a reload (a dry run's plan, the
+// reload guard's rollback) is a job (Do): it runs between two runs, alone,
+// and is never coalesced; a request that arrives during a run's wait
+// joins that run, a job waits for its end.
 package reloadqueue
 
 import (
@@ -26,8 +33,9 @@ import (
 // reload type P.
 type Funcs[P any] struct {
 	// Prepare re-reads and checks the files; nested is true for a request
-	// that arrived while a run waits. ok false: refused, with res.
-	Prepare func(nested bool) (p P, ok bool, res control.ReloadResult)
+	// that arrived while a run waits, force when a request the run serves
+	// was forced. ok false: refused, with res.
+	Prepare func(nested, force bool) (p P, ok bool, res control.ReloadResult)
 	// Wait, when not nil and NeedsWait(p), runs before Apply: it returns
 	// how long it waited and a note for the answer. It ends with an error
 	// when ctx ends: at a stop, or when a request arrives meanwhile.
@@ -66,10 +74,25 @@ type Queue[P any] struct {
 }
 
 // request is one caller's request: the result comes on result, and
-// progress (when not nil) hears at once what the run waits for.
+// progress (when not nil) hears at once what the run waits for. A job's
+// request is job, and done closes once it ran (or was refused: ran false).
 type request struct {
 	result   chan control.ReloadResult
 	progress func(string)
+	force    bool
+
+	job  func(context.Context)
+	done chan bool
+}
+
+// forced reports whether any of batch was forced.
+func forced(batch []request) bool {
+	for _, r := range batch {
+		if r.force {
+			return true
+		}
+	}
+	return false
 }
 
 // New returns an idle queue.
@@ -80,9 +103,9 @@ func New[P any](f Funcs[P]) *Queue[P] {
 	return &Queue[P]{f: f, idle: idle, ctx: ctx, cancel: cancel, arrived: make(chan struct{}, 1)}
 }
 
-// Request asks for a reload; the channel gets its result. progress may be
-// nil.
-func (q *Queue[P]) Request(progress func(string)) <-chan control.ReloadResult {
+// Request asks for a reload, forced or not; the channel gets its result.
+// progress may be nil.
+func (q *Queue[P]) Request(progress func(string), force bool) <-chan control.ReloadResult {
 	ch := make(chan control.ReloadResult, 1)
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -90,27 +113,59 @@ func (q *Queue[P]) Request(progress func(string)) <-chan control.ReloadResult {
 		ch <- control.ReloadResult{Error: "the agent is stopping"}
 		return ch
 	}
-	q.pending = append(q.pending, request{result: ch, progress: progress})
+	q.enqueue(request{result: ch, progress: progress, force: force})
+	return ch
+}
+
+// Do runs job alone, between two runs, once the run under way and the
+// jobs asked for before it are done; it waits for job's end and reports
+// whether it ran (false: the queue is closed). job's context ends at a
+// stop (CloseWithin).
+func (q *Queue[P]) Do(job func(context.Context)) bool {
+	done := make(chan bool, 1)
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return false
+	}
+	q.enqueue(request{job: job, done: done})
+	q.mu.Unlock()
+	return <-done
+}
+
+// enqueue adds r to the pending requests and starts the loop when it is
+// idle; q.mu is held.
+func (q *Queue[P]) enqueue(r request) {
+	q.pending = append(q.pending, r)
 	if !q.running {
 		q.running = true
 		q.idle = make(chan struct{})
 		go q.loop()
-		return ch
+		return
 	}
-	select {
-	case q.arrived <- struct{}{}:
-	default:
+	if r.job == nil {
+		select {
+		case q.arrived <- struct{}{}:
+		default:
+		}
 	}
-	return ch
 }
 
 // takePending returns the pending requests; with last, when there are
-// none, the loop ends (running false, idle closed).
-func (q *Queue[P]) takePending(last bool) []request {
+// none, the loop ends (running false, idle closed). With reloadsOnly
+// (during a run's wait), jobs stay pending.
+func (q *Queue[P]) takePending(last, reloadsOnly bool) []request {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	batch := q.pending
-	q.pending = nil
+	var batch, kept []request
+	for _, r := range q.pending {
+		if reloadsOnly && r.job != nil {
+			kept = append(kept, r)
+		} else {
+			batch = append(batch, r)
+		}
+	}
+	q.pending = kept
 	if len(batch) == 0 && last {
 		q.running = false
 		close(q.idle)
@@ -118,20 +173,37 @@ func (q *Queue[P]) takePending(last bool) []request {
 	return batch
 }
 
+// loop serves the pending requests until there are none: the jobs first,
+// each alone, then one run for the reloads.
 func (q *Queue[P]) loop() {
 	for {
-		batch := q.takePending(true)
+		batch := q.takePending(true, false)
 		if len(batch) == 0 {
 			return
 		}
-		q.run(batch)
+		var reloads []request
+		for _, r := range batch {
+			if r.job == nil {
+				reloads = append(reloads, r)
+				continue
+			}
+			if q.ctx.Err() != nil { // a stop: a job is not a reload asked for
+				r.done <- false
+				continue
+			}
+			r.job(q.ctx)
+			r.done <- true
+		}
+		if len(reloads) > 0 {
+			q.run(reloads)
+		}
 	}
 }
 
 // run carries out one reload for batch: prepare, wait, apply.
 func (q *Queue[P]) run(batch []request) {
 	start := time.Now()
-	p, ok, res := q.f.Prepare(false)
+	p, ok, res := q.f.Prepare(false, forced(batch))
 	if !ok {
 		answerAll(batch, res)
 		return
@@ -168,11 +240,11 @@ func (q *Queue[P]) run(batch []request) {
 			return
 		}
 		// A request arrived during the wait: check its files now.
-		later := q.takePending(false)
+		later := q.takePending(false, true)
 		if len(later) == 0 {
 			continue
 		}
-		np, nok, nres := q.f.Prepare(true)
+		np, nok, nres := q.f.Prepare(true, forced(batch) || forced(later))
 		if !nok {
 			answerAll(later, nres)
 			continue
@@ -200,9 +272,10 @@ func tellAll(batch []request, msg string) {
 	}
 }
 
-// CloseWithin refuses new requests, ends a wait under way, and waits for
-// the reload under way, if any, and those already asked for, up to d; it
-// reports whether they ended. A stop must not wait on a reload that hangs.
+// CloseWithin refuses new requests and jobs, ends a wait under way (and a
+// job's context), and waits for the reload under way, if any, and those
+// already asked for, up to d; it reports whether they ended. Jobs not
+// begun do not run. A stop must not wait on a reload that hangs.
 func (q *Queue[P]) CloseWithin(d time.Duration) bool {
 	q.cancel()
 	q.mu.Lock()

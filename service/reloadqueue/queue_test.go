@@ -2,10 +2,12 @@ package reloadqueue
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 	"github.com/envoy-agent/envoy-agent/service/control"
 )
 
@@ -16,7 +18,8 @@ type fake struct {
 	mu        sync.Mutex
 	verdicts  []string
 	prepared  int
-	applied   []int // the prepared reload each Apply got
+	forces    []bool // each Prepare's force
+	applied   []int  // the prepared reload each Apply got
 	discarded []int
 	waiting   chan struct{} // a Wait began
 	release   chan struct{} // ends a Wait with no error
@@ -31,10 +34,11 @@ func newFake(verdicts ...string) *fake {
 
 func (f *fake) funcs(wait bool) Funcs[int] {
 	fs := Funcs[int]{
-		Prepare: func(bool) (int, bool, control.ReloadResult) {
+		Prepare: func(_, force bool) (int, bool, control.ReloadResult) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			f.prepared++
+			f.forces = append(f.forces, force)
 			v := "good"
 			if len(f.verdicts) > 0 {
 				v, f.verdicts = f.verdicts[0], f.verdicts[1:]
@@ -104,9 +108,9 @@ func signalled(t *testing.T, ch <-chan struct{}, what string) {
 func TestRequestsDuringARunAreCoalesced(t *testing.T) {
 	f := newFake()
 	q := New(f.funcs(false))
-	first := q.Request(nil)
+	first := q.Request(nil, false)
 	signalled(t, f.inApply, "the first apply")
-	later := []<-chan control.ReloadResult{q.Request(nil), q.Request(nil), q.Request(nil)}
+	later := []<-chan control.ReloadResult{q.Request(nil, false), q.Request(nil, false), q.Request(nil, false)}
 	close(f.applyGo)
 	if r := get(t, first); !r.OK || r.Epoch != 1 {
 		t.Fatalf("first: %+v", r)
@@ -130,19 +134,19 @@ func TestRefusals(t *testing.T) {
 	f := newFake("bad")
 	close(f.applyGo)
 	q := New(f.funcs(false))
-	if r := get(t, q.Request(nil)); r.OK || r.Error != "bad configuration" {
+	if r := get(t, q.Request(nil, false)); r.OK || r.Error != "bad configuration" {
 		t.Fatalf("a bad configuration: %+v", r)
 	}
 	if _, applied, _ := f.state(); len(applied) != 0 {
 		t.Fatalf("applied %v after a refusal", applied)
 	}
-	if r := get(t, q.Request(nil)); !r.OK {
+	if r := get(t, q.Request(nil, false)); !r.OK {
 		t.Fatalf("a good one after it: %+v", r)
 	}
 	if !q.CloseWithin(5 * time.Second) {
 		t.Fatal("the queue did not go idle")
 	}
-	if r := get(t, q.Request(nil)); r.OK || r.Error != "the agent is stopping" {
+	if r := get(t, q.Request(nil, false)); r.OK || r.Error != "the agent is stopping" {
 		t.Fatalf("a request after CloseWithin: %+v", r)
 	}
 }
@@ -160,13 +164,13 @@ func TestRequestDuringAWait(t *testing.T) {
 	hear := func(who string) func(string) {
 		return func(msg string) { mu.Lock(); heard = append(heard, who+": "+msg); mu.Unlock() }
 	}
-	first := q.Request(hear("first"))
+	first := q.Request(hear("first"), false)
 	signalled(t, f.waiting, "the wait")
-	if r := get(t, q.Request(nil)); r.OK || r.Error != "bad configuration" {
+	if r := get(t, q.Request(nil, false)); r.OK || r.Error != "bad configuration" {
 		t.Fatalf("a bad request during the wait: %+v, want refused at once", r)
 	}
 	signalled(t, f.waiting, "the wait, resumed")
-	good := q.Request(hear("good"))
+	good := q.Request(hear("good"), false)
 	signalled(t, f.waiting, "the wait, resumed again")
 	close(f.release)
 	r1, r2 := get(t, first), get(t, good)
@@ -190,7 +194,7 @@ func TestCloseEndsAWait(t *testing.T) {
 	f := newFake()
 	close(f.applyGo)
 	q := New(f.funcs(true))
-	ch := q.Request(nil)
+	ch := q.Request(nil, false)
 	signalled(t, f.waiting, "the wait")
 	if !q.CloseWithin(10 * time.Second) {
 		t.Fatal("CloseWithin did not end the run")
@@ -209,7 +213,7 @@ func TestCloseEndsAWait(t *testing.T) {
 func TestCloseWithinGivesUpOnAHungRun(t *testing.T) {
 	f := newFake()
 	q := New(f.funcs(false))
-	ch := q.Request(nil)
+	ch := q.Request(nil, false)
 	signalled(t, f.inApply, "the apply")
 	if q.CloseWithin(50 * time.Millisecond) {
 		t.Fatal("CloseWithin reported a hung run as ended")
@@ -228,12 +232,117 @@ func TestNeedsWait(t *testing.T) {
 	fs := f.funcs(true)
 	fs.NeedsWait = func(int) bool { return false }
 	q := New(fs)
-	if r := get(t, q.Request(nil)); !r.OK {
+	if r := get(t, q.Request(nil, false)); !r.OK {
 		t.Fatalf("%+v", r)
 	}
 	select {
 	case <-f.waiting:
 		t.Fatal("waited although NeedsWait said no")
 	default:
+	}
+}
+
+// TestForceJoinsTheRun: a run prepares with force when any request it
+// serves was forced, whether it came first, was coalesced with others, or
+// joined during a wait.
+func TestForceJoinsTheRun(t *testing.T) {
+	f := newFake()
+	q := New(f.funcs(false))
+	first := q.Request(nil, false)
+	signalled(t, f.inApply, "the first apply")
+	later := []<-chan control.ReloadResult{q.Request(nil, false), q.Request(nil, true), q.Request(nil, false)}
+	close(f.applyGo)
+	get(t, first)
+	for _, ch := range later {
+		get(t, ch)
+	}
+	get(t, q.Request(nil, false))
+	f.mu.Lock()
+	forces := append([]bool(nil), f.forces...)
+	f.mu.Unlock()
+	if len(forces) != 3 || forces[0] || !forces[1] || forces[2] {
+		t.Fatalf("Prepare's force per run: %v; want [false true false] (the coalesced run forced by one of its three)", forces)
+	}
+
+	w := newFake("good", "good")
+	close(w.applyGo)
+	qw := New(w.funcs(true))
+	ch := qw.Request(nil, false)
+	signalled(t, w.waiting, "the wait")
+	joined := qw.Request(nil, true)
+	signalled(t, w.waiting, "the wait, resumed")
+	close(w.release)
+	get(t, ch)
+	get(t, joined)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.forces) != 2 || w.forces[0] || !w.forces[1] {
+		t.Fatalf("Prepare's force: %v; want the preparation of the forced request that joined the wait forced", w.forces)
+	}
+}
+
+// TestJobsRunAlone: a job asked for while a reload applies runs after
+// that run and before the next one, which a request made meanwhile
+// starts; a job asked for during a wait does not join the run; after
+// CloseWithin a job is refused.
+func TestJobsRunAlone(t *testing.T) {
+	f := newFake()
+	q := New(f.funcs(false))
+	first := q.Request(nil, false)
+	signalled(t, f.inApply, "the first apply")
+	var order []string
+	var mu sync.Mutex
+	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	jobDone := make(chan bool, 1)
+	go func() {
+		jobDone <- q.Do(func(context.Context) {
+			_, applied, _ := f.state()
+			note(fmt.Sprintf("job after %d applies", len(applied)))
+		})
+	}()
+	pendingJob(t, q)
+	second := q.Request(nil, false)
+	close(f.applyGo)
+	get(t, first)
+	if ran := <-jobDone; !ran {
+		t.Fatal("the job did not run")
+	}
+	get(t, second)
+	if _, applied, _ := f.state(); len(applied) != 2 || len(order) != 1 || order[0] != "job after 1 applies" {
+		t.Fatalf("applied %v, job: %v; want the job between the two runs", applied, order)
+	}
+
+	w := newFake()
+	close(w.applyGo)
+	qw := New(w.funcs(true))
+	ch := qw.Request(nil, false)
+	signalled(t, w.waiting, "the wait")
+	ran := make(chan bool, 1)
+	go func() {
+		ran <- qw.Do(func(context.Context) {
+			if _, applied, _ := w.state(); len(applied) != 1 {
+				t.Errorf("the job ran before the waiting run applied (%v)", applied)
+			}
+		})
+	}()
+	pendingJob(t, qw)
+	close(w.release)
+	get(t, ch)
+	if !<-ran {
+		t.Fatal("the job asked for during the wait did not run")
+	}
+	if !qw.CloseWithin(5 * time.Second) {
+		t.Fatal("the queue did not go idle")
+	}
+	if qw.Do(func(context.Context) { t.Error("a job ran after CloseWithin") }) {
+		t.Fatal("Do after CloseWithin reported the job ran")
+	}
+}
+
+// pendingJob waits until q holds one request, the job just asked for.
+func pendingJob(t *testing.T, q *Queue[int]) {
+	t.Helper()
+	if !envoykit.Eventually(10*time.Second, func() bool { q.mu.Lock(); defer q.mu.Unlock(); return len(q.pending) == 1 }) {
+		t.Fatal("the job was not queued within 10 s")
 	}
 }

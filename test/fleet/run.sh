@@ -11,8 +11,10 @@
 #   other); a broken bootstrap (validate stops it on the first host, nothing changes anywhere);
 #   a change that fails at run time on the second host (its files put back, a restart there serves
 #   the old configuration; after the fix a re-run converges, and the run after changes nothing);
+#   a change the reload guard rolls back on the first host (the rollout stops there);
 #   an Envoy binary upgrade (hot restart, 0 failed requests); an agent package upgrade (the
-#   failed requests are reported); a second run that changes nothing; check mode.
+#   failed requests are reported); a second run that changes nothing; check mode (each host's
+#   diff and reload plan).
 # One host (REPO_HOST) installs from the package repository instead (`make repo`'s mkrepo.sh,
 # served over HTTP on that host's loopback, the role's envoy_agent_repo_url and _repo_key): Envoy
 # as a package too, and its upgrades are the newer packages published into the repository.
@@ -479,8 +481,9 @@ reload_fails() {
 	echo "detail: $FAIL_HOST failed at \"$failed_task\": $(grep -m1 -oE 'last reload failed: .*' "$work/runtime.play" | cut -c1-160)"
 	[ "$failed_task" = "envoy_agent : The reload failed" ] || { show_play runtime; fail "$FAIL_HOST did not fail at the reload"; }
 	# The handler's message: the agent's STATUS= with the reason (not the handler's source, which
-	# Ansible also prints and which has no "last reload failed").
-	grep -qE 'systemctl reload failed; envoy-agent: .*last reload failed: .*in use' "$work/runtime.play" ||
+	# Ansible also prints and which has no "last reload failed"), after `envoy-agent reload
+	# --wait`, which the role uses when the installed agent has it, or `systemctl reload`.
+	grep -qE '(systemctl reload|envoy-agent reload --wait) failed; envoy-agent: .*last reload failed: .*in use' "$work/runtime.play" ||
 		{ show_play runtime; fail "the failure does not give the agent's reason"; }
 	grep -q "the files its Envoy serves were put back" "$work/runtime.play" || { show_play runtime; fail "the failure does not say the files were put back"; }
 	[ "$(recap runtime fleet-1 failed)" = 0 ] && [ "$(answer fleet-1)" = "200 3" ] || fail "fleet-1 did not take the change: $(answer fleet-1)"
@@ -536,8 +539,55 @@ fixed_rerun() {
 	done
 }
 
-# Check mode with a change: the diff of each host's files, nothing changed anywhere (the candidate
-# is still validated, in a folder of its own).
+# The rollout of a change that every check passes but that makes the traffic worse: / routed to a
+# cluster whose endpoint refuses connections, with the reload guard on (reload_guard "5s"). The
+# role reloads with --wait: on the first host the guard sees the 503s and rolls the reload back
+# in place, `reload --wait` exits 5, the role puts that host's files back and fails it, and the
+# rollout stops there: the later hosts are untouched, with 0 failed requests. The first host
+# serves the configuration from before; its failed requests are the regression's, until the
+# rollback.
+GUARD_AGENT='{"envoy_agent_agent": {"termination_drain_duration": "3s", "min_drain_duration": "1s", "exit_on_zero_active_connections": true, "reload_guard": "5s"}}'
+guard_rollback() {
+	local h
+	for h in fleet-2 fleet-3; do host_state "$h" >"$work/$h.before" || return 1; done
+	load_start guard
+	playbook guard -e envoy_agent_config_version=4 -e "envoy_agent_bootstrap_template=$repo/test/fleet/refusing.yaml.j2" -e "$GUARD_AGENT"
+	local rc=$?
+	load_stop guard
+	load_report guard | tee "$work/guard.report" | grep '^detail'
+	[ $rc -ne 0 ] || fail "the playbook succeeded with a change the reload guard should roll back"
+	local failed_task
+	failed_task=$(awk '/^(RUNNING HANDLER|TASK) \[/ {t = $0} /^fatal: \[fleet-1\]/ {print t; exit}' "$work/guard.play" |
+		sed 's/^[A-Z ]* \[\(.*\)\] \**$/\1/')
+	echo "detail: fleet-1 failed at \"$failed_task\": $(grep -m1 -oE 'the reload guard rolled the reload back[^"]*' "$work/guard.play" | cut -c1-220)"
+	[ "$failed_task" = "envoy_agent : The reload failed" ] || { show_play guard; fail "fleet-1 did not fail at the reload"; }
+	grep -q 'the reload guard rolled the reload back' "$work/guard.play" || { show_play guard; fail "the failure does not say the reload guard rolled it back"; }
+	grep -q "the files its Envoy serves were put back" "$work/guard.play" || { show_play guard; fail "the failure does not say the files were put back"; }
+	for h in fleet-2 fleet-3; do
+		! grep -qE "^(ok|changed|fatal|skipping): \[$h\]" "$work/guard.play" || fail "the play ran tasks on $h"
+		host_state "$h" >"$work/$h.after"
+		diff "$work/$h.before" "$work/$h.after" || fail "$h changed: live files, agent or reload count"
+	done
+	[ "$(answer fleet-1)" = "200 3" ] || fail "fleet-1 answered \"$(answer fleet-1)\", want \"200 3\" (the configuration from before)"
+	files_state fleet-1 in_sync >/dev/null
+	on fleet-1 envoy-agent status --json | python3 -c '
+import json, sys
+from datetime import datetime
+lr = json.load(sys.stdin)["last_reload"]
+rb = lr.get("rollback") or {}
+t = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00")[:26] + "+00:00")
+print("detail: fleet-1 last reload %s %s: regression called %.1fs after the reload began, rolled back %s in %d ms: %s" % (
+    lr["outcome"], lr["at"], (t(rb["at"]) - t(lr["at"])).total_seconds(), rb["path"], rb["took_ms"], rb["reason"]))
+sys.exit(lr["outcome"] != "rolled_back")' || fail "fleet-1's status does not say rolled_back"
+	local h2 h3
+	h2=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["failed"])' "$work/fleet-2.guard.json")
+	h3=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["failed"])' "$work/fleet-3.guard.json")
+	[ "$h2" = 0 ] && [ "$h3" = 0 ] || fail "requests failed on the untouched hosts: fleet-2 $h2, fleet-3 $h3"
+}
+
+# Check mode with a change: the diff of each host's files and the plan of its reload as the
+# running agent makes it (validate --plan), nothing changed anywhere (the candidate is still
+# validated, in a folder of its own).
 check_mode() {
 	local h
 	for h in "${HOSTS[@]}"; do host_state "$h" >"$work/$h.before" || return 1; done
@@ -547,6 +597,11 @@ check_mode() {
 	diffs=$(grep -cE '^\+.*Configuration version 4' "$work/check.play")
 	echo "detail: $diffs diffs of the bootstrap shown"
 	[ "$diffs" -ge "${#HOSTS[@]}" ] || { show_play check; fail "want a diff of the bootstrap for each host"; }
+	local plans
+	# Ansible prints each line of the plan quoted, with ' or ".
+	plans=$(grep -cE "[\"']plan: (in place|hot restart|drain and restart): " "$work/check.play")
+	echo "detail: $plans plans shown: $(grep -m1 -oE "[\"']plan: (in place|hot restart|drain and restart): .*" "$work/check.play" | cut -c2-160)"
+	[ "$plans" -ge "${#HOSTS[@]}" ] || { show_play check; fail "want the plan of each host's reload"; }
 	for h in "${HOSTS[@]}"; do
 		host_state "$h" >"$work/$h.after"
 		diff "$work/$h.before" "$work/$h.after" || fail "$h changed in check mode"
@@ -641,6 +696,7 @@ if setup_step "setup: systemd-nspawn and ansible present" host_tools &&
 		step "broken bootstrap: validate stops it on the first host, nothing changed anywhere" broken_config
 		step "reload failing at run time on $FAIL_HOST (a new listener's port held there): rollout stopped at it, 0 failed requests, its files put back; restarted before the fix, it serves the old configuration" reload_fails
 		step "port freed: a re-run brings every host to the new configuration, 0 failed requests; the run after changes nothing" fixed_rerun
+		step "a change the reload guard rolls back on the first host (reload --wait): rollout stopped at it, its files put back, the later hosts untouched with 0 failed requests" guard_rollback
 		if [ "$envoy_from" != "$envoy_to" ]; then
 			step "Envoy upgrade $envoy_from -> $envoy_to under load (hot restart; $REPO_HOST: the package published and upgraded from the repository): 0 failed requests" envoy_upgrade
 		else
