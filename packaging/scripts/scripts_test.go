@@ -146,15 +146,24 @@ func TestLiveUpgradeTrustsOnlyRoot(t *testing.T) {
 			}
 			t.Cleanup(func() { stdin.Close(); _ = hold.Wait() })
 			if tt.envoyChild {
-				// Once the child runs, its file is replaced: /proc/PID/exe
-				// then reads "PATH (deleted)", and PATH is there again.
+				// Once the child runs the file (it has executed it, not
+				// only been forked: a child listed before its execve ran
+				// the replacement instead), its file is replaced:
+				// /proc/PID/exe then reads "PATH (deleted)", and PATH is
+				// there again.
 				children := fmt.Sprintf("/proc/%d/task/%d/children", hold.Process.Pid, hold.Process.Pid)
-				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-					if b, _ := os.ReadFile(children); len(strings.TrimSpace(string(b))) > 0 {
-						break
+				runs := func() bool {
+					b, _ := os.ReadFile(children)
+					for _, pid := range strings.Fields(string(b)) {
+						if exe, _ := os.Readlink("/proc/" + pid + "/exe"); exe == forged {
+							return true
+						}
 					}
+					return false
+				}
+				for deadline := time.Now().Add(10 * time.Second); !runs(); time.Sleep(10 * time.Millisecond) {
 					if time.Now().After(deadline) {
-						t.Fatal("the service user's agent has no child after 10 s")
+						t.Fatal("the service user's agent has no child running its Envoy after 10 s")
 					}
 				}
 				if err := os.Remove(forged); err != nil {
