@@ -17,15 +17,30 @@ ARM64_DIR   := $(CACHE)/arm64
 # an emulated Envoy was LIVE in 8s, and not within 30s with the load average at 25.
 ARM64_READY_WAIT ?= 120s
 ARM64_TESTS ?= TestAgentAndEnvoyRunAsTheTestsArchitecture TestReloadsUnderBusyLoadFailNothing TestStopDrainsWithRequestInFlight
+# The aarch64 Envoy with its loader and library path named where Debian's
+# libc6-arm64-cross puts them (patchelf on a copy; the code is the wheel's).
+# Not QEMU_LD_PREFIX: qemu-user would then rewrite every absolute path the
+# emulated agent opens that also exists under the prefix ("/" itself among
+# them), and the agent's walk of its files from "/" would start in
+# /usr/aarch64-linux-gnu.
+ARM64_ENVOY := $(ARM64_DIR)/envoy
+ARM64_LIBDIR := /usr/aarch64-linux-gnu/lib
+
+$(ARM64_ENVOY): $(ENVOY_CACHED_ARM64)
+	@test/arm64/emulation.sh
+	@mkdir -p $(ARM64_DIR)
+	cp $< $@.tmp
+	patchelf --set-interpreter $(ARM64_LIBDIR)/ld-linux-aarch64.so.1 --set-rpath $(ARM64_LIBDIR) $@.tmp
+	mv $@.tmp $@
 
 .PHONY: test-arm64
-test-arm64: $(ENVOY_CACHED_ARM64)
+test-arm64: $(ARM64_ENVOY)
 	@test/arm64/emulation.sh
 	GOARCH=arm64 CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(ARM64_DIR)/envoy-agent ./cmd/envoy-agent
 	GOARCH=arm64 CGO_ENABLED=0 $(GO) test -c -o $(ARM64_DIR)/envoy-agent.test ./cmd/envoy-agent
 	@start=$$(date +%s); \
-	echo "test-arm64: $$(file -b $(ARM64_DIR)/envoy-agent.test | cut -d, -f1-2); Envoy $(ENVOY_CACHED_ARM64), hot-restart version $$(QEMU_LD_PREFIX=/usr/aarch64-linux-gnu $(ENVOY_CACHED_ARM64) --hot-restart-version)"; \
-	{ cd cmd/envoy-agent && ENVOY_AGENT_BIN=$(ARM64_DIR)/envoy-agent ENVOY_AGENT_READY_WAIT=$(ARM64_READY_WAIT) ENVOY_BIN=$(ENVOY_CACHED_ARM64) QEMU_LD_PREFIX=/usr/aarch64-linux-gnu \
+	echo "test-arm64: $$(file -b $(ARM64_DIR)/envoy-agent.test | cut -d, -f1-2); Envoy $(ARM64_ENVOY), hot-restart version $$($(ARM64_ENVOY) --hot-restart-version)"; \
+	{ cd cmd/envoy-agent && ENVOY_AGENT_BIN=$(ARM64_DIR)/envoy-agent ENVOY_AGENT_READY_WAIT=$(ARM64_READY_WAIT) ENVOY_BIN=$(ARM64_ENVOY) \
 		$(ARM64_DIR)/envoy-agent.test -test.count=1 -test.v -test.timeout 15m \
 		-test.run '^($(subst $(eval) ,|,$(strip $(ARM64_TESTS))))$$'; echo $$? >$(ARM64_DIR)/test.rc; } 2>&1 | tee $(ARM64_DIR)/test.log; \
 	status=$$(cat $(ARM64_DIR)/test.rc); missing=""; \

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Makes this amd64 machine run arm64 (aarch64) Linux programs: Debian's
 # qemu-user-static through binfmt_misc, and libc6-arm64-cross for the loader
-# and glibc of dynamically linked ones (Envoy), found with
-# QEMU_LD_PREFIX=/usr/aarch64-linux-gnu. Installs and registers only what is
+# and glibc of dynamically linked ones (Envoy, whose copy `make test-arm64`
+# points at them with patchelf, also installed here). Installs and registers only what is
 # missing (as root: apt-get, mount, the binfmt_misc register file); says what
 # it did. Run by `make test-arm64`.
 set -euo pipefail
@@ -18,11 +18,11 @@ need_root() {
 	fi
 }
 
-if [ ! -e "$conf" ] || [ ! -e "$loader" ]; then
-	need_root "qemu-user-static or libc6-arm64-cross is missing" "apt-get install qemu-user-static libc6-arm64-cross"
-	echo "arm64 emulation: installing qemu-user-static and libc6-arm64-cross"
+if [ ! -e "$conf" ] || [ ! -e "$loader" ] || ! command -v patchelf >/dev/null; then
+	need_root "qemu-user-static, libc6-arm64-cross or patchelf is missing" "apt-get install qemu-user-static libc6-arm64-cross patchelf"
+	echo "arm64 emulation: installing qemu-user-static, libc6-arm64-cross and patchelf"
 	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user-static libc6-arm64-cross >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user-static libc6-arm64-cross patchelf >/dev/null
 fi
 
 if [ ! -e "$binfmt/register" ]; then
