@@ -80,6 +80,25 @@ func (t *Trusted) Check(path string) error {
 	return r.File.Close()
 }
 
+// CheckEach is Check of each of paths, in order: the folders they share
+// are opened and judged once, by the first walk through them, and held
+// open for the walks after it (1,000 certificates and keys in one folder
+// took 150 ms to check one by one, every folder above each file opened and
+// judged again).
+func (t *Trusted) CheckEach(paths []string) []error {
+	m := memo{}
+	defer m.close()
+	errs := make([]error, len(paths))
+	for i, p := range paths {
+		r, err := resolveWith(&walk{t: t, orig: p, memo: m}, p)
+		if err == nil {
+			err = r.File.Close()
+		}
+		errs[i] = err
+	}
+	return errs
+}
+
 // Open is Check, and the file judged, open with O_PATH: reopen that (as
 // safefile does) to read what was judged, never the path again.
 func (t *Trusted) Open(path string) (*Resolved, error) {

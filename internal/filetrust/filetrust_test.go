@@ -3,8 +3,10 @@
 package filetrust
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -94,6 +96,25 @@ func TestCheck(t *testing.T) {
 	}
 	if err := trusted.Check(filepath.Join(dir, "root/missing")); err == nil || IsUntrusted(err) {
 		t.Fatalf("a missing file: %v, want a plain error", err)
+	}
+	// CheckEach, which judges each folder once for all the paths, gives
+	// each path Check's verdict, in either order (a folder judged first as
+	// the way to a file, then as a file's own folder, and the other way).
+	var paths []string
+	for _, tt := range tests {
+		paths = append(paths, tt.path, filepath.Dir(tt.path))
+	}
+	paths = append(paths, filepath.Join(dir, "root/missing"), dir)
+	for _, order := range []string{"forward", "backward"} {
+		if order == "backward" {
+			slices.Reverse(paths)
+		}
+		errs := trusted.CheckEach(paths)
+		for i, p := range paths {
+			if want := trusted.Check(p); fmt.Sprint(errs[i]) != fmt.Sprint(want) {
+				t.Errorf("CheckEach, %s: %s: %v, Check says %v", order, p, errs[i], want)
+			}
+		}
 	}
 }
 

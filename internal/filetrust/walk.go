@@ -37,6 +37,22 @@ type folder struct {
 	fd   int
 	st   unix.Stat_t
 	path string
+	// shared: the fd is a memo's (CheckEach), which closes it.
+	shared bool
+}
+
+// memo holds the folders the walks of one CheckEach passed through and
+// judged, open, by their path from / as the walk spelled it: the next walk
+// that passes through the same folder takes it from here instead of
+// opening and judging it again. A path from / names one sequence of
+// entries opened one after the other, so it reaches what the walk before
+// reached, held open since.
+type memo map[string]folder
+
+func (m memo) close() {
+	for _, f := range m {
+		unix.Close(f.fd)
+	}
 }
 
 // walk is one resolution of a path.
@@ -51,6 +67,8 @@ type walk struct {
 	links     int
 	// linkDirs are the folders of the links followed, in order.
 	linkDirs []string
+	// memo, when set, keeps the folders judged on the way (CheckEach).
+	memo memo
 }
 
 // Resolved is a file a walk reached.
@@ -132,6 +150,11 @@ func resolveWith(w *walk, path string) (*Resolved, error) {
 }
 
 func (w *walk) openRoot() error {
+	if f, ok := w.memo["/"]; ok {
+		w.root = f
+		w.stack = []folder{f}
+		return nil
+	}
 	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return w.fail("/", err)
@@ -146,7 +169,17 @@ func (w *walk) openRoot() error {
 			return &Error{Path: w.orig, At: "/", Who: who, What: "write"}
 		}
 	}
+	w.keep(&w.stack[0])
 	return nil
+}
+
+// keep gives f, a folder judged on the way, to the walk's memo (if it
+// has one), which closes it.
+func (w *walk) keep(f *folder) {
+	if w.memo != nil {
+		f.shared = true
+		w.memo[f.path] = *f
+	}
 }
 
 // run walks names from the folder on top of the stack.
@@ -174,6 +207,10 @@ func (w *walk) run(names []string) (*Resolved, error) {
 		}
 		cur := w.top()
 		at := w.join(name)
+		if f, ok := w.memo[at]; ok && more(names) {
+			w.stack = append(w.stack, f) // judged on the way before, as it is now
+			continue
+		}
 		fd, err := unix.Openat(cur.fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return nil, w.fail(at, err)
@@ -207,6 +244,7 @@ func (w *walk) run(names []string) (*Resolved, error) {
 				return w.resolved(fd, at, st), nil
 			}
 			w.stack = append(w.stack, folder{fd: fd, st: st, path: at})
+			w.keep(&w.stack[len(w.stack)-1])
 		default:
 			if len(names) > 0 {
 				// "file/", "file/.", "file/x": the kernel wants a folder.
@@ -300,15 +338,22 @@ func (w *walk) up() error {
 	if st.Dev != parent.st.Dev || st.Ino != parent.st.Ino {
 		return w.fail(cur.path, errChanged)
 	}
-	unix.Close(cur.fd)
+	w.release(cur)
 	w.stack = w.stack[:len(w.stack)-1]
 	return nil
+}
+
+// release closes f unless a memo holds it.
+func (w *walk) release(f folder) {
+	if !f.shared {
+		unix.Close(f.fd)
+	}
 }
 
 // toRoot goes back to / for an absolute link target.
 func (w *walk) toRoot() {
 	for _, f := range w.stack[1:] {
-		unix.Close(f.fd)
+		w.release(f)
 	}
 	w.stack = w.stack[:1]
 }
@@ -350,7 +395,7 @@ func (w *walk) fail(at string, err error) error {
 
 func (w *walk) close() {
 	for _, f := range w.stack {
-		unix.Close(f.fd)
+		w.release(f)
 	}
 	w.stack = nil
 }

@@ -80,28 +80,43 @@ func yamlInt(v any) (int, bool) {
 	}
 }
 
-// checkBootstrap reads and decodes the bootstrap once for the checks of
-// its admin (checkBootstrapAdmin) and of what the agent's copy of it
-// changes (checkRunningCopy). A file that does not parse is left to
-// Envoy's own validation, which words it better; one too large to parse
-// in bounded memory (bootyaml.Decode) is a problem.
-func (c *Config) checkBootstrap(ps *problems) {
+// decodeBootstrap reads and decodes the bootstrap once, for every check
+// of it: its admin (checkBootstrapAdmin), the files it names
+// (checkWriters), what Envoy and the agent will watch (inotifyNeed) and
+// what the agent's copy of it changes (checkRunningCopy). A file that does
+// not parse (a .pb one among them) is left to Envoy's own validation,
+// which words it better (nil); one too large to parse in bounded memory
+// (bootyaml.Decode) is a problem.
+func (c *Config) decodeBootstrap(ps *problems) *yaml.Node {
 	data, err := safefile.ReadRegular(c.Envoy.ConfigPath, bootyaml.MaxSize)
 	if err != nil {
 		// checkReadable has passed: what is left is its size.
 		ps.add("envoy.config_path", "Envoy bootstrap %v", err)
-		return
+		return nil
 	}
 	var doc yaml.Node
 	if err := bootyaml.Decode(data, &doc); err != nil {
 		if le := (*bootyaml.LimitError)(nil); errors.As(err, &le) {
 			ps.add("envoy.config_path", "Envoy bootstrap %v", fmt.Errorf("%s: %w", c.Envoy.ConfigPath, le))
 		}
-		return
+		return nil
 	}
-	c.checkBootstrapAdmin(ps, &doc)
-	if bootyaml.Rewritable(c.Envoy.ConfigPath) {
-		c.checkRunningCopy(ps, &doc)
+	return &doc
+}
+
+// checkBootstrap runs the checks of the decoded bootstrap doc, those that
+// change it last, in the order the agent's copy changes it: the admin is
+// read, the certificates become secrets (counted by inotifyNeed), then the
+// copy's admin and node are set (checkRunningCopy).
+func (c *Config) checkBootstrap(ps *problems, doc *yaml.Node) {
+	admin := c.Envoy.AdminPort != 0 || c.Envoy.AdminSocket != ""
+	if admin {
+		c.checkBootstrapAdmin(ps, doc)
+	}
+	rewritable := bootyaml.Rewritable(c.Envoy.ConfigPath)
+	c.inotify = c.inotifyNeed(doc, rewritable)
+	if admin && rewritable {
+		c.checkRunningCopy(ps, doc)
 	}
 }
 

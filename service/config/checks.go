@@ -3,6 +3,7 @@
 package config
 
 import (
+	"go.yaml.in/yaml/v3"
 	"context"
 	"fmt"
 	"net/netip"
@@ -139,18 +140,18 @@ func (c *Config) check(ps *problems, fileTrust error) {
 		e.BinaryPath = resolved
 	}
 	c.defaultAdmin()
-	bootstrapOK := false
+	var doc *yaml.Node // the bootstrap, decoded once for every check of it
 	if e.ConfigPath == "" {
 		ps.add("envoy.config_path", "must not be empty")
 	} else if err := checkReadable(e.ConfigPath); err != nil {
 		ps.add("envoy.config_path", "Envoy bootstrap %v", err)
 	} else {
-		bootstrapOK = true
-		if e.AdminPort != 0 || e.AdminSocket != "" {
-			c.checkBootstrap(ps)
-		}
+		doc = c.decodeBootstrap(ps)
 	}
-	c.checkWriters(ps, bootstrapOK, fileTrust)
+	c.checkWriters(ps, doc, fileTrust)
+	if doc != nil {
+		c.checkBootstrap(ps, doc)
+	}
 	switch {
 	case e.AdminSocket != "":
 		c.checkAdminSocket(ps)

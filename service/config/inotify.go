@@ -4,7 +4,6 @@ package config
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"go.yaml.in/yaml/v3"
@@ -12,7 +11,6 @@ import (
 	"github.com/envoy-agent/envoy-agent/envoy/certs"
 	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
-	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
 
 // What Envoy and the agent still watch with inotify, counted against the
@@ -39,28 +37,23 @@ type InotifyNeed struct {
 	Instances int
 	// Folders are the folders of the certificates the agent watches, each
 	// an inotify watch.
-	Folders int
+	Folders []string
 }
 
-// inotifyNeed counts what Envoy and the agent will watch for this
-// configuration's bootstrap (read from its file, decoded once; the
-// certificates' files are not read).
-func (c *Config) inotifyNeed() (InotifyNeed, error) {
-	path := c.Envoy.ConfigPath
-	data, err := safefile.ReadRegular(path, bootyaml.MaxSize)
-	if err != nil || !bootyaml.Rewritable(path) {
-		return InotifyNeed{Instances: 1}, err
+// inotifyNeed counts what Envoy and the agent will watch for the decoded
+// bootstrap doc (the certificates' files are not read); rewritable says
+// whether the agent rewrites it (a YAML or JSON file). It turns the
+// certificates named by file into secrets, as the agent's copy does.
+func (c *Config) inotifyNeed(doc *yaml.Node, rewritable bool) InotifyNeed {
+	if !rewritable {
+		return InotifyNeed{Instances: 1}
 	}
-	var doc yaml.Node
-	if err := bootyaml.Decode(data, &doc); err != nil {
-		return InotifyNeed{}, err
-	}
-	n := InotifyNeed{Files: watchedSources(&doc)}
-	if c.Agent.InPlace() && bootyaml.Value(bootyaml.Root(&doc), "dynamic_resources") == nil {
+	n := InotifyNeed{Files: watchedSources(doc)}
+	if c.Agent.InPlace() && bootyaml.Value(bootyaml.Root(doc), "dynamic_resources") == nil {
 		n.Files += 2 // lds.yaml, cds.yaml (one too many when envoy/inplace cannot split the bootstrap)
 	}
 	n.Instances = 2*n.Files + 1
-	res, _ := certs.Edit(&doc, c.RunDir()) // names the files; reads none
+	res, _ := certs.Edit(doc, c.RunDir()) // names the files; reads none
 	// A file's folder and the folder its links lead to (certbot's live/
 	// and archive/): one file of each folder is resolved.
 	dirs := map[string]bool{}
@@ -68,14 +61,15 @@ func (c *Config) inotifyNeed() (InotifyNeed, error) {
 		for _, f := range []string{s.CertFile, s.KeyFile} {
 			if d := filepath.Dir(f); f != "" && !dirs[d] {
 				dirs[d] = true
-				if real, err := filepath.EvalSymlinks(f); err == nil {
+				n.Folders = append(n.Folders, d)
+				if real, err := filepath.EvalSymlinks(f); err == nil && !dirs[filepath.Dir(real)] {
 					dirs[filepath.Dir(real)] = true
+					n.Folders = append(n.Folders, filepath.Dir(real))
 				}
 			}
 		}
 	}
-	n.Folders = len(dirs)
-	return n, nil
+	return n
 }
 
 // watchedSources counts the path_config_source, watched_directory and
@@ -96,39 +90,46 @@ func watchedSources(n *yaml.Node) int {
 }
 
 // CheckInotify checks that Envoy and the agent, run by this process's user
-// with this configuration, will have the inotify instances they need: what
-// fs.inotify.max_user_instances leaves once the user's processes took
-// theirs. Over it, a *ConfigError naming the limit, the count and the fix;
-// near it (inotifyNearShare), or short of watches for the certificates'
-// folders, warnings. A host whose /proc does not say is not checked.
+// with this configuration, will have the inotify instances they need:
+// what fs.inotify.max_user_instances leaves once the user's processes took
+// theirs, which the kernel says (hostfiles.ProbeInotify). Over it, a
+// *ConfigError naming the limit, the count and the fix; near it
+// (inotifyNearShare), or short of watches for the certificates' folders,
+// warnings. A bootstrap that was not counted (it does not parse: Envoy's
+// validation, or its start, says what is wrong with it) or a host that
+// does not say is not checked.
 func (c *Config) CheckInotify() (warnings []string, err error) {
-	need, err := c.inotifyNeed()
-	if err != nil {
-		return nil, nil // Envoy's validation, or its start, says what is wrong with the file
+	need := c.inotify
+	if need.Instances == 0 {
+		return nil, nil
 	}
-	host, err := hostfiles.InotifyOf(os.Geteuid())
+	// Asked for one more than the share that warns: with that many, the
+	// user has room enough, and when fewer come, exactly what it has.
+	room, err := hostfiles.ProbeInotify(int(float64(need.Instances)/inotifyNearShare)+1, need.Folders)
 	if err != nil {
 		return nil, nil
 	}
-	return inotifyVerdict(c.Envoy.ConfigPath, need, host)
+	return inotifyVerdict(c.Envoy.ConfigPath, need, room)
 }
 
-// inotifyVerdict is CheckInotify's judgement of need on host for the
-// bootstrap file.
-func inotifyVerdict(file string, need InotifyNeed, host hostfiles.Inotify) (warnings []string, err error) {
-	left := host.MaxInstances - host.Instances
+// inotifyVerdict is CheckInotify's judgement of need on the room the user
+// has for the bootstrap file.
+func inotifyVerdict(file string, need InotifyNeed, room hostfiles.InotifyRoom) (warnings []string, err error) {
+	left := room.Instances
+	held := room.MaxInstances - left
 	what := fmt.Sprintf("Envoy and the agent need %d inotify instances (%d files Envoy watches, twice during a hot restart, and the agent's certificates' watch), and fs.inotify.max_user_instances is %d with %d held by this user's processes now",
-		need.Instances, need.Files, host.MaxInstances, host.Instances)
-	fix := fmt.Sprintf("raise it: echo 'fs.inotify.max_user_instances = %d' > /etc/sysctl.d/60-envoy-agent.conf && sysctl --system", max(1024, 2*(host.Instances+need.Instances)))
+		need.Instances, need.Files, room.MaxInstances, held)
+	fix := fmt.Sprintf("raise it: echo 'fs.inotify.max_user_instances = %d' > /etc/sysctl.d/60-envoy-agent.conf && sysctl --system", max(1024, 2*(held+need.Instances)))
 	switch {
 	case need.Instances > left:
 		return nil, &ConfigError{Problems: []Problem{{File: file, Msg: fmt.Sprintf("%s: Envoy would abort at its start; %s (or read fewer files by path_config_source)", what, fix)}}}
 	case float64(need.Instances) > inotifyNearShare*float64(left):
 		warnings = append(warnings, fmt.Sprintf("%s: %s: close to the limit; %s", file, what, fix))
 	}
-	if watchesLeft := host.MaxWatches - host.Watches; need.Folders > watchesLeft {
+	if folders := len(need.Folders); folders > room.Watches {
+		watchesLeft, watchesHeld := room.Watches, room.MaxWatches-room.Watches
 		warnings = append(warnings, fmt.Sprintf("%s: the agent watches %d folders of certificates and fs.inotify.max_user_watches leaves %d (%d of %d held now): renewals in the others are read every %s instead of at once; raise it: echo 'fs.inotify.max_user_watches = %d' > /etc/sysctl.d/60-envoy-agent.conf && sysctl --system",
-			file, need.Folders, watchesLeft, host.Watches, host.MaxWatches, certs.DefaultPoll, 2*(host.Watches+need.Folders)))
+			file, folders, watchesLeft, watchesHeld, room.MaxWatches, certs.DefaultPoll, 2*(watchesHeld+folders)))
 	}
 	return warnings, nil
 }

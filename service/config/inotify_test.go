@@ -34,30 +34,34 @@ layered_runtime: { layers: [{ name: d, disk_layer: { symlink_root: /srv/runtime 
 
 // The verdict: over what the user has left, a configuration error naming
 // the limit, the count and the fix; close to it a warning; short of
-// watches for the certificates' folders, a warning.
+// watches for the certificates' folders, a warning. The room is what the
+// probe could take: when it took fewer than it asked, exactly what is left.
 func TestInotifyVerdict(t *testing.T) {
+	folders := make([]string, 1000)
 	for _, tt := range []struct {
 		name     string
 		need     InotifyNeed
-		host     hostfiles.Inotify
+		room     hostfiles.InotifyRoom
 		refused  bool
 		warnings []string
 	}{
-		{"room", InotifyNeed{Files: 2, Instances: 5}, hostfiles.Inotify{MaxInstances: 128, Instances: 3, MaxWatches: 8192}, false, nil},
-		{"over", InotifyNeed{Files: 72, Instances: 145}, hostfiles.Inotify{MaxInstances: 128, Instances: 3, MaxWatches: 8192}, true, nil},
-		{"over with what the user holds", InotifyNeed{Files: 40, Instances: 81}, hostfiles.Inotify{MaxInstances: 128, Instances: 60, MaxWatches: 8192}, true, nil},
-		{"near", InotifyNeed{Files: 50, Instances: 101}, hostfiles.Inotify{MaxInstances: 128, Instances: 3, MaxWatches: 8192}, false, []string{"close to the limit"}},
-		{"watches", InotifyNeed{Files: 2, Instances: 5, Folders: 1000}, hostfiles.Inotify{MaxInstances: 128, MaxWatches: 1000, Watches: 10}, false, []string{"fs.inotify.max_user_watches leaves 990", "read every 30s"}},
+		{"room", InotifyNeed{Files: 2, Instances: 5}, hostfiles.InotifyRoom{MaxInstances: 128, Instances: 7, MaxWatches: 8192}, false, nil},
+		{"over", InotifyNeed{Files: 72, Instances: 145}, hostfiles.InotifyRoom{MaxInstances: 128, Instances: 125, MaxWatches: 8192}, true, nil},
+		{"over with what the user holds", InotifyNeed{Files: 40, Instances: 81}, hostfiles.InotifyRoom{MaxInstances: 128, Instances: 68, MaxWatches: 8192}, true, nil},
+		{"near", InotifyNeed{Files: 50, Instances: 101}, hostfiles.InotifyRoom{MaxInstances: 128, Instances: 125, MaxWatches: 8192}, false, []string{"close to the limit"}},
+		{"watches", InotifyNeed{Files: 2, Instances: 5, Folders: folders}, hostfiles.InotifyRoom{MaxInstances: 128, Instances: 7, MaxWatches: 1000, Watches: 990}, false, []string{"fs.inotify.max_user_watches leaves 990", "10 of 1000 held", "read every 30s"}},
+		{"watches enough", InotifyNeed{Files: 2, Instances: 5, Folders: folders}, hostfiles.InotifyRoom{MaxInstances: 128, Instances: 7, MaxWatches: 8192, Watches: 1000}, false, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ws, err := inotifyVerdict("/etc/envoy.yaml", tt.need, tt.host)
+			ws, err := inotifyVerdict("/etc/envoy.yaml", tt.need, tt.room)
 			var ce *ConfigError
 			if refused := errors.As(err, &ce); refused != tt.refused {
 				t.Fatalf("verdict %v; want refused %v", err, tt.refused)
 			}
 			if tt.refused {
 				msg := err.Error()
-				for _, want := range []string{"/etc/envoy.yaml", "fs.inotify.max_user_instances is 128", fmt.Sprintf("need %d inotify instances", tt.need.Instances), "/etc/sysctl.d/", "sysctl --system"} {
+				held := fmt.Sprintf("with %d held", 128-tt.room.Instances)
+				for _, want := range []string{"/etc/envoy.yaml", "fs.inotify.max_user_instances is 128", fmt.Sprintf("need %d inotify instances", tt.need.Instances), held, "/etc/sysctl.d/", "sysctl --system"} {
 					if !strings.Contains(msg, want) {
 						t.Errorf("the refusal lacks %q: %s", want, msg)
 					}

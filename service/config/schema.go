@@ -36,6 +36,10 @@ type Config struct {
 	notes []string
 	// sum is the SHA-256 of the text it was loaded from (Sum).
 	sum string
+	// inotify is what Envoy and the agent will watch for the bootstrap
+	// (CheckInotify), counted as it was checked; zero when it was not (a
+	// bootstrap that does not parse).
+	inotify InotifyNeed
 }
 
 // Warnings are what the checks found that does not make the configuration

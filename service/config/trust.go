@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"sort"
 	"strings"
 
-	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
+	"go.yaml.in/yaml/v3"
+
 	"github.com/envoy-agent/envoy-agent/internal/filetrust"
 )
 
@@ -32,7 +32,7 @@ const maxTrustWarnings = 10
 // judge is not one to run), and a warning for each file the bootstrap
 // names that such a user can change. fileTrust is the judgement of this
 // file, made as it was read.
-func (c *Config) checkWriters(ps *problems, bootstrapOK bool, fileTrust error) {
+func (c *Config) checkWriters(ps *problems, doc *yaml.Node, fileTrust error) {
 	trusted := filetrust.Default()
 	for _, f := range []struct {
 		key, what, path string
@@ -50,16 +50,18 @@ func (c *Config) checkWriters(ps *problems, bootstrapOK bool, fileTrust error) {
 			ps.add(f.key, "%v: refused, %s cannot be judged as the kernel would open it, so nothing says who else can change it; name it by a path of folders and links that root and the agent's user own", f.err, f.what)
 		}
 	}
-	if !bootstrapOK {
+	if doc == nil {
 		return
 	}
-	files, err := bootstrapFiles(c.Envoy.ConfigPath)
-	if err != nil {
-		return
+	files := bootstrapFiles(doc)
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = f.path
 	}
+	errs := trusted.CheckEach(paths)
 	n := 0
-	for _, f := range files {
-		err := judge(trusted, f.path)
+	for i, f := range files {
+		err := missingIsNoProblem(errs[i], f.path)
 		if err == nil {
 			continue
 		}
@@ -79,7 +81,12 @@ func (c *Config) checkWriters(ps *problems, bootstrapOK bool, fileTrust error) {
 // nor the kernel finds: the checks of the binary and the bootstrap say it
 // is missing, and Envoy says so of the files a bootstrap names.
 func judge(trusted *filetrust.Trusted, path string) error {
-	err := trusted.Check(path)
+	return missingIsNoProblem(trusted.Check(path), path)
+}
+
+// missingIsNoProblem is err, the check of path, or nil when neither the
+// check nor the kernel finds path.
+func missingIsNoProblem(err error, path string) error {
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, serr := os.Stat(path); errors.Is(serr, fs.ErrNotExist) {
 			return nil
@@ -102,46 +109,42 @@ var fileKeys = map[string]bool{"filename": true, "symlink_root": true}
 // pathParents are the messages whose "path" names a file Envoy reads.
 var pathParents = map[string]bool{"path_config_source": true, "watched_directory": true}
 
-// bootstrapFiles lists the absolute file names the bootstrap names for
-// Envoy to read, each once, in order.
-func bootstrapFiles(path string) ([]bootstrapFile, error) {
-	var doc any
-	if err := bootyaml.ReadFile(path, &doc); err != nil {
-		return nil, err
-	}
+// bootstrapFiles lists the absolute file names the decoded bootstrap doc
+// names for Envoy to read, each once, in the order it names them.
+func bootstrapFiles(doc *yaml.Node) []bootstrapFile {
 	seen := map[string]bool{}
 	var out []bootstrapFile
-	var walk func(v any, key, parent string)
-	walk = func(v any, key, parent string) {
-		switch v := v.(type) {
-		case map[string]any:
-			keys := make([]string, 0, len(v))
-			for k := range v {
-				keys = append(keys, k)
+	var walk func(n *yaml.Node, key string)
+	walk = func(n *yaml.Node, key string) {
+		last := key[strings.LastIndex(key, ".")+1:]
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, key)
 			}
-			sort.Strings(keys)
-			last := key[strings.LastIndex(key, ".")+1:]
-			for _, k := range keys {
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i].Value, n.Content[i+1]
 				child := k
 				if key != "" {
 					child = key + "." + k
 				}
-				if s, ok := v[k].(string); ok && strings.HasPrefix(s, "/") &&
+				if v.Kind == yaml.ScalarNode && strings.HasPrefix(v.Value, "/") &&
 					(fileKeys[k] || (k == "path" && (pathParents[last] || strings.HasSuffix(last, "_config")))) {
-					if !seen[s] {
-						seen[s] = true
-						out = append(out, bootstrapFile{key: child, path: s})
+					if !seen[v.Value] {
+						seen[v.Value] = true
+						out = append(out, bootstrapFile{key: child, path: v.Value})
 					}
 					continue
 				}
-				walk(v[k], child, last)
+				walk(v, child)
 			}
-		case []any:
-			for i, e := range v {
-				walk(e, fmt.Sprintf("%s.%d", key, i), parent)
+		case yaml.SequenceNode:
+			for i, e := range n.Content {
+				walk(e, fmt.Sprintf("%s.%d", key, i))
 			}
 		}
 	}
-	walk(doc, "", "")
-	return out, nil
+	walk(doc, "")
+	return out
 }
