@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -53,8 +54,10 @@ type Manager struct {
 	// Run.
 	Settle, Poll time.Duration
 	// OnChange, when set before Run, is called after the certificates in
-	// use changed (for metrics).
+	// use changed (for metrics): on a goroutine of its own, once for any
+	// number of changes made while it had not begun yet (changed).
 	OnChange func()
+	onChangeDue atomic.Bool // a call of OnChange is due and has not begun
 
 	// mu guards the maps; it is never held while a file is read or a
 	// folder walked, so that status, a reload and a stop never wait on
@@ -152,9 +155,7 @@ func (m *Manager) Serve(res Result) error {
 	case m.kick <- struct{}{}:
 	default:
 	}
-	if m.OnChange != nil {
-		go m.OnChange() // the certificates in use may be others
-	}
+	m.changed() // the certificates in use may be others
 	return nil
 }
 
@@ -227,10 +228,22 @@ func (m *Manager) takeLocked(s Secret, mat *material, err error, must bool) (boo
 		old.previous = nil // one step back is all a rejection needs
 		m.log.Infof("certificates: %s renewed: serial %s, not after %s (new handshakes use it; open connections go on)", s.CertFile, mat.info.Serial, mat.info.NotAfter.UTC().Format(time.RFC3339))
 	}
-	if m.OnChange != nil {
-		go m.OnChange()
-	}
+	m.changed()
 	return true, nil
+}
+
+// changed calls OnChange on a goroutine of its own, unless a call is due
+// already: that one, not begun yet, reads what this change left. A start
+// that served 1,000 certificates called it 1,000 times, each listing all
+// of them: 160 ms of the agent's processor while Envoy started.
+func (m *Manager) changed() {
+	if m.OnChange == nil || m.onChangeDue.Swap(true) {
+		return
+	}
+	go func() {
+		m.onChangeDue.Store(false)
+		m.OnChange()
+	}()
 }
 
 // refusal is a pair Envoy rejected: its files' digest, and why.
