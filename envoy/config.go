@@ -182,36 +182,38 @@ func (c ProxyConfig) localHost() string {
 // (inplace.EditRunningCopy), steps 1 and 2 of the rewrite envoy/inplace
 // draws, on the bootstrap decoded once and encoded once (decoding and
 // encoding a bootstrap of 1,000 TLS filter chains took 35 and about
-// 100 ms, and each step did both). A .pb bootstrap, or one that does not
+// 100 ms, and each step did both); the tree goes on with the copy to the
+// step after it (step 3, the split). A .pb bootstrap, or one that does not
 // parse (Envoy's validation says why), is copied as it is.
 func (c ProxyConfig) rewrite() epochfiles.Rewrite {
 	admin := c.agentAdmin()
-	return func(data []byte, name, runDir string) ([]byte, error) {
+	return func(data []byte, name, runDir string) ([]byte, *yaml.Node, error) {
 		if !bootyaml.Rewritable(name) {
-			return data, nil
+			return data, nil, nil
 		}
 		var doc yaml.Node
 		if err := bootyaml.Decode(data, &doc); err != nil {
 			if le := (*bootyaml.LimitError)(nil); errors.As(err, &le) {
-				return nil, fmt.Errorf("%s: %w", name, le)
+				return nil, nil, fmt.Errorf("%s: %w", name, le)
 			}
-			return data, nil
+			return data, nil, nil
 		}
 		changed := false
 		if c.RewriteBootstrap != nil {
 			var err error
 			if changed, err = c.RewriteBootstrap(&doc, runDir); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		edits, err := inplace.EditRunningCopy(&doc, admin)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !changed && edits.Empty() {
-			return data, nil
+			return data, &doc, nil
 		}
-		return bootyaml.Encode(&doc, name)
+		out, err := bootyaml.Encode(&doc, name)
+		return out, &doc, err
 	}
 }
 

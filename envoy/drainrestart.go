@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy/cli"
+	"github.com/envoy-agent/envoy-agent/envoy/epochfiles"
 	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 )
 
@@ -95,10 +96,11 @@ func (e *Envoy) drainAndRestart(ctx context.Context, cfg ProxyConfig, copied str
 	}
 	// The serving configuration, kept to start it again if the new one
 	// does not come up (the serving Envoy's own copy goes with it).
-	keep, err := e.copyBootstrap(prev, old.files.Copy, 0)
+	kept, err := e.copyBootstrap(prev, old.files.Copy, 0)
 	if err != nil {
 		return 0, fmt.Errorf("keep the serving configuration: %w", err)
 	}
+	keep := kept.Path
 	defer func() {
 		if keep != "" {
 			_ = os.Remove(keep)
@@ -203,7 +205,7 @@ func (e *startLiveError) Unwrap() error { return e.err }
 // startLive starts epoch 0 of cfg from the bootstrap copy and waits up to
 // timeout until it is LIVE; an Envoy that is not is killed.
 func (e *Envoy) startLive(ctx context.Context, cfg ProxyConfig, copied string, timeout time.Duration) (*process, error) {
-	p, err := e.startEpochFrom(cfg, copied, 0)
+	p, err := e.startEpochFrom(cfg, &epochfiles.Copy{Path: copied}, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy/cli"
+	"github.com/envoy-agent/envoy-agent/envoy/epochfiles"
 	"github.com/envoy-agent/envoy-agent/internal/hostfiles"
 )
 
@@ -94,7 +95,7 @@ func (e *Envoy) hotRestart(ctx context.Context, cfg ProxyConfig, copied string) 
 	var p *process
 	var err error
 	if copied != "" {
-		p, err = e.startEpochFrom(cfg, copied, next)
+		p, err = e.startEpochFrom(cfg, &epochfiles.Copy{Path: copied}, next)
 		copied = "" // the epoch's now, or removed by startEpochFrom
 	} else {
 		p, err = e.startEpoch(cfg, cfg.ConfigPath, next)

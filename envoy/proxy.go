@@ -213,7 +213,7 @@ func (e *Envoy) setServing(p *process) {
 
 // copyBootstrap copies the bootstrap at source for epoch of cfg
 // (epochfiles.Copier.Copy), in the run folder.
-func (e *Envoy) copyBootstrap(cfg ProxyConfig, source string, epoch int) (string, error) {
+func (e *Envoy) copyBootstrap(cfg ProxyConfig, source string, epoch int) (*epochfiles.Copy, error) {
 	return e.copies.Copy(e.runDir, source, cfg.ConfigPath, epoch, cfg.rewrite())
 }
 
@@ -238,10 +238,10 @@ func (e *Envoy) startEpoch(cfg ProxyConfig, source string, epoch int) (*process,
 // startEpochFrom starts epoch from copied, a private copy of the bootstrap
 // that the epoch then owns (it is removed when the epoch ends, or now if
 // it cannot start), with its resource files when cfg asks for them.
-func (e *Envoy) startEpochFrom(cfg ProxyConfig, copied string, epoch int) (*process, error) {
+func (e *Envoy) startEpochFrom(cfg ProxyConfig, copied *epochfiles.Copy, epoch int) (*process, error) {
 	path := e.adminAddressPath(epoch)
 	if err := createAdminAddressFile(path); err != nil {
-		_ = os.Remove(copied)
+		_ = os.Remove(copied.Path)
 		return nil, err
 	}
 	files, run, why := epochfiles.ForEpoch(copied, cfg.ConfigPath, cfg.ResourceFiles, cfg.XDS)

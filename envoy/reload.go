@@ -138,8 +138,8 @@ func (e *Envoy) CopyBootstrap(path string) (*epochfiles.Copy, error) {
 // PlanInPlace compares copied, a bootstrap copy that CopyBootstrap made,
 // with the serving epoch's bootstrap (epochfiles.Files.Plan): the plan
 // when only listeners, routes, clusters and secrets change, else an error
-// that says why not. The copy stays the caller's.
-func (e *Envoy) PlanInPlace(copied string) (*epochfiles.Plan, error) {
+// that says why not. The copy's file stays the caller's.
+func (e *Envoy) PlanInPlace(copied *epochfiles.Copy) (*epochfiles.Plan, error) {
 	p := e.serving()
 	if p == nil {
 		return nil, epochfiles.ErrNoResourceFiles
@@ -189,7 +189,11 @@ func (e *Envoy) KeepServingCopy() (string, error) {
 		return "", errors.New("no serving epoch")
 	}
 	// The epoch's copy went through the rewrite already: none again.
-	return e.copies.Copy(dir, p.files.Copy, e.config().ConfigPath, p.epoch+1, nil)
+	c, err := e.copies.Copy(dir, p.files.Copy, e.config().ConfigPath, p.epoch+1, nil)
+	if err != nil {
+		return "", err
+	}
+	return c.Path, nil
 }
 
 // applyInPlace changes the serving epoch's resources as plan says

@@ -123,7 +123,7 @@ func (f *fakeEnvoy) CopyBootstrap(path string) (*epochfiles.Copy, error) {
 	return f.copies.Checked(f.runDir, path, f.Epoch()+1, nil)
 }
 
-func (f *fakeEnvoy) PlanInPlace(string) (*epochfiles.Plan, error) {
+func (f *fakeEnvoy) PlanInPlace(*epochfiles.Copy) (*epochfiles.Plan, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.planned++

@@ -51,7 +51,7 @@ type envoyProcess interface {
 	// can take in place, the wait for a draining epoch, and the one call
 	// that carries the plan out.
 	CopyBootstrap(path string) (*epochfiles.Copy, error)
-	PlanInPlace(copied string) (*epochfiles.Plan, error)
+	PlanInPlace(copied *epochfiles.Copy) (*epochfiles.Plan, error)
 	// A plan that will not run (a dry run): its copy, made by a rewrite
 	// that serves nothing, and what it changes whatever its path.
 	CopyForPlan(data []byte, original string, certs func(doc *yaml.Node, runDir string) (bool, error)) (string, error)

@@ -175,13 +175,15 @@ func (s *supervisor) checkReload(in planInput) (*reloadPlan, servedFiles, error)
 		v, err := s.envoys.HotRestartVersion(ctx, cfg.Envoy.BinaryPath)
 		hr <- answer{v, err, time.Since(t)}
 	}()
-	// One copy of the bootstrap: validated, then run. Reading the file twice
-	// would validate one text and run another if it changed in between.
-	var copied string
+	// One copy of the bootstrap: planned, validated, then run. Reading the
+	// file twice would validate one text and run another if it changed in
+	// between.
+	var copied, why string
+	var inPlace *epochfiles.Plan
 	if in.dry {
 		copied, tried.bootstrap, err = s.copyForPlan(ctx, cfg, in, &p.steps)
 	} else {
-		copied, tried.bootstrap, err = s.copyAndValidate(ctx, cfg, &p.steps)
+		copied, tried.bootstrap, inPlace, why, err = s.copyAndValidate(ctx, old, cfg, &p.steps)
 	}
 	if err != nil {
 		<-hr
@@ -216,14 +218,32 @@ func (s *supervisor) checkReload(in planInput) (*reloadPlan, servedFiles, error)
 	if path == envoy.DrainRestart {
 		p.envoy.Restart = s.restartPlan(cfg, p.fromPid)
 	}
-	if cfg.Agent.InPlace() {
+	if in.dry && cfg.Agent.InPlace() {
+		// A dry run's copy was validated whole; its plan is made now.
 		t := time.Now()
-		var inPlace *epochfiles.Plan
-		inPlace, p.why = s.planInPlace(old, cfg, copied, path == envoy.DrainRestart)
+		inPlace, why = s.planInPlace(old, cfg, &epochfiles.Copy{Path: copied})
 		p.steps.plan = time.Since(t)
-		if inPlace != nil {
-			p.envoy.Path, p.envoy.InPlace = envoy.InPlace, inPlace
+	}
+	p.why = why
+	// Without hot restart, the other path closes every connection at once.
+	if inPlace != nil && path != envoy.DrainRestart {
+		if cuts := cutsRequests(inPlace.Change.Listeners, cfg); cuts != "" {
+			// The plan's copy is the reload's copy, which the hot restart
+			// runs: validated whole (a dry run's was already).
+			inPlace, p.why = nil, cuts
+			if !in.dry {
+				t := time.Now()
+				err = s.validateCopy(ctx, cfg, copied)
+				p.steps.validate += time.Since(t)
+				if err != nil {
+					_ = os.Remove(copied)
+					return nil, tried, err
+				}
+			}
 		}
+	}
+	if inPlace != nil {
+		p.envoy.Path, p.envoy.InPlace = envoy.InPlace, inPlace
 	}
 	p.envoy.Timeout = reloadTimeout(cfg, p.envoy.Path)
 	return p, tried, nil
@@ -318,24 +338,36 @@ func reloadTimeout(cfg *config.Config, path envoy.ReloadPath) time.Duration {
 // bootstrap when the file changes while it does (a writer was at work).
 const bootstrapReads = 3
 
-// copyAndValidate copies cfg's bootstrap and validates the copy, and then
-// checks that the file still holds what was copied: a reload that read a
-// file a writer had cut short (truncated, not yet written whole) would
-// otherwise run whatever prefix of it validates, which can be a bootstrap
-// with no routes, no endpoints or no listeners. When the file changed, it
-// is read again, bootstrapReads times at most; then the reload is refused.
-// It returns the copy and the SHA-256 of the bytes it was made of (known
-// too when the copy is refused, for the status).
-func (s *supervisor) copyAndValidate(ctx context.Context, cfg *config.Config, steps *reloadSteps) (string, string, error) {
+// copyAndValidate copies cfg's bootstrap, plans the change in place from
+// old's when cfg reloads in place (planInPlace: the plan, or why a new
+// epoch is needed), and validates what the plan says (Plan.Validate: the
+// resources the change touches), else the whole copy; and then it checks
+// that the file still holds what was copied: a reload that read a file a
+// writer had cut short (truncated, not yet written whole) would otherwise
+// run whatever prefix of it validates, which can be a bootstrap with no
+// routes, no endpoints or no listeners. When the file changed, it is read
+// again, bootstrapReads times at most; then the reload is refused. It
+// returns the copy and the SHA-256 of the bytes it was made of (known too
+// when the copy is refused, for the status).
+func (s *supervisor) copyAndValidate(ctx context.Context, old, cfg *config.Config, steps *reloadSteps) (copied, sum string, inPlace *epochfiles.Plan, why string, err error) {
 	for read := 1; ; read++ {
 		t := time.Now()
 		c, err := s.proxy.CopyBootstrap(cfg.Envoy.ConfigPath)
 		steps.copy += time.Since(t)
 		if err != nil {
-			return "", "", errConfig{fmt.Errorf("envoy.config_path: %w", err)}
+			return "", "", nil, "", errConfig{fmt.Errorf("envoy.config_path: %w", err)}
+		}
+		if cfg.Agent.InPlace() {
+			t = time.Now()
+			inPlace, why = s.planInPlace(old, cfg, c)
+			steps.plan += time.Since(t)
 		}
 		t = time.Now()
-		err = s.validateCopy(ctx, cfg, c.Path)
+		if inPlace != nil {
+			err = inPlace.Validate(func(path string) error { return s.validateCopy(ctx, cfg, path) })
+		} else {
+			err = s.validateCopy(ctx, cfg, c.Path)
+		}
 		steps.validate += time.Since(t)
 		// Whether it validated or not: a torn copy's errors are not the
 		// file's.
@@ -345,19 +377,19 @@ func (s *supervisor) copyAndValidate(ctx context.Context, cfg *config.Config, st
 				s.log.Warnf("reload: %v; reading it again", changed)
 				continue
 			}
-			return "", "", errConfig{fmt.Errorf("envoy.config_path: %w, %d times in a row: write the new bootstrap to a file beside it and rename that over it (mv), then reload", changed, read)}
+			return "", "", nil, "", errConfig{fmt.Errorf("envoy.config_path: %w, %d times in a row: write the new bootstrap to a file beside it and rename that over it (mv), then reload", changed, read)}
 		}
 		if err != nil {
 			_ = os.Remove(c.Path)
-			return "", c.SHA256(), err
+			return "", c.SHA256(), nil, "", err
 		}
-		return c.Path, c.SHA256(), nil
+		return c.Path, c.SHA256(), inPlace, why, nil
 	}
 }
 
 // validateCopy runs `envoy --mode validate` on copied, the private copy of
-// cfg's bootstrap that the new epoch will run; problems name the
-// operator's file, not the copy.
+// cfg's bootstrap that the new epoch will run (or the part of it a plan in
+// place validates); problems name the operator's file, not the copy.
 func (s *supervisor) validateCopy(ctx context.Context, cfg *config.Config, copied string) error {
 	c := *cfg
 	c.Envoy.ConfigPath = copied
@@ -373,11 +405,11 @@ func (s *supervisor) validateCopy(ctx context.Context, cfg *config.Config, copie
 }
 
 // planInPlace is the in-place change from old to cfg, whose bootstrap copy
-// is copied, or nil and why a new epoch is needed: the command line or the
-// binary changed, the bootstrap outside its listeners, routes, clusters
-// and moved secrets, or a listener beside its routes while Envoy can hot
-// restart (drainRestart false).
-func (s *supervisor) planInPlace(old, cfg *config.Config, copied string, drainRestart bool) (*epochfiles.Plan, string) {
+// is c, or nil and why a new epoch is needed: the command line or the
+// binary changed, or the bootstrap outside its listeners, routes, clusters
+// and moved secrets (a listener changed beside its routes is the caller's
+// to judge: cutsRequests).
+func (s *supervisor) planInPlace(old, cfg *config.Config, c *epochfiles.Copy) (*epochfiles.Plan, string) {
 	// With the serving binary's version on both sides: whether the binary
 	// changed is the next question.
 	serving := s.hotRestartVersion()
@@ -387,17 +419,13 @@ func (s *supervisor) planInPlace(old, cfg *config.Config, copied string, drainRe
 	if !s.proxy.ServingBinaryIs(cfg.Envoy.BinaryPath) {
 		return nil, "the Envoy binary changed (or the serving Envoy was adopted in a live upgrade)"
 	}
-	plan, err := s.proxy.PlanInPlace(copied)
+	plan, err := s.proxy.PlanInPlace(c)
 	if err != nil {
 		var restart *inplace.RestartError
 		if errors.As(err, &restart) {
 			return nil, restart.Reason
 		}
 		return nil, err.Error()
-	}
-	// Without hot restart, the other path closes every connection at once.
-	if why := cutsRequests(plan.Change.Listeners, cfg); why != "" && !drainRestart {
-		return nil, why // the plan's copy is the reload's copy, which the hot restart runs
 	}
 	return plan, ""
 }
@@ -903,7 +931,7 @@ func (s *supervisor) rollback(ctx context.Context, g *guardedReload, v guardwatc
 func (s *supervisor) rollbackPlan(ctx context.Context, g *guardedReload) (envoy.ReloadPlan, error) {
 	prev := g.prev
 	if g.path == envoy.InPlace {
-		ip, err := s.proxy.PlanInPlace(g.kept)
+		ip, err := s.proxy.PlanInPlace(&epochfiles.Copy{Path: g.kept})
 		if err == nil {
 			return envoy.ReloadPlan{Path: envoy.InPlace, InPlace: ip, Copied: g.kept, Timeout: reloadTimeout(prev.cfg, envoy.InPlace)}, nil
 		}

@@ -31,6 +31,8 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )
@@ -41,9 +43,12 @@ import (
 const MaxBootstrapSize = bootyaml.MaxSize
 
 // Rewrite rewrites the operator's bootstrap as a copy is made (data is the
-// operator's file, name its path, runDir the folder the copy goes to); an
-// error refuses the copy. nil copies the bytes as they are.
-type Rewrite func(data []byte, name, runDir string) ([]byte, error)
+// operator's file, name its path, runDir the folder the copy goes to): it
+// returns the copy's bytes and, when it decoded them, the tree they
+// encode, which the steps after the copy take instead of decoding the copy
+// again (nil: they read the copy); an error refuses the copy. nil copies
+// the bytes as they are.
+type Rewrite func(data []byte, name, runDir string) ([]byte, *yaml.Node, error)
 
 // Copier makes the bootstrap copies of one Envoy's epochs. The zero value
 // is ready to use.
@@ -64,35 +69,39 @@ func (c *Copier) Resume(n uint64) { c.seq.Store(n) }
 // copy gets a name of its own (a sequence number), created exclusively and
 // never through a symbolic link: the clean-up of an epoch that failed must
 // not remove the copy that a later epoch with the same number runs from.
-func (c *Copier) Copy(dir, source, original string, epoch int, rewrite Rewrite) (string, error) {
+func (c *Copier) Copy(dir, source, original string, epoch int, rewrite Rewrite) (*Copy, error) {
 	data, err := safefile.ReadRegular(source, MaxBootstrapSize)
 	if err != nil {
-		return "", fmt.Errorf("read envoy bootstrap: %w", err)
+		return nil, fmt.Errorf("read envoy bootstrap: %w", err)
 	}
-	return c.write(dir, data, original, epoch, rewrite)
+	path, doc, err := c.write(dir, data, original, epoch, rewrite)
+	if err != nil {
+		return nil, err
+	}
+	return &Copy{Path: path, doc: doc}, nil
 }
 
 // CopyData is Copy of data, the bootstrap read from original: a plan
 // made of bytes the caller read (a dry run's, a candidate's).
 func (c *Copier) CopyData(dir string, data []byte, original string, epoch int, rewrite Rewrite) (string, error) {
-	return c.write(dir, data, original, epoch, rewrite)
+	path, _, err := c.write(dir, data, original, epoch, rewrite)
+	return path, err
 }
 
 // write writes data, the bootstrap read from original, as the copy for
-// epoch.
-func (c *Copier) write(dir string, data []byte, original string, epoch int, rewrite Rewrite) (string, error) {
-	var err error
+// epoch; doc is the copy decoded, when the rewrite decoded it.
+func (c *Copier) write(dir string, data []byte, original string, epoch int, rewrite Rewrite) (path string, doc *yaml.Node, err error) {
 	if rewrite != nil {
-		if data, err = rewrite(data, original, dir); err != nil {
-			return "", fmt.Errorf("envoy bootstrap %s: %w", original, err)
+		if data, doc, err = rewrite(data, original, dir); err != nil {
+			return "", nil, fmt.Errorf("envoy bootstrap %s: %w", original, err)
 		}
 	}
 	seq := c.seq.Add(1)
-	path := filepath.Join(dir, fmt.Sprintf("%s-%s", epochName(epoch, seq), filepath.Base(original)))
+	path = filepath.Join(dir, fmt.Sprintf("%s-%s", epochName(epoch, seq), filepath.Base(original)))
 	if err := safefile.CreatePrivate(path, data); err != nil {
-		return "", fmt.Errorf("copy envoy bootstrap: %w", err)
+		return "", nil, fmt.Errorf("copy envoy bootstrap: %w", err)
 	}
-	return path, nil
+	return path, doc, nil
 }
 
 // epochName is the name of the epoch that runs the copy seq of epoch: the
@@ -125,21 +134,33 @@ func (c *Copier) Checked(dir, path string, epoch int, rewrite Rewrite) (*Copy, e
 	if err != nil {
 		return nil, fmt.Errorf("read envoy bootstrap: %w", err)
 	}
-	copied, err := c.write(dir, data, path, epoch, rewrite)
+	copied, doc, err := c.write(dir, data, path, epoch, rewrite)
 	if err != nil {
 		return nil, err
 	}
-	return &Copy{Path: copied, source: path, sum: sha256.Sum256(data), state: before}, nil
+	return &Copy{Path: copied, doc: doc, source: path, sum: sha256.Sum256(data), state: before}, nil
 }
 
-// Copy is the private copy of the operator's bootstrap that a reload
-// validates and then runs (Copier.Checked).
+// Copy is a private copy of the operator's bootstrap: one an epoch runs
+// (Copier.Copy), or one a reload validates and then runs (Copier.Checked).
 type Copy struct {
 	// Path is the copy, in the run folder.
-	Path   string
+	Path string
+	// doc is the copy decoded, as the rewrite left it (nil: not decoded),
+	// for the one step that takes it next (ForEpoch, Files.Plan): that
+	// step changes it.
+	doc    *yaml.Node
 	source string
 	sum    [sha256.Size]byte
-	state  safefile.Identity // the source's, before it was read
+	state  safefile.Identity // the source's, before it was read (Checked)
+}
+
+// take returns the copy's decoded tree once (nil after, or when the
+// rewrite did not decode it): the step that takes it changes it.
+func (c *Copy) take() *yaml.Node {
+	doc := c.doc
+	c.doc = nil
+	return doc
 }
 
 // SHA256 is the SHA-256 (hex) of the operator's bytes the copy was made

@@ -27,14 +27,15 @@ func TestBootstrapCopiesNeverShareAFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	var c Copier
-	failed, err := c.Copy(run, src, "/etc/envoy/envoy.yaml", 1, nil)
+	fc, err := c.Copy(run, src, "/etc/envoy/envoy.yaml", 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	restore, err := c.Copy(run, src, "/etc/envoy/envoy.yaml", 1, nil)
+	rc, err := c.Copy(run, src, "/etc/envoy/envoy.yaml", 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	failed, restore := fc.Path, rc.Path
 	if failed == restore {
 		t.Fatalf("two copies for epoch 1 share the file %s", failed)
 	}

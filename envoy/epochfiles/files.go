@@ -42,17 +42,18 @@ type Files struct {
 // bootstrap copy (so a leftover of it goes with the copy: epoch-*-*).
 func resourceDir(copy string) string { return copy + ".d" }
 
-// ForEpoch returns the files of an epoch that runs copy, a copy of the
+// ForEpoch returns the files of an epoch that runs c, a copy of the
 // operator's file original, its routes and secrets served by server (nil:
-// none; the epoch runs copy as it is). With resources, it writes the
+// none; the epoch runs the copy as it is). With resources, it writes the
 // bootstrap Envoy runs and its listener and cluster files (envoy/inplace)
 // into a folder of the epoch's own, so that no two epochs share a file a
 // reload rewrites, and sets the epoch's route configurations and secrets
-// on the server; run is the bootstrap Envoy then runs. When the bootstrap
-// cannot be rewritten so, the epoch runs copy as it is, wired to the
-// server when it reads secrets from it (inplace.Runnable), and why says
-// why.
-func ForEpoch(copy, original string, resources bool, server ads.Server) (f *Files, run string, why error) {
+// on the server; run is the bootstrap Envoy then runs. It takes the copy
+// as its rewrite decoded it, or reads it. When the bootstrap cannot be
+// rewritten so, the epoch runs the copy as it is, wired to the server when
+// it reads secrets from it (inplace.Runnable), and why says why.
+func ForEpoch(c *Copy, original string, resources bool, server ads.Server) (f *Files, run string, why error) {
+	copy := c.Path
 	f = &Files{Copy: copy, server: server}
 	if server == nil {
 		if resources {
@@ -60,17 +61,17 @@ func ForEpoch(copy, original string, resources bool, server ads.Server) (f *File
 		}
 		return f, copy, why
 	}
-	data, err := safefile.ReadRegular(copy, MaxBootstrapSize)
-	if err != nil {
-		return f, copy, err
-	}
 	epoch := EpochName(copy)
 	wire := inplace.Wire{Socket: server.Path(), Epoch: epoch}
 	dir := resourceDir(copy)
 	if resources {
-		if run, why = f.split(data, original, dir, wire); why == nil {
+		if run, why = f.split(c, original, dir, wire); why == nil {
 			return f, run, nil
 		}
+	}
+	data, err := safefile.ReadRegular(copy, MaxBootstrapSize)
+	if err != nil {
+		return f, copy, errors.Join(why, err)
 	}
 	out, err := inplace.Runnable(data, original, wire)
 	switch {
@@ -91,11 +92,11 @@ func ForEpoch(copy, original string, resources bool, server ads.Server) (f *File
 	return f, run, why
 }
 
-// split is ForEpoch's resource files: the copy data parsed, written into
-// dir and its routes and secrets set on the server, for the epoch wire
-// names. It returns the bootstrap to run.
-func (f *Files) split(data []byte, original, dir string, wire inplace.Wire) (string, error) {
-	b, err := inplace.Parse(original, data, xds.Convert)
+// split is ForEpoch's resource files: the copy c parsed, written into dir
+// and its routes and secrets set on the server, for the epoch wire names.
+// It returns the bootstrap to run.
+func (f *Files) split(c *Copy, original, dir string, wire inplace.Wire) (string, error) {
+	b, err := parseCopy(c, original, xds.Convert)
 	if err != nil {
 		return "", err
 	}
@@ -110,6 +111,30 @@ func (f *Files) split(data []byte, original, dir string, wire inplace.Wire) (str
 	f.Resources, f.Epoch = dir, wire.Epoch
 	f.layout.Store(b)
 	return run, nil
+}
+
+// parseCopy parses the copy c of the operator's file original
+// (inplace.ParseTree of copyTree).
+func parseCopy(c *Copy, original string, convert ads.Convert) (*inplace.Bootstrap, error) {
+	doc, err := copyTree(c, original)
+	if err != nil {
+		return nil, err
+	}
+	return inplace.ParseTree(original, doc, convert)
+}
+
+// copyTree is the copy c of the operator's file original, decoded: the
+// tree its rewrite decoded, taken, or the file read and decoded
+// (inplace.Decode, whose errors say why it runs as it is).
+func copyTree(c *Copy, original string) (*yaml.Node, error) {
+	if doc := c.take(); doc != nil {
+		return doc, nil
+	}
+	data, err := safefile.ReadRegular(c.Path, MaxBootstrapSize)
+	if err != nil {
+		return nil, fmt.Errorf("read envoy bootstrap: %w", err)
+	}
+	return inplace.Decode(original, data)
 }
 
 // set sets b's route configurations and secrets as the epoch's on the
@@ -144,11 +169,7 @@ func Adopted(copy, original string, server ads.Server) (*Files, error) {
 	if f.Resources == "" {
 		return f, nil // the certificates' secrets alone: every epoch's
 	}
-	data, err := safefile.ReadRegular(copy, MaxBootstrapSize)
-	if err != nil {
-		return f, err
-	}
-	b, err := inplace.Parse(original, data, xds.Convert)
+	b, err := parseCopy(&Copy{Path: copy}, original, xds.Convert)
 	if err != nil {
 		return f, err
 	}
@@ -281,43 +302,71 @@ func (f *Files) Accepted(ctx context.Context, admin inplace.Admin) error {
 var ErrNoResourceFiles = errors.New("the serving Envoy runs its bootstrap as it is (not from resource files)")
 
 // Plan is a change of an epoch's listeners, routes, clusters and secrets,
-// nothing else, that the epoch can take in place (Files.Plan, Plan.Apply).
+// nothing else, that the epoch can take in place (Files.Plan,
+// Plan.Validate, Plan.Apply).
 type Plan struct {
 	// Change is what changes: the one comparison of the two bootstraps.
 	Change   inplace.Change
 	files    *Files
 	old, new *inplace.Bootstrap
 	copied   string
+	check    []byte // what Validate has validated (inplace.Subset), encoded
 }
 
-// Plan compares copied, a bootstrap copy of the operator's file original
+// Validate has validate (Envoy's --mode validate) check the change before
+// Apply makes it: with the path of a bootstrap, private and beside the
+// copy for as long as validate runs, that holds the new bootstrap but for
+// the listeners, clusters and secrets the change neither touches nor
+// needs (inplace.Subset); with the copy's own path for a plan made
+// without one.
+func (p *Plan) Validate(validate func(bootstrap string) error) error {
+	if p.check == nil {
+		return validate(p.copied)
+	}
+	epoch := EpochName(p.copied)
+	path := filepath.Join(filepath.Dir(p.copied), epoch+"-check-"+strings.TrimPrefix(filepath.Base(p.copied), epoch+"-"))
+	if err := safefile.CreatePrivate(path, p.check); err != nil {
+		return fmt.Errorf("write the bootstrap to validate: %w", err)
+	}
+	defer os.Remove(path)
+	return validate(path)
+}
+
+// Plan compares c, a bootstrap copy of the operator's file original
 // (Copier.Checked), with the epoch's bootstrap. It returns the plan when
 // only listeners, routes, clusters and secrets change; otherwise an error
 // says why not: ErrNoResourceFiles, an *inplace.NotRewritableError or an
-// *inplace.RestartError. The copy stays the caller's until Plan.Apply.
-func (f *Files) Plan(copied, original string) (*Plan, error) {
+// *inplace.RestartError. It takes the copy's decoded tree (Copy.take);
+// the copy's file stays the caller's until Plan.Apply.
+func (f *Files) Plan(c *Copy, original string) (*Plan, error) {
 	if f.Resources == "" || f.Epoch == "" {
 		return nil, ErrNoResourceFiles
-	}
-	parse := func(path string, convert ads.Convert) (*inplace.Bootstrap, error) {
-		return parseCopy(path, original, convert)
 	}
 	old := f.layout.Load() // parsed when the epoch started, or at its last change in place
 	if old == nil {
 		var err error
-		if old, err = parse(f.Copy, xds.Convert); err != nil {
+		if old, err = parseCopy(&Copy{Path: f.Copy}, original, xds.Convert); err != nil {
 			return nil, err
 		}
 	}
-	b, err := parse(copied, old.Reusing(xds.Convert))
+	doc, err := copyTree(c, original)
 	if err != nil {
 		return nil, err
 	}
-	c, err := inplace.Compare(old, b)
+	whole := bootyaml.Clone(doc) // Parse takes doc apart; the subset to validate is cut from this
+	b, err := inplace.ParseTree(original, doc, old.Reusing(xds.Convert))
 	if err != nil {
 		return nil, err
 	}
-	return &Plan{Change: c, files: f, old: old, new: b, copied: copied}, nil
+	ch, err := inplace.Compare(old, b)
+	if err != nil {
+		return nil, err
+	}
+	check, err := bootyaml.Encode(inplace.Subset(whole, b, ch), original)
+	if err != nil {
+		return nil, err
+	}
+	return &Plan{Change: ch, files: f, old: old, new: b, copied: c.Path, check: check}, nil
 }
 
 // Diff says which listeners, routes, clusters and secrets differ from the
@@ -330,25 +379,15 @@ func (f *Files) Diff(copied, original string) (inplace.Change, error) {
 	old := f.layout.Load()
 	var err error
 	if old == nil {
-		if old, err = parseCopy(f.Copy, original, xds.Convert); err != nil {
+		if old, err = parseCopy(&Copy{Path: f.Copy}, original, xds.Convert); err != nil {
 			return inplace.Change{}, err
 		}
 	}
-	b, err := parseCopy(copied, original, old.Reusing(xds.Convert))
+	b, err := parseCopy(&Copy{Path: copied}, original, old.Reusing(xds.Convert))
 	if err != nil {
 		return inplace.Change{}, err
 	}
 	return inplace.Diff(old, b), nil
-}
-
-// parseCopy parses the bootstrap copy at path of the operator's file
-// original, its routes and secrets converted by convert.
-func parseCopy(path, original string, convert ads.Convert) (*inplace.Bootstrap, error) {
-	data, err := safefile.ReadRegular(path, MaxBootstrapSize)
-	if err != nil {
-		return nil, fmt.Errorf("read envoy bootstrap: %w", err)
-	}
-	return inplace.Parse(original, data, convert)
 }
 
 // ErrPlanStale refuses a plan made for other files than the ones it is

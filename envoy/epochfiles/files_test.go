@@ -47,14 +47,15 @@ func TestEpochOnTheServer(t *testing.T) {
 	if err := os.WriteFile(src, []byte(splitDoc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	copied, err := c.Copy(run, src, src, 3, nil)
+	cp, err := c.Copy(run, src, src, 3, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	copied := cp.Path
 	if got := EpochName(copied); got != "epoch-3-1" {
 		t.Fatalf("EpochName(%s) = %q, want epoch-3-1", copied, got)
 	}
-	f, boot, why := ForEpoch(copied, src, true, srv)
+	f, boot, why := ForEpoch(cp, src, true, srv)
 	if why != nil || f.Epoch != "epoch-3-1" || f.Resources == "" || filepath.Dir(boot) != f.Resources {
 		t.Fatalf("ForEpoch = %+v, %s, %v", f, boot, why)
 	}
@@ -87,12 +88,11 @@ func TestEpochOnTheServer(t *testing.T) {
 
 	// Run as it is (reload_method "hot_restart"): nothing read from the
 	// server, nothing wired.
-	copied, err = c.Copy(run, src, src, 4, nil)
-	if err != nil {
+	if cp, err = c.Copy(run, src, src, 4, nil); err != nil {
 		t.Fatal(err)
 	}
-	f, boot, why = ForEpoch(copied, src, false, srv)
-	if why != nil || f.Epoch != "" || boot != copied {
+	f, boot, why = ForEpoch(cp, src, false, srv)
+	if why != nil || f.Epoch != "" || boot != cp.Path {
 		t.Fatalf("ForEpoch as it is = %+v, %s, %v", f, boot, why)
 	}
 	f.Remove()

@@ -34,6 +34,7 @@ type resource struct {
 	node   *yaml.Node
 	sum    [sha256.Size]byte // digest(node)
 	served ads.Resource      // a route configuration's or secret's, converted
+	owner  string            // a route configuration's: the listener it was moved out of
 }
 
 // digest is what two resources compare, and what a file's version is made
@@ -87,7 +88,32 @@ type Bootstrap struct {
 // nothing is converted: the names and texts are those Envoy would run, but
 // the Bootstrap cannot be written or applied (the configuration's checks).
 func Parse(name string, data []byte, convert ads.Convert) (*Bootstrap, error) {
-	p, err := decodeRewritable(name, data)
+	doc, err := Decode(name, data)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTree(name, doc, convert)
+}
+
+// Decode decodes the bootstrap data, read from a file called name, for
+// ParseTree, or says with a *NotRewritableError why it runs as it is (not
+// YAML or JSON, or it does not parse).
+func Decode(name string, data []byte) (*yaml.Node, error) {
+	if !bootyaml.Rewritable(name) {
+		return nil, notRewritable("only a YAML or JSON bootstrap is rewritten, not %s", filepath.Base(name))
+	}
+	var doc yaml.Node
+	if err := bootyaml.Decode(data, &doc); err != nil {
+		return nil, notRewritable("it cannot be parsed: %v", err)
+	}
+	return &doc, nil
+}
+
+// ParseTree is Parse of the bootstrap decoded already (doc, what a copy's
+// rewrite decoded: the bootstrap is decoded once on its way to Envoy). It
+// takes doc apart: the caller does not use it after.
+func ParseTree(name string, doc *yaml.Node, convert ads.Convert) (*Bootstrap, error) {
+	p, err := rewritable(name, doc)
 	if err != nil {
 		return nil, err
 	}
@@ -117,17 +143,13 @@ type parser struct {
 	b       *Bootstrap
 }
 
-// decodeRewritable decodes data and refuses what cannot be rewritten: not
-// YAML or JSON, not a mapping, anchors or aliases, dynamic_resources.
-func decodeRewritable(name string, data []byte) (*parser, error) {
+// rewritable refuses what cannot be rewritten: not YAML or JSON, not a
+// mapping, anchors or aliases, dynamic_resources.
+func rewritable(name string, doc *yaml.Node) (*parser, error) {
 	if !bootyaml.Rewritable(name) {
 		return nil, notRewritable("only a YAML or JSON bootstrap is rewritten, not %s", filepath.Base(name))
 	}
-	var doc yaml.Node
-	if err := bootyaml.Decode(data, &doc); err != nil {
-		return nil, notRewritable("it cannot be parsed: %v", err)
-	}
-	root := bootyaml.Root(&doc)
+	root := bootyaml.Root(doc)
 	if root == nil {
 		return nil, notRewritable("it is not a mapping")
 	}

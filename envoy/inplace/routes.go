@@ -57,7 +57,7 @@ func moveRoutes(listeners []resource, convert ads.Convert) (routes []resource, w
 				if bootyaml.Value(route, "validate_clusters") == nil {
 					route.Content = append(route.Content, bootyaml.Key("validate_clusters"), &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: "true"})
 				}
-				r := resource{name: name, node: route, sum: digest(route)}
+				r := resource{name: name, node: route, sum: digest(route), owner: l.name}
 				if convert != nil {
 					var err error
 					if r.served, err = convert(ads.RouteType, route); err != nil {
