@@ -56,7 +56,7 @@ type Manager struct {
 	// OnChange, when set before Run, is called after the certificates in
 	// use changed (for metrics): on a goroutine of its own, once for any
 	// number of changes made while it had not begun yet (changed).
-	OnChange func()
+	OnChange    func()
 	onChangeDue atomic.Bool // a call of OnChange is due and has not begun
 
 	// mu guards the maps; it is never held while a file is read or a

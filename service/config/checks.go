@@ -3,7 +3,6 @@
 package config
 
 import (
-	"go.yaml.in/yaml/v3"
 	"context"
 	"fmt"
 	"net/netip"
@@ -11,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/envoy-agent/envoy-agent/envoy/cli"
 	"github.com/envoy-agent/envoy-agent/envoy/versions"
