@@ -205,7 +205,7 @@ func (c ProxyConfig) rewrite() epochfiles.Rewrite {
 				return nil, nil, err
 			}
 		}
-		edits, err := inplace.EditRunningCopy(&doc, admin)
+		edits, err := inplace.EditRunningCopy(&doc, admin, changed)
 		if err != nil {
 			return nil, nil, err
 		}

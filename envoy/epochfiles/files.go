@@ -96,7 +96,14 @@ func ForEpoch(c *Copy, original string, resources bool, server ads.Server) (f *F
 // and its routes and secrets set on the server, for the epoch wire names.
 // It returns the bootstrap to run.
 func (f *Files) split(c *Copy, original, dir string, wire inplace.Wire) (string, error) {
-	b, err := parseCopy(c, original, xds.Convert)
+	doc, err := copyTree(c, original)
+	if err != nil {
+		return "", err
+	}
+	if !inplace.HasNode(bootyaml.Root(doc)) {
+		return "", errNoNode
+	}
+	b, err := inplace.ParseTree(original, doc, xds.Convert)
 	if err != nil {
 		return "", err
 	}
@@ -389,6 +396,11 @@ func (f *Files) Diff(copied, original string) (inplace.Change, error) {
 	}
 	return inplace.Diff(old, b), nil
 }
+
+// errNoNode is a copy whose node the rewrite left empty (inplace.Edits'
+// UserAgents): Envoy reads resources from files and over ADS only with
+// node.id and node.cluster.
+var errNoNode = errors.New("it sets no node.id and node.cluster, which Envoy needs to read resources from files, and the agent fills in none because its HTTP connection managers set add_user_agent, which would send them upstream; set node.id and node.cluster in the bootstrap to reload in place")
 
 // ErrPlanStale refuses a plan made for other files than the ones it is
 // applied to: the serving epoch changed since the reload was planned.

@@ -56,9 +56,13 @@ type Edits struct {
 	// "node.cluster").
 	NodeSet []string
 	// UserAgents counts the connection managers with add_user_agent when
-	// NodeSet is not empty: they send the node Envoy runs with upstream
-	// (x-envoy-downstream-service-cluster and -node), which a bare Envoy
-	// of the same bootstrap sends empty (cluster) or not at all (node).
+	// the bootstrap's node is empty: they send the node Envoy runs with
+	// upstream (x-envoy-downstream-service-cluster and -node), which a
+	// bare Envoy of the same bootstrap sends empty (cluster) or not at all
+	// (node). The copy then leaves the node empty (NodeSet is empty), so
+	// that Envoy sends what a bare one sends, and runs as it is (Envoy
+	// reads resources from files and over ADS only with a node), unless
+	// the agent serves it secrets, which need the node filled.
 	UserAgents int
 }
 
@@ -105,7 +109,7 @@ func RunningCopy(data []byte, name string, admin AgentAdmin) ([]byte, Edits, err
 		}
 		return data, Edits{}, nil
 	}
-	edits, err := EditRunningCopy(&doc, admin)
+	edits, err := EditRunningCopy(&doc, admin, false)
 	if err != nil || edits.Empty() {
 		return data, edits, err
 	}
@@ -115,7 +119,10 @@ func RunningCopy(data []byte, name string, admin AgentAdmin) ([]byte, Edits, err
 
 // EditRunningCopy makes RunningCopy's edits in the decoded bootstrap doc
 // (for a caller that decoded it already, once for its own reading too).
-func EditRunningCopy(doc *yaml.Node, admin AgentAdmin) (Edits, error) {
+// servesSecrets says the copy reads secrets from the agent's ADS server
+// (the certificates' step moved some), which needs the node filled in
+// whatever the connection managers send.
+func EditRunningCopy(doc *yaml.Node, admin AgentAdmin, servesSecrets bool) (Edits, error) {
 	var edits Edits
 	root := bootyaml.Root(doc)
 	if root == nil {
@@ -126,8 +133,11 @@ func EditRunningCopy(doc *yaml.Node, admin AgentAdmin) (Edits, error) {
 			return edits, err
 		}
 	}
-	if edits.NodeSet = fillNode(root); len(edits.NodeSet) > 0 {
+	if nodeEmpty(root) {
 		edits.UserAgents = countUserAgents(root)
+	}
+	if edits.UserAgents == 0 || servesSecrets {
+		edits.NodeSet = fillNode(root)
 	}
 	return edits, nil
 }
@@ -257,6 +267,23 @@ func reachesAdmin(host, port, admin, adminPort string) bool {
 		return err == nil && (ip.IsLoopback() || ip.IsUnspecified())
 	}
 	return local(host) && local(admin)
+}
+
+// HasNode reports whether the bootstrap root sets node.id and
+// node.cluster: what Envoy needs to read resources from files or over ADS.
+func HasNode(root *yaml.Node) bool { return !nodeEmpty(root) }
+
+// nodeEmpty reports whether the bootstrap root leaves node.id or
+// node.cluster empty.
+func nodeEmpty(root *yaml.Node) bool {
+	node := bootyaml.Value(root, "node")
+	for _, k := range []string{"id", "cluster"} {
+		v := bootyaml.Value(node, k)
+		if v == nil || v.Kind != yaml.ScalarNode || v.Value == "" || v.Tag == "!!null" {
+			return true
+		}
+	}
+	return false
 }
 
 // fillNode sets node.id and node.cluster of the bootstrap root to

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 )
 
 // statsThroughAdmin is a bootstrap written the way Envoy's own examples
@@ -62,7 +64,7 @@ func TestRunningCopy(t *testing.T) {
 		{name: "no node", text: "admin: { address: { pipe: { path: " + sock + " } } }\n", admin: socket,
 			edits: Edits{NodeSet: []string{"node.id", "node.cluster"}}, contains: []string{"node:\n  id: \"envoy-agent\"\n  cluster: \"envoy-agent\"\n"}},
 		{name: "no node, connection managers with add_user_agent", text: "admin: { address: { pipe: { path: " + sock + " } } }\nstatic_resources: { listeners: [{ filter_chains: [{ filters: [{ typed_config: { add_user_agent: true } }, { typed_config: { add_user_agent: yes } }, { typed_config: { add_user_agent: false } }] }] }] }\n", admin: socket,
-			edits: Edits{NodeSet: []string{"node.id", "node.cluster"}, UserAgents: 2}},
+			edits: Edits{UserAgents: 2}, absent: []string{"node"}},
 		{name: "node set, add_user_agent: its own node", text: node + "admin: { address: { pipe: { path: " + sock + " } } }\nstatic_resources: { listeners: [{ filter_chains: [{ filters: [{ typed_config: { add_user_agent: true } }] }] }] }\n", admin: socket},
 		{name: "empty node cluster", text: "node: { id: n, cluster: \"\" }\nadmin: { address: { pipe: { path: " + sock + " } } }\n", admin: socket,
 			edits: Edits{NodeSet: []string{"node.cluster"}}, contains: []string{"id: n"}},
@@ -109,6 +111,39 @@ func TestRunningCopy(t *testing.T) {
 			again, edits, err := RunningCopy(out, file, tt.admin)
 			if err != nil || string(again) != string(out) || !edits.Empty() {
 				t.Errorf("the copy of the copy: %+v %v\n%s", edits, err, again)
+			}
+		})
+	}
+}
+
+// A bootstrap with no node whose connection managers set add_user_agent
+// keeps its empty node, as a bare Envoy runs it, unless the agent serves
+// it secrets over ADS, which needs one.
+func TestUserAgentsKeepAnEmptyNode(t *testing.T) {
+	const text = "static_resources: { listeners: [{ filter_chains: [{ filters: [{ typed_config: { add_user_agent: true } }] }] }] }\n"
+	for _, tt := range []struct {
+		name          string
+		servesSecrets bool
+		want          Edits
+		hasNode       bool
+	}{
+		{"no secrets: left empty", false, Edits{UserAgents: 1}, false},
+		{"secrets over ADS: filled", true, Edits{NodeSet: []string{"node.id", "node.cluster"}, UserAgents: 1}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var doc yaml.Node
+			if err := yaml.Unmarshal([]byte(text), &doc); err != nil {
+				t.Fatal(err)
+			}
+			edits, err := EditRunningCopy(&doc, AgentAdmin{}, tt.servesSecrets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !equalEdits(edits, tt.want) {
+				t.Errorf("edits %+v, want %+v", edits, tt.want)
+			}
+			if got := HasNode(bootyaml.Root(&doc)); got != tt.hasNode {
+				t.Errorf("HasNode = %v, want %v", got, tt.hasNode)
 			}
 		})
 	}

@@ -403,8 +403,7 @@ func TestRunningCopyIsSaid(t *testing.T) {
 		{name: "no node", bootstrap: "admin: { address: { pipe: { path: DIR/run/admin.sock, mode: 0600 } } }\n",
 			notes: []string{`sets no node.id and node.cluster; Envoy runs with "envoy-agent" there`}},
 		{name: "no node and add_user_agent", bootstrap: "admin: { address: { pipe: { path: DIR/run/admin.sock, mode: 0600 } } }\nstatic_resources: { listeners: [{ address: { socket_address: { address: 0.0.0.0, port_value: 10000 } }, filter_chains: [{ filters: [{ name: envoy.filters.network.http_connection_manager, typed_config: { \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager, stat_prefix: ingress, add_user_agent: true, route_config: {}, http_filters: [{ name: envoy.filters.http.router, typed_config: { \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router } }] } }] }] }] }\n",
-			notes:    []string{`sets no node.id and node.cluster; Envoy runs with "envoy-agent" there`},
-			warnings: []string{`1 HTTP connection manager(s) set add_user_agent, so Envoy sends its node upstream (x-envoy-downstream-service-cluster and x-envoy-downstream-service-node: "envoy-agent"`, "set node.id and node.cluster in the bootstrap"}},
+			warnings: []string{`the bootstrap sets no node.id and node.cluster, and 1 HTTP connection manager(s) set add_user_agent`, "the agent leaves them empty, as a bare Envoy runs it", "set node.id and node.cluster in the bootstrap to reload in place"}},
 		{name: "a DNS cluster mixing the admin and others", bootstrap: node + tcpAdmin + cluster("STRICT_DNS", admin+", "+other),
 			problem: "envoy.admin_port: is not set, so Envoy's admin API runs on the unix socket"},
 	} {

@@ -30,7 +30,8 @@ func serveHTTP(t *testing.T, handler http.Handler) int {
 
 // upstream is a service called name: it answers with its name, the
 // request's path and what the filters in front of it added (the Lua
-// filter's request header, the user ext_authz let through), and takes a
+// filter's request header, the user ext_authz let through, and the
+// caller add_user_agent names), and takes a
 // WebSocket upgrade (101, then it closes).
 func upstream(t *testing.T, name string) int {
 	t.Helper()
@@ -47,7 +48,11 @@ func upstream(t *testing.T, name string) int {
 			}
 		}
 		w.Header().Set("content-type", "text/plain")
-		fmt.Fprintf(w, "%s %s %s lua=%q user=%q\n", name, r.Method, r.URL.Path, r.Header.Get("x-lua-request"), r.Header.Get("x-current-user"))
+		fmt.Fprintf(w, "%s %s %s lua=%q user=%q", name, r.Method, r.URL.Path, r.Header.Get("x-lua-request"), r.Header.Get("x-current-user"))
+		if c, ok := r.Header["X-Envoy-Downstream-Service-Cluster"]; ok {
+			fmt.Fprintf(w, " caller=%q node=%q", c, r.Header.Values("x-envoy-downstream-service-node"))
+		}
+		fmt.Fprintln(w)
 	}))
 }
 
