@@ -39,7 +39,7 @@ test-arm64: $(ARM64_ENVOY)
 	GOARCH=arm64 CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(ARM64_DIR)/envoy-agent ./cmd/envoy-agent
 	GOARCH=arm64 CGO_ENABLED=0 $(GO) test -c -o $(ARM64_DIR)/envoy-agent.test ./cmd/envoy-agent
 	@start=$$(date +%s); \
-	echo "test-arm64: $$(file -b $(ARM64_DIR)/envoy-agent.test | cut -d, -f1-2); Envoy $(ARM64_ENVOY), hot-restart version $$($(ARM64_ENVOY) --hot-restart-version)"; \
+	echo "test-arm64: $$(file -b $(ARM64_DIR)/envoy-agent.test | cut -d, -f1-2); Envoy $(ARM64_ENVOY), hot-restart version $$($(ARM64_ENVOY) --hot-restart-version 2>&1)"; \
 	{ cd cmd/envoy-agent && ENVOY_AGENT_BIN=$(ARM64_DIR)/envoy-agent ENVOY_AGENT_READY_WAIT=$(ARM64_READY_WAIT) ENVOY_BIN=$(ARM64_ENVOY) \
 		$(ARM64_DIR)/envoy-agent.test -test.count=1 -test.v -test.timeout 15m \
 		-test.run '^($(subst $(eval) ,|,$(strip $(ARM64_TESTS))))$$'; echo $$? >$(ARM64_DIR)/test.rc; } 2>&1 | tee $(ARM64_DIR)/test.log; \
