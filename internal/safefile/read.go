@@ -68,13 +68,17 @@ func OpenRegular(path string) (*os.File, error) {
 }
 
 // openPath resolves path to an O_PATH descriptor: openat2 with
-// RESOLVE_NO_MAGICLINKS, or plain open(2) on a kernel older than openat2
-// (5.6). Opening with O_PATH reads nothing, so nothing at the path can
-// block it.
+// RESOLVE_NO_MAGICLINKS, or plain open(2) where openat2 cannot be called:
+// a kernel older than it (5.6, ENOSYS), or a seccomp filter that does not
+// know it (EPERM: systemd 247's @system-service, Debian 11's, with the
+// unit's SystemCallErrorNumber=EPERM; an O_PATH open has no EPERM of its
+// own). Either way judge still refuses what is not a regular file on a
+// file system that keeps data. Opening with O_PATH reads nothing, so
+// nothing at the path can block it.
 func openPath(path string) (*os.File, error) {
 	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_MAGICLINKS}
-	fd, err := unix.Openat2(unix.AT_FDCWD, path, how)
-	if errors.Is(err, unix.ENOSYS) {
+	fd, err := openat2(unix.AT_FDCWD, path, how)
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
 		fd, err = unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
 	}
 	if err != nil {
@@ -82,6 +86,10 @@ func openPath(path string) (*os.File, error) {
 	}
 	return os.NewFile(uintptr(fd), path), nil
 }
+
+// openat2 is unix.Openat2; a test puts a seccomp filter's EPERM in its
+// place.
+var openat2 = unix.Openat2
 
 // reopen judges the file open at pf (O_PATH) and opens that same file for
 // reading: through /proc/self/fd, which reaches the open file itself, not

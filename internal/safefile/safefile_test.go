@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestCreatePrivate(t *testing.T) {
@@ -144,6 +146,37 @@ func TestKernelFilesAreRefusedBeforeTheyAreOpened(t *testing.T) {
 				case <-time.After(10 * time.Second):
 					t.Fatalf("ReadRegular(%s) has not returned after 10 s: the read waits for the kernel", p)
 				}
+			}
+		})
+	}
+}
+
+// TestWithoutOpenat2: where openat2 cannot be called (a seccomp filter
+// that does not know it answers EPERM, as systemd 247's @system-service
+// with the unit's SystemCallErrorNumber=EPERM did on Debian 11; a kernel
+// older than 5.6 answers ENOSYS), a regular file is read all the same and
+// a kernel file is still refused. The filter is a stand-in: openat2 is
+// replaced by a function that answers as it does.
+func TestWithoutOpenat2(t *testing.T) {
+	dir := t.TempDir()
+	regular := filepath.Join(dir, "regular")
+	if err := os.WriteFile(regular, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, errno := range []syscall.Errno{syscall.EPERM, syscall.ENOSYS} {
+		t.Run(errno.Error(), func(t *testing.T) {
+			calls := 0
+			openat2 = func(int, string, *unix.OpenHow) (int, error) { calls++; return -1, errno }
+			t.Cleanup(func() { openat2 = unix.Openat2 })
+			data, err := ReadRegular(regular, 1<<20)
+			if err != nil || string(data) != "x" {
+				t.Errorf("ReadRegular(regular) = %q, %v; want \"x\"", data, err)
+			}
+			if _, err := ReadRegular("/proc/self/stat", 1<<20); err == nil || !strings.Contains(err.Error(), "procfs") {
+				t.Errorf("ReadRegular(/proc/self/stat) = %v, want it refused as procfs", err)
+			}
+			if calls == 0 {
+				t.Error("the stand-in openat2 was never called")
 			}
 		})
 	}
