@@ -317,7 +317,7 @@ type Plan struct {
 	files    *Files
 	old, new *inplace.Bootstrap
 	copied   string
-	check    []byte // what Validate has validated (inplace.Subset), encoded
+	whole    *yaml.Node // the new copy decoded, whole: what Validate, once, cuts down (inplace.Subset); nil for a plan made without one
 }
 
 // Validate has validate (Envoy's --mode validate) check the change before
@@ -327,12 +327,16 @@ type Plan struct {
 // needs (inplace.Subset); with the copy's own path for a plan made
 // without one.
 func (p *Plan) Validate(validate func(bootstrap string) error) error {
-	if p.check == nil {
+	if p.whole == nil {
 		return validate(p.copied)
+	}
+	check, err := bootyaml.Encode(inplace.Subset(p.whole, p.new, p.Change), p.copied)
+	if err != nil {
+		return err
 	}
 	epoch := EpochName(p.copied)
 	path := filepath.Join(filepath.Dir(p.copied), epoch+"-check-"+strings.TrimPrefix(filepath.Base(p.copied), epoch+"-"))
-	if err := safefile.CreatePrivate(path, p.check); err != nil {
+	if err := safefile.CreatePrivate(path, check); err != nil {
 		return fmt.Errorf("write the bootstrap to validate: %w", err)
 	}
 	defer os.Remove(path)
@@ -349,12 +353,9 @@ func (f *Files) Plan(c *Copy, original string) (*Plan, error) {
 	if f.Resources == "" || f.Epoch == "" {
 		return nil, ErrNoResourceFiles
 	}
-	old := f.layout.Load() // parsed when the epoch started, or at its last change in place
-	if old == nil {
-		var err error
-		if old, err = parseCopy(&Copy{Path: f.Copy}, original, xds.Convert); err != nil {
-			return nil, err
-		}
+	old, err := f.serving(original)
+	if err != nil {
+		return nil, err
 	}
 	doc, err := copyTree(c, original)
 	if err != nil {
@@ -369,11 +370,17 @@ func (f *Files) Plan(c *Copy, original string) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	check, err := bootyaml.Encode(inplace.Subset(whole, b, ch), original)
-	if err != nil {
-		return nil, err
+	return &Plan{Change: ch, files: f, old: old, new: b, copied: c.Path, whole: whole}, nil
+}
+
+// serving is the epoch's layout: parsed when the epoch started or at its
+// last change in place, else parsed now from its copy of the operator's
+// file original.
+func (f *Files) serving(original string) (*inplace.Bootstrap, error) {
+	if old := f.layout.Load(); old != nil {
+		return old, nil
 	}
-	return &Plan{Change: ch, files: f, old: old, new: b, copied: c.Path, check: check}, nil
+	return parseCopy(&Copy{Path: f.Copy}, original, xds.Convert)
 }
 
 // Diff says which listeners, routes, clusters and secrets differ from the
@@ -383,12 +390,9 @@ func (f *Files) Plan(c *Copy, original string) (*Plan, error) {
 // says why the bootstraps cannot be compared (an
 // *inplace.NotRewritableError for one the agent does not split).
 func (f *Files) Diff(copied, original string) (inplace.Change, error) {
-	old := f.layout.Load()
-	var err error
-	if old == nil {
-		if old, err = parseCopy(&Copy{Path: f.Copy}, original, xds.Convert); err != nil {
-			return inplace.Change{}, err
-		}
+	old, err := f.serving(original)
+	if err != nil {
+		return inplace.Change{}, err
 	}
 	b, err := parseCopy(&Copy{Path: copied}, original, old.Reusing(xds.Convert))
 	if err != nil {

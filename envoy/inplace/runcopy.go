@@ -277,13 +277,14 @@ func HasNode(root *yaml.Node) bool { return !nodeEmpty(root) }
 // node.cluster empty.
 func nodeEmpty(root *yaml.Node) bool {
 	node := bootyaml.Value(root, "node")
-	for _, k := range []string{"id", "cluster"} {
-		v := bootyaml.Value(node, k)
-		if v == nil || v.Kind != yaml.ScalarNode || v.Value == "" || v.Tag == "!!null" {
-			return true
-		}
-	}
-	return false
+	return !nodeField(node, "id") || !nodeField(node, "cluster")
+}
+
+// nodeField reports whether the node mapping sets field k to a string
+// that is not empty.
+func nodeField(node *yaml.Node, k string) bool {
+	v := bootyaml.Value(node, k)
+	return v != nil && v.Kind == yaml.ScalarNode && v.Value != "" && v.Tag != "!!null"
 }
 
 // fillNode sets node.id and node.cluster of the bootstrap root to
@@ -297,8 +298,7 @@ func fillNode(root *yaml.Node) []string {
 	}
 	var set []string
 	for _, k := range []string{"id", "cluster"} {
-		v := bootyaml.Value(node, k)
-		if v != nil && v.Kind == yaml.ScalarNode && v.Value != "" && v.Tag != "!!null" {
+		if nodeField(node, k) {
 			continue
 		}
 		bootyaml.Set(node, k, bootyaml.Str(DefaultNode))
