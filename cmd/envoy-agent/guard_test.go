@@ -131,6 +131,23 @@ func checkRollback(t *testing.T, st guardStatus, path string) (reload, called, d
 	return reload, called, done
 }
 
+// servedAfterRollback holds the load l to the rollback that ended at done:
+// 500 more answers, none of the requests sent from done on failed, and the
+// configuration from before (v0) serving.
+func servedAfterRollback(t *testing.T, l *envoykit.Load, done time.Time) {
+	t.Helper()
+	envoykit.WaitAnswers(t, l, 500)
+	samples := l.Stop()
+	sent, failed, why := failedAfter(l, samples, done)
+	t.Logf("load: %d ok, %d failed in all; after the rollback %d sent, %d failed %v", l.OK(), l.Failed(), sent, failed, why)
+	if failed != 0 || sent < 500 {
+		t.Errorf("after the rollback %d of %d requests failed (%v), want 0 of at least 500", failed, sent, why)
+	}
+	if v := l.Latest(); v != "v0" {
+		t.Errorf("after the rollback Envoy answers %q, want v0", v)
+	}
+}
+
 // failedAfter counts the load's failed requests sent after at.
 func failedAfter(l *envoykit.Load, samples []envoykit.Sample, at time.Time) (sent, failed int, why []string) {
 	for _, s := range samples {
@@ -175,16 +192,7 @@ func TestGuardRollsBackARouteToARefusingCluster(t *testing.T) {
 	if got := p.servingPid(); got != pid {
 		t.Errorf("Envoy pid %d serves after the in-place rollback, want %d", got, pid)
 	}
-	envoykit.WaitAnswers(t, l, 500)
-	samples := l.Stop()
-	sent, failed, why := failedAfter(l, samples, done)
-	t.Logf("load: %d ok, %d failed in all; after the rollback %d sent, %d failed %v", l.OK(), l.Failed(), sent, failed, why)
-	if failed != 0 || sent < 500 {
-		t.Errorf("after the rollback %d of %d requests failed (%v), want 0 of at least 500", failed, sent, why)
-	}
-	if v := l.Latest(); v != "v0" {
-		t.Errorf("after the rollback Envoy answers %q, want v0", v)
-	}
+	servedAfterRollback(t, l, done)
 	if got := p.metric("envoy_agent_reload_rollbacks_total"); got != "1" {
 		t.Errorf("envoy_agent_reload_rollbacks_total = %q, want 1", got)
 	}
@@ -231,16 +239,7 @@ func TestGuardRollsBackAHotRestart(t *testing.T) {
 	r := <-slow
 	r.check(t, "the 8 s request in flight on the epoch the reload replaced")
 	t.Logf("the rollback waited %s for the epoch the reload replaced; its 8 s request took %s", done.Sub(called).Round(time.Millisecond), r.took.Round(time.Millisecond))
-	envoykit.WaitAnswers(t, l, 500)
-	samples := l.Stop()
-	sent, failed, why := failedAfter(l, samples, done)
-	t.Logf("load: %d ok, %d failed in all; after the rollback %d sent, %d failed %v", l.OK(), l.Failed(), sent, failed, why)
-	if failed != 0 || sent < 500 {
-		t.Errorf("after the rollback %d of %d requests failed (%v), want 0 of at least 500", failed, sent, why)
-	}
-	if v := l.Latest(); v != "v0" {
-		t.Errorf("after the rollback Envoy answers %q, want v0", v)
-	}
+	servedAfterRollback(t, l, done)
 }
 
 // goodReloads is how many good reloads TestGuardKeepsGoodReloads makes.
