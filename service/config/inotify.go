@@ -38,6 +38,9 @@ type InotifyNeed struct {
 	// Folders are the folders of the certificates the agent watches, each
 	// an inotify watch.
 	Folders []string
+	// Secrets counts the certificates the agent serves over ADS: with
+	// any, Envoy runs with a node (inplace.EditRunningCopy).
+	Secrets int
 }
 
 // inotifyNeed counts what Envoy and the agent will watch for the decoded
@@ -54,6 +57,7 @@ func (c *Config) inotifyNeed(doc *yaml.Node, rewritable bool) InotifyNeed {
 	}
 	n.Instances = 2*n.Files + 1
 	res, _ := certs.Edit(doc, c.RunDir()) // names the files; reads none
+	n.Secrets = len(res.Secrets)
 	// A file's folder and the folder its links lead to (certbot's live/
 	// and archive/): one file of each folder is resolved.
 	dirs := map[string]bool{}

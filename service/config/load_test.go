@@ -388,8 +388,13 @@ func TestRunningCopyIsSaid(t *testing.T) {
 	}
 	admin := "{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 9901 } } } }"
 	other := "{ endpoint: { address: { socket_address: { address: app, port_value: 80 } } } }"
+	userAgent := func(tls string) string {
+		return "admin: { address: { pipe: { path: DIR/run/admin.sock, mode: 0600 } } }\nstatic_resources: { listeners: [{ address: { socket_address: { address: 0.0.0.0, port_value: 10000 } }, filter_chains: [{ " + tls + "filters: [{ name: envoy.filters.network.http_connection_manager, typed_config: { \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager, stat_prefix: ingress, add_user_agent: true, route_config: {}, http_filters: [{ name: envoy.filters.http.router, typed_config: { \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router } }] } }] }] }] }\n"
+	}
+	const certFiles = "transport_socket: { name: tls, typed_config: { \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext, common_tls_context: { tls_certificates: [{ certificate_chain: { filename: DIR/cert.pem }, private_key: { filename: DIR/key.pem } }] } } }, "
 	for _, tt := range []struct {
 		name, bootstrap, toml string
+		certs                 bool     // DIR/cert.pem and DIR/key.pem, a serving pair
 		warnings, notes       []string // substrings, one a warning or note
 		problem               string
 	}{
@@ -402,8 +407,11 @@ func TestRunningCopyIsSaid(t *testing.T) {
 			warnings: []string{"Envoy's admin API is on TCP 127.0.0.1:15000"}},
 		{name: "no node", bootstrap: "admin: { address: { pipe: { path: DIR/run/admin.sock, mode: 0600 } } }\n",
 			notes: []string{`sets no node.id and node.cluster; Envoy runs with "envoy-agent" there`}},
-		{name: "no node and add_user_agent", bootstrap: "admin: { address: { pipe: { path: DIR/run/admin.sock, mode: 0600 } } }\nstatic_resources: { listeners: [{ address: { socket_address: { address: 0.0.0.0, port_value: 10000 } }, filter_chains: [{ filters: [{ name: envoy.filters.network.http_connection_manager, typed_config: { \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager, stat_prefix: ingress, add_user_agent: true, route_config: {}, http_filters: [{ name: envoy.filters.http.router, typed_config: { \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router } }] } }] }] }] }\n",
+		{name: "no node and add_user_agent", bootstrap: userAgent(""),
 			warnings: []string{`the bootstrap sets no node.id and node.cluster, and 1 HTTP connection manager(s) set add_user_agent`, "the agent leaves them empty, as a bare Envoy runs it", "set node.id and node.cluster in the bootstrap to reload in place"}},
+		{name: "certificates and add_user_agent", bootstrap: userAgent(certFiles), certs: true,
+			notes:    []string{`sets no node.id and node.cluster; Envoy runs with "envoy-agent" there`},
+			warnings: []string{`1 HTTP connection manager(s) set add_user_agent, so Envoy sends its node upstream (x-envoy-downstream-service-cluster and x-envoy-downstream-service-node: "envoy-agent"`, "Envoy needs one to read the certificates the agent serves it"}},
 		{name: "a DNS cluster mixing the admin and others", bootstrap: node + tcpAdmin + cluster("STRICT_DNS", admin+", "+other),
 			problem: "envoy.admin_port: is not set, so Envoy's admin API runs on the unix socket"},
 	} {
@@ -411,6 +419,17 @@ func TestRunningCopyIsSaid(t *testing.T) {
 			dir := t.TempDir()
 			if err := os.WriteFile(filepath.Join(dir, "envoy.yaml"), []byte(strings.ReplaceAll(tt.bootstrap, "DIR", dir)), 0o600); err != nil {
 				t.Fatal(err)
+			}
+			if tt.certs {
+				cert, key, _, err := envoykit.ServingPair(time.Now().Add(90 * 24 * time.Hour))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for name, pem := range map[string]string{"cert.pem": cert, "key.pem": key} {
+					if err := os.WriteFile(filepath.Join(dir, name), []byte(pem), 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
 			cfg, err := LoadConfig(writeConfig(t, dir, "[envoy]\nbinary_path = \""+bin+"\"\nconfig_path = \"envoy.yaml\"\n"+tt.toml+"[agent]\nrun_dir = \"run\"\n"))
 			if tt.problem != "" {

@@ -35,7 +35,9 @@ func (c *Config) agentAdmin() inplace.AgentAdmin {
 // node. A cluster that cannot follow the admin to the agent's socket is a
 // problem naming the edit to make.
 func (c *Config) checkRunningCopy(ps *problems, doc *yaml.Node) {
-	edits, err := inplace.EditRunningCopy(doc, c.agentAdmin(), false)
+	// After inotifyNeed, which turned the certificates into secrets as run's
+	// copy does.
+	edits, err := inplace.EditRunningCopy(doc, c.agentAdmin(), c.inotify.Secrets > 0)
 	var ace *inplace.AdminClusterError
 	switch {
 	case errors.As(err, &ace):
@@ -61,9 +63,13 @@ func (c *Config) checkRunningCopy(ps *problems, doc *yaml.Node) {
 	if len(edits.NodeSet) > 0 {
 		c.notef("%s: the bootstrap sets no %s; Envoy runs with %q there, in the agent's copy only (Envoy reads resources from files only with a node id and cluster)", file, strings.Join(edits.NodeSet, " and "), inplace.DefaultNode)
 	}
-	if edits.UserAgents > 0 {
-		c.warnf("%s: the bootstrap sets no node.id and node.cluster, and %d HTTP connection manager(s) set add_user_agent, which sends them upstream (x-envoy-downstream-service-cluster and -node): the agent leaves them empty, as a bare Envoy runs it, so Envoy runs this bootstrap as it is and every reload hot-restarts (unless the agent serves it certificates named by file: then they are %q, and sent); set node.id and node.cluster in the bootstrap to reload in place",
+	switch {
+	case edits.UserAgents > 0 && len(edits.NodeSet) > 0:
+		c.warnf("%s: %d HTTP connection manager(s) set add_user_agent, so Envoy sends its node upstream (x-envoy-downstream-service-cluster and x-envoy-downstream-service-node: %q, where a bare Envoy of this bootstrap sends an empty cluster and no node): Envoy needs one to read the certificates the agent serves it; set node.id and node.cluster in the bootstrap to choose what it sends",
 			file, edits.UserAgents, inplace.DefaultNode)
+	case edits.UserAgents > 0:
+		c.warnf("%s: the bootstrap sets no node.id and node.cluster, and %d HTTP connection manager(s) set add_user_agent, which sends them upstream (x-envoy-downstream-service-cluster and -node): the agent leaves them empty, as a bare Envoy runs it, so Envoy runs this bootstrap as it is and every reload hot-restarts; set node.id and node.cluster in the bootstrap to reload in place",
+			file, edits.UserAgents)
 	}
 }
 
