@@ -14,42 +14,6 @@ import (
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
-// TestReadScalar is Envoy 1.40.0's reading of plain scalars, as measured
-// (TestConvertMatchesEnvoy checks it against a real Envoy).
-func TestReadScalar(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		kind scalarKind
-		text string
-	}{
-		{"yes", kindBool, "true"}, {"Yes", kindBool, "true"}, {"YES", kindBool, "true"}, {"yEs", kindString, "yEs"},
-		{"n", kindBool, "false"}, {"Off", kindBool, "false"}, {"TRUE", kindBool, "true"},
-		{"017", kindNumber, "15"}, {"-017", kindNumber, "-15"}, {"08", kindString, "08"}, {"00", kindNumber, "0"},
-		{"0x1F", kindNumber, "31"}, {"-0x10", kindNumber, "-16"}, {"0x", kindString, "0x"}, {"0o17", kindString, "0o17"},
-		{"+5", kindNumber, "5"}, {"-0", kindNumber, "0"}, {"2147483647", kindNumber, "2147483647"},
-		{"2147483648", kindString, "2147483648"}, {"-2147483649", kindString, "-2147483649"},
-		{"0x100000000", kindString, "4294967296"}, {"9223372036854775808", kindString, "9223372036854775808"},
-		{"1.5", kindString, "1.5"}, {"1e3", kindString, "1e3"}, {".inf", kindString, ".inf"}, {"1_000", kindString, "1_000"},
-		{"~", kindNull, ""}, {"null", kindNull, ""}, {"", kindNull, ""}, {"nul", kindString, "nul"},
-	} {
-		var doc yaml.Node
-		if err := yaml.Unmarshal([]byte("v: "+c.in), &doc); err != nil {
-			t.Fatal(err)
-		}
-		got := readScalar(doc.Content[0].Content[1])
-		if got.kind != c.kind || got.text != c.text {
-			t.Errorf("%q: got %s %q, want %s %q", c.in, kindName(got.kind), got.text, kindName(c.kind), c.text)
-		}
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal([]byte("v: 'yes'"), &doc); err != nil {
-		t.Fatal(err)
-	}
-	if got := readScalar(doc.Content[0].Content[1]); got.kind != kindString || !got.quoted {
-		t.Errorf("a quoted yes: %+v", got)
-	}
-}
-
 // refusals are resources Convert refuses. envoyRefuses says Envoy refuses
 // them too (TestEnvoyRefusesToo checks it); the others Envoy reads in a way
 // the agent does not follow (the last of two keys), so the caller takes

@@ -1,5 +1,5 @@
 // The JSON that protobuf's parser gets from a resource's YAML: Envoy's
-// reading of each scalar (envoyyaml.go), checked against the field it goes
+// reading of each scalar (bootyaml.ReadScalar), checked against the field it goes
 // to, so that what Go's protojson then makes of it is what Envoy's C++
 // parser makes of the same YAML, or an error. Where the two parsers differ
 // it takes Envoy's side when that was measured (an enum's name in any case,
@@ -16,9 +16,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 )
 
 // maxDepth bounds how deep a resource nests: Envoy's deepest resources
@@ -43,7 +46,9 @@ func (e *FieldError) Error() string {
 
 // jsonNumber is a float as both parsers read it from a string: JSON's
 // number syntax.
-var jsonNumber = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?$`)
+var jsonNumber = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?$`)
+})
 
 // encoder writes the JSON of one resource.
 type encoder struct {
@@ -106,7 +111,7 @@ func (e *encoder) message(n *yaml.Node, md protoreflect.MessageDescriptor, path 
 	if err := e.plain(n, path, depth); err != nil {
 		return err
 	}
-	if n.Kind == yaml.ScalarNode && readScalar(n).kind == kindNull {
+	if n.Kind == yaml.ScalarNode && bootyaml.ReadScalar(n).Kind == bootyaml.KindNull {
 		e.buf = append(e.buf, "null"...)
 		return nil
 	}
@@ -126,10 +131,10 @@ func (e *encoder) message(n *yaml.Node, md protoreflect.MessageDescriptor, path 
 		if err != nil {
 			return err
 		}
-		if s.kind != kindString {
+		if s.Kind != bootyaml.KindString {
 			return e.fail(n, path, "want a string (such as 5s for a duration)")
 		}
-		e.str(s.text)
+		e.str(s.Text)
 		return nil
 	}
 	if isWrapper(md) {
@@ -186,7 +191,7 @@ func (e *encoder) anyMessage(n *yaml.Node, path string, depth int) error {
 			url = n.Content[i+1]
 		}
 	}
-	if url == nil || url.Kind != yaml.ScalarNode || readScalar(url).kind != kindString {
+	if url == nil || url.Kind != yaml.ScalarNode || bootyaml.ReadScalar(url).Kind != bootyaml.KindString {
 		return e.fail(n, path, "an Any needs an @type")
 	}
 	mt, err := e.res.FindMessageByURL(url.Value)
@@ -234,7 +239,7 @@ func (e *encoder) field(n *yaml.Node, fd protoreflect.FieldDescriptor, path stri
 	if err := e.plain(n, path, depth); err != nil {
 		return err
 	}
-	if n.Kind == yaml.ScalarNode && readScalar(n).kind == kindNull && !isValue(fd) {
+	if n.Kind == yaml.ScalarNode && bootyaml.ReadScalar(n).Kind == bootyaml.KindNull && !isValue(fd) {
 		e.buf = append(e.buf, "null"...) // both parsers leave the field unset
 		return nil
 	}
@@ -281,11 +286,11 @@ func isValue(fd protoreflect.FieldDescriptor) bool {
 
 // scalarOf is n read as Envoy reads a scalar, or an error when n is not
 // one.
-func (e *encoder) scalarOf(n *yaml.Node, path string) (scalar, error) {
+func (e *encoder) scalarOf(n *yaml.Node, path string) (bootyaml.Scalar, error) {
 	if n.Kind != yaml.ScalarNode {
-		return scalar{}, e.fail(n, path, "want a scalar")
+		return bootyaml.Scalar{}, e.fail(n, path, "want a scalar")
 	}
-	return readScalar(n), nil
+	return bootyaml.ReadScalar(n), nil
 }
 
 // single writes n as one value of the field fd (an element of a list or
@@ -301,49 +306,49 @@ func (e *encoder) single(n *yaml.Node, fd protoreflect.FieldDescriptor, path str
 	if err != nil {
 		return err
 	}
-	if s.kind == kindNull {
+	if s.Kind == bootyaml.KindNull {
 		e.buf = append(e.buf, "null"...)
 		return nil
 	}
 	switch fd.Kind() {
 	case protoreflect.BoolKind:
 		switch {
-		case s.kind == kindBool:
-			e.buf = append(e.buf, s.text...)
-		case s.kind == kindString && s.quoted && (s.text == "true" || s.text == "false"):
-			e.buf = append(e.buf, s.text...) // measured: Envoy takes a quoted "true"
+		case s.Kind == bootyaml.KindBool:
+			e.buf = append(e.buf, s.Text...)
+		case s.Kind == bootyaml.KindString && s.Quoted && (s.Text == "true" || s.Text == "false"):
+			e.buf = append(e.buf, s.Text...) // measured: Envoy takes a quoted "true"
 		default:
-			return e.fail(n, path, "want true or false, not %q", s.text)
+			return e.fail(n, path, "want true or false, not %q", s.Text)
 		}
 	case protoreflect.StringKind:
-		if s.kind != kindString {
-			return e.fail(n, path, "Envoy reads %s as a %s, not a string: quote it", s.text, kindName(s.kind))
+		if s.Kind != bootyaml.KindString {
+			return e.fail(n, path, "Envoy reads %s as a %s, not a string: quote it", s.Text, s.Kind)
 		}
-		e.str(s.text)
+		e.str(s.Text)
 	case protoreflect.BytesKind:
-		if _, err := base64.StdEncoding.DecodeString(s.text); s.kind != kindString || err != nil {
+		if _, err := base64.StdEncoding.DecodeString(s.Text); s.Kind != bootyaml.KindString || err != nil {
 			return e.fail(n, path, "want base64 (with padding)")
 		}
-		e.str(s.text)
+		e.str(s.Text)
 	case protoreflect.EnumKind:
 		return e.enum(n, s, fd.Enum(), path)
 	case protoreflect.FloatKind, protoreflect.DoubleKind:
 		switch {
-		case s.kind == kindNumber:
-			e.buf = append(e.buf, s.text...)
-		case s.kind == kindString && (jsonNumber.MatchString(s.text) || s.text == "NaN" || s.text == "Infinity" || s.text == "-Infinity"):
-			e.str(s.text)
+		case s.Kind == bootyaml.KindNumber:
+			e.buf = append(e.buf, s.Text...)
+		case s.Kind == bootyaml.KindString && (jsonNumber().MatchString(s.Text) || s.Text == "NaN" || s.Text == "Infinity" || s.Text == "-Infinity"):
+			e.str(s.Text)
 		default:
-			return e.fail(n, path, "want a number written as JSON writes one, not %q", s.text)
+			return e.fail(n, path, "want a number written as JSON writes one, not %q", s.Text)
 		}
 	default: // the integers
 		switch {
-		case s.kind == kindNumber:
-			e.buf = append(e.buf, s.text...)
-		case s.kind == kindString && isDecimal(s.text):
-			e.str(s.text)
+		case s.Kind == bootyaml.KindNumber:
+			e.buf = append(e.buf, s.Text...)
+		case s.Kind == bootyaml.KindString && isDecimal(s.Text):
+			e.str(s.Text)
 		default:
-			return e.fail(n, path, "want an integer, not %q", s.text)
+			return e.fail(n, path, "want an integer, not %q", s.Text)
 		}
 	}
 	return nil
@@ -357,40 +362,28 @@ func isDecimal(s string) bool {
 	return err == nil && !strings.HasPrefix(s, "+")
 }
 
-func kindName(k scalarKind) string {
-	switch k {
-	case kindBool:
-		return "bool"
-	case kindNumber:
-		return "number"
-	case kindNull:
-		return "null"
-	}
-	return "string"
-}
-
 // enum writes an enum's value: a name (Envoy's parser, with
 // case_insensitive_enum_parsing, takes it in any case: it is written in
 // upper case) or a number.
-func (e *encoder) enum(n *yaml.Node, s scalar, ed protoreflect.EnumDescriptor, path string) error {
+func (e *encoder) enum(n *yaml.Node, s bootyaml.Scalar, ed protoreflect.EnumDescriptor, path string) error {
 	if ed.FullName() == "google.protobuf.NullValue" {
 		return e.fail(n, path, "want null")
 	}
-	switch s.kind {
-	case kindNumber:
-		e.buf = append(e.buf, s.text...)
+	switch s.Kind {
+	case bootyaml.KindNumber:
+		e.buf = append(e.buf, s.Text...)
 		return nil
-	case kindString:
-		if ed.Values().ByName(protoreflect.Name(s.text)) != nil {
-			e.str(s.text)
+	case bootyaml.KindString:
+		if ed.Values().ByName(protoreflect.Name(s.Text)) != nil {
+			e.str(s.Text)
 			return nil
 		}
-		if up := strings.ToUpper(s.text); ed.Values().ByName(protoreflect.Name(up)) != nil {
+		if up := strings.ToUpper(s.Text); ed.Values().ByName(protoreflect.Name(up)) != nil {
 			e.str(up)
 			return nil
 		}
 	}
-	return e.fail(n, path, "no value %q in %s", s.text, ed.FullName())
+	return e.fail(n, path, "no value %q in %s", s.Text, ed.FullName())
 }
 
 // value writes n as a google.protobuf.Value: Envoy's reading of each
@@ -427,14 +420,14 @@ func (e *encoder) value(n *yaml.Node, path string, depth int) error {
 		e.buf = append(e.buf, ']')
 		return nil
 	case yaml.ScalarNode:
-		s := readScalar(n)
-		switch s.kind {
-		case kindNull:
+		s := bootyaml.ReadScalar(n)
+		switch s.Kind {
+		case bootyaml.KindNull:
 			e.buf = append(e.buf, "null"...)
-		case kindString:
-			e.str(s.text)
+		case bootyaml.KindString:
+			e.str(s.Text)
 		default:
-			e.buf = append(e.buf, s.text...)
+			e.buf = append(e.buf, s.Text...)
 		}
 		return nil
 	}

@@ -12,69 +12,90 @@
 // as a number). yaml.v3 reads the same text otherwise (yes is a string, 017
 // the number 17), so the agent reads it as Envoy does here.
 
-package xds
+package bootyaml
 
 import (
 	"math"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
 
-// scalarKind is what Envoy makes of a YAML scalar.
-type scalarKind int
+// Kind is what Envoy makes of a YAML scalar.
+type Kind int
 
+// The kinds of scalar Envoy reads.
 const (
-	kindNull scalarKind = iota
-	kindBool
-	kindNumber // an integer that fits in 32 bits: a JSON number
-	kindString
+	KindNull Kind = iota
+	KindBool
+	KindNumber // an integer that fits in 32 bits: a JSON number
+	KindString
 )
 
-// scalar is a YAML scalar as Envoy reads it: its kind and its JSON text (a
-// string's is its value, unquoted).
-type scalar struct {
-	kind scalarKind
-	text string
-	// quoted is set for a string written quoted or as a block.
-	quoted bool
+// String names the kind as an error message does.
+func (k Kind) String() string {
+	switch k {
+	case KindBool:
+		return "bool"
+	case KindNumber:
+		return "number"
+	case KindNull:
+		return "null"
+	}
+	return "string"
 }
 
-var (
-	decimalInt = regexp.MustCompile(`^[+-]?[1-9][0-9]*$`)
-	octalInt   = regexp.MustCompile(`^[+-]?0[0-7]*$`)
-	hexInt     = regexp.MustCompile(`^[+-]?0[xX][0-9a-fA-F]+$`)
-)
+// Scalar is a YAML scalar as Envoy reads it: its kind and its JSON text (a
+// string's is its value, unquoted).
+type Scalar struct {
+	Kind Kind
+	Text string
+	// Quoted is set for a string written quoted or as a block.
+	Quoted bool
+}
 
-// readScalar reads the plain or quoted scalar n as Envoy does. n has no
+// The integers' forms, compiled at the first scalar that starts like a
+// number (not at every exec of the agent).
+var intForms = sync.OnceValue(func() (f struct{ decimal, octal, hex *regexp.Regexp }) {
+	f.decimal = regexp.MustCompile(`^[+-]?[1-9][0-9]*$`)
+	f.octal = regexp.MustCompile(`^[+-]?0[0-7]*$`)
+	f.hex = regexp.MustCompile(`^[+-]?0[xX][0-9a-fA-F]+$`)
+	return f
+})
+
+// ReadScalar reads the plain or quoted scalar n as Envoy does. n has no
 // tag of its own (the caller refuses those: Envoy reads a !!str 123 as a
 // number).
-func readScalar(n *yaml.Node) scalar {
+func ReadScalar(n *yaml.Node) Scalar {
 	if n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) != 0 {
-		return scalar{kind: kindString, text: n.Value, quoted: true}
+		return Scalar{Kind: KindString, Text: n.Value, Quoted: true}
 	}
 	v := n.Value
 	switch v {
 	case "", "~", "null", "Null", "NULL":
-		return scalar{kind: kindNull}
+		return Scalar{Kind: KindNull}
 	}
 	if b, ok := envoyBool(v); ok {
-		return scalar{kind: kindBool, text: strconv.FormatBool(b)}
+		return Scalar{Kind: KindBool, Text: strconv.FormatBool(b)}
 	}
 	if i, ok := envoyInt(v); ok {
 		if i >= math.MinInt32 && i <= math.MaxInt32 {
-			return scalar{kind: kindNumber, text: strconv.FormatInt(i, 10)}
+			return Scalar{Kind: KindNumber, Text: strconv.FormatInt(i, 10)}
 		}
-		return scalar{kind: kindString, text: strconv.FormatInt(i, 10)}
+		return Scalar{Kind: KindString, Text: strconv.FormatInt(i, 10)}
 	}
-	return scalar{kind: kindString, text: v}
+	return Scalar{Kind: KindString, Text: v}
 }
 
 // envoyBool is yaml-cpp's bool: y, yes, true, on and their negations, all
 // lower case, all upper case, or with only the first letter upper.
 func envoyBool(v string) (value, ok bool) {
+	if len(v) > 5 || !strings.ContainsRune("yYnNtTfFoO", rune(v[0])) {
+		return false, false // not one of them: the quick way out, for every name
+	}
 	if v != strings.ToLower(v) && v != strings.ToUpper(v) && v != strings.ToUpper(v[:1])+strings.ToLower(v[1:]) {
 		return false, false
 	}
@@ -92,16 +113,19 @@ func envoyBool(v string) (value, ok bool) {
 // one that overflows is not an integer.
 func envoyInt(v string) (int64, bool) {
 	sign, digits := "", v
-	if v != "" && (v[0] == '+' || v[0] == '-') {
+	if v[0] == '+' || v[0] == '-' {
 		sign, digits = v[:1], v[1:]
 	}
-	base := 0
+	if digits == "" || digits[0] < '0' || digits[0] > '9' {
+		return 0, false // not a number: the quick way out, for every name
+	}
+	base, forms := 0, intForms()
 	switch {
-	case hexInt.MatchString(v):
+	case forms.hex.MatchString(v):
 		base, digits = 16, digits[2:]
-	case octalInt.MatchString(v):
+	case forms.octal.MatchString(v):
 		base = 8
-	case decimalInt.MatchString(v):
+	case forms.decimal.MatchString(v):
 		base = 10
 	default:
 		return 0, false
