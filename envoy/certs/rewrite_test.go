@@ -43,7 +43,7 @@ static_resources:
             validation_context:
               trusted_ca: {filename: /etc/ca.pem}
 `, secrets: 2,
-			contains: []string{"tls_certificate_sds_secret_configs", "validation_context_sds_secret_config", `name: "cert-c-`, `sds_config: {ads: {}, resource_api_version: V3}`},
+			contains: []string{"tls_certificate_sds_secret_configs", "validation_context_sds_secret_config", `"name": "cert-c-`, `"sds_config": {"ads": {}, "resource_api_version": "V3"}`},
 			absent:   []string{"filename", "tls_certificates"}},
 		{name: "cluster with CA and other checks; node kept", in: `
 node: {id: edge-1, cluster: ""}
@@ -62,9 +62,9 @@ static_resources:
 			// A static cluster's secret on a gRPC stream of its own, the
 			// epoch named by the token (Envoy 1.40.0 crashed with a static
 			// cluster's secret read over ADS).
-			contains: []string{"combined_validation_context", "default_validation_context", "match_typed_subject_alt_names", "node: {id: edge-1, cluster: \"\"}",
-				`api_config_source: {api_type: GRPC`, `cluster_name: "envoy-agent-xds", authority: "envoy-agent-epoch"`},
-			absent: []string{"ads: {}", "- name: \"envoy-agent-xds\""}},
+			contains: []string{"combined_validation_context", "default_validation_context", "match_typed_subject_alt_names", `"id": "edge-1",`, `"cluster": ""`,
+				`"api_config_source": {"api_type": "GRPC"`, `"cluster_name": "envoy-agent-xds", "authority": "envoy-agent-epoch"`},
+			absent: []string{`"ads": {}`, `{"name": "envoy-agent-xds"`}},
 		{name: "the operator's own ADS: a stream of their own, and the cluster", in: `
 dynamic_resources:
   ads_config: {api_type: GRPC, grpc_services: [{envoy_grpc: {cluster_name: cp}}]}
@@ -81,9 +81,9 @@ static_resources:
             - certificate_chain: {filename: /etc/c.pem}
               private_key: {filename: /etc/k.pem}
 `, secrets: 1,
-			contains: []string{`api_config_source: {api_type: GRPC`, `cluster_name: "envoy-agent-xds-2", authority: "envoy-agent-epoch"`,
-				`name: "envoy-agent-xds-2"`, `path: "/run/agent/xds.sock"`},
-			absent: []string{"ads: {}"}},
+			contains: []string{`"api_config_source": {"api_type": "GRPC"`, `"cluster_name": "envoy-agent-xds-2", "authority": "envoy-agent-epoch"`,
+				`{"name": "envoy-agent-xds-2"`, `"path": "/run/agent/xds.sock"`},
+			absent: []string{`"ads": {}`}},
 		{name: "password: left as it is", in: `
 static_resources:
   listeners:

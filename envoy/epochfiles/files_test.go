@@ -60,7 +60,7 @@ func TestEpochOnTheServer(t *testing.T) {
 		t.Fatalf("ForEpoch = %+v, %s, %v", f, boot, why)
 	}
 	text, err := os.ReadFile(boot)
-	if err != nil || !strings.Contains(string(text), `authority: "epoch-3-1"`) {
+	if err != nil || !strings.Contains(string(text), `"authority": "epoch-3-1"`) {
 		t.Fatalf("the bootstrap Envoy runs does not name the epoch on the server: %v\n%s", err, text)
 	}
 	set := srv.Status()["epoch-3-1"].Resources

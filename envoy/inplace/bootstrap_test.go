@@ -13,6 +13,7 @@ import (
 
 	"github.com/envoy-agent/envoy-agent/envoy/xds"
 	"github.com/envoy-agent/envoy-agent/envoy/xds/ads"
+	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 )
 
 // base is a bootstrap with two listeners, two clusters and a stats sink
@@ -131,6 +132,25 @@ func TestParseRefuses(t *testing.T) {
 	}
 }
 
+// TestWrittenComparesEqual: a bootstrap read back from the text the agent
+// writes of it (bootyaml.Encode) compares equal to the one it was written
+// from: what a dry run, or an agent adopting an Envoy, compares.
+func TestWrittenComparesEqual(t *testing.T) {
+	for name, text := range map[string]string{"base": base, "secrets": secretsBase} {
+		var doc yaml.Node
+		if err := bootyaml.Decode([]byte(text), &doc); err != nil {
+			t.Fatal(err)
+		}
+		written, err := bootyaml.Encode(&doc, "envoy.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err := Compare(parse(t, text), parse(t, string(written))); err != nil || !c.Empty() {
+			t.Errorf("%s: Compare = %q, %v; want nothing changed:\n%s", name, c, err, written)
+		}
+	}
+}
+
 func TestCompare(t *testing.T) {
 	for _, tt := range []struct {
 		name, from, to string
@@ -144,6 +164,9 @@ func TestCompare(t *testing.T) {
 		{"listener removed", "  - name: other\n", "  - name: gone\n", "listeners added gone; listeners removed other", false},
 		{"admin", "port_value: 15000", "port_value: 15001", "admin changed", true},
 		{"node", "id: n1", "id: n2", "node changed", true},
+		{"quoted, as Envoy reads it too", "stat_prefix: web", `stat_prefix: "web"`, "nothing changed", false},
+		{"in octal, as Envoy reads it too", "port_value: 9000", "port_value: 021450", "nothing changed", false},
+		{"read otherwise", "stat_prefix: web", "stat_prefix: 9000", "listeners updated web", false},
 		{"kept cluster", "port_value: 8125", "port_value: 8126", "static_resources changed (clusters named outside the listeners and clusters stay static: statsd)", true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -276,7 +299,7 @@ func TestRoutesMoveOutOfListeners(t *testing.T) {
 			if n := strings.Count(string(lds), "route_config_name"); n != len(b.Routes()) {
 				t.Errorf("%d RDS sources in the listener file, want %d:\n%s", n, len(b.Routes()), lds)
 			}
-			if n := strings.Count(string(lds), "config_source: {ads: {}, resource_api_version: V3}"); n != len(b.Routes()) {
+			if n := strings.Count(string(lds), `"config_source": {"ads": {}, "resource_api_version": "V3"}`); n != len(b.Routes()) {
 				t.Errorf("%d RDS sources read over ADS, want %d:\n%s", n, len(b.Routes()), lds)
 			}
 			served := b.Served(ads.RouteType)

@@ -143,15 +143,60 @@ func readState(ctx context.Context, admin Admin, k kind) (state, error) {
 	return st, nil
 }
 
-// fileVersion is the version_info of a resource file that resourceData
-// made (YAML, its first line).
-func fileVersion(data []byte) string {
-	line, _, _ := strings.Cut(string(data), "\n")
-	v, err := strconv.Unquote(strings.TrimPrefix(line, "version_info: "))
-	if err != nil {
-		return ""
+// readVersions is the version Envoy holds of each of ks's files, read
+// among Envoy's text readouts alone: a read of its counters matches every
+// one against the filter (20 ms at 1,000 TLS filter chains, 27,000
+// counters; 5 ms this way).
+func readVersions(ctx context.Context, admin Admin, ks ...kind) ([]string, error) {
+	prefixes := make([]string, len(ks))
+	for i, k := range ks {
+		prefixes[i] = regexp.QuoteMeta(k.stats)
 	}
-	return v
+	body, err := admin.Get(ctx, "/stats?type=TextReadouts&filter="+url.QueryEscape(`^(`+strings.Join(prefixes, "|")+`)\.version_text$`))
+	if err != nil {
+		return nil, err
+	}
+	versions := make([]string, len(ks))
+	seen := make([]bool, len(ks))
+	for line := range strings.Lines(string(body)) {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ": ")
+		if !ok {
+			continue
+		}
+		for i, k := range ks {
+			if name == k.stats+".version_text" {
+				versions[i], _ = strconv.Unquote(v)
+				seen[i] = true
+			}
+		}
+	}
+	for i, k := range ks {
+		if !seen[i] {
+			return nil, fmt.Errorf("envoy's admin has no %s.version_text: does it read %s?", k.stats, k.file)
+		}
+	}
+	return versions, nil
+}
+
+// fileVersion is the version_info of a resource file that resourceData
+// made: the start of its second line in the flow style it is written in
+// (`  "version_info": "…",`), or its first in the block style of the files
+// of an agent before it (`version_info: "…"`), adopted by a live upgrade.
+func fileVersion(data []byte) string {
+	text := string(data)
+	if rest, ok := strings.CutPrefix(text, "{\n"); ok {
+		text = strings.TrimLeft(rest, " ")
+	}
+	line, _, _ := strings.Cut(text, "\n")
+	line = strings.TrimSuffix(line, ",")
+	for _, key := range []string{`"version_info": `, "version_info: "} {
+		if v, ok := strings.CutPrefix(line, key); ok {
+			if v, err := strconv.Unquote(v); err == nil {
+				return v
+			}
+		}
+	}
+	return ""
 }
 
 // rejectedGrace is how long a rise of update_rejected or update_failure
@@ -410,19 +455,20 @@ func cmpOr(a, b string) string {
 func Accepted(ctx context.Context, r Running) error {
 	var reasons []string
 	if r.Dir != "" {
-		for _, k := range []kind{cds, lds} {
+		kinds := []kind{cds, lds}
+		versions, err := readVersions(ctx, r.Admin, kinds...)
+		if err != nil {
+			return err
+		}
+		for i, k := range kinds {
 			data, err := os.ReadFile(filepath.Join(r.Dir, k.file))
 			if err != nil {
 				return err
 			}
-			st, err := readState(ctx, r.Admin, k)
-			if err != nil {
-				return err
-			}
-			if want := fileVersion(data); st.version != want {
+			if want := fileVersion(data); versions[i] != want {
 				reason, ok := rejection(ctx, r.Admin, k, time.Time{})
 				if !ok {
-					reason = fmt.Sprintf("Envoy has not taken %s whole (its version is %q, the file's %q; its log says why)", k.file, st.version, want)
+					reason = fmt.Sprintf("Envoy has not taken %s whole (its version is %q, the file's %q; its log says why)", k.file, versions[i], want)
 				}
 				reasons = append(reasons, reason)
 			}

@@ -160,6 +160,15 @@ func (f *fakeEnvoy) Get(_ context.Context, path string) ([]byte, error) {
 	}
 	switch u.Path {
 	case "/stats":
+		if u.Query().Get("type") == "TextReadouts" {
+			var out []byte
+			for _, k := range []kind{cds, lds} {
+				if s, ok := f.subs[k.file]; ok && strings.Contains(u.Query().Get("filter"), regexp.QuoteMeta(k.stats)) {
+					out = fmt.Appendf(out, "%s.version_text: %q\n", k.stats, s.version)
+				}
+			}
+			return out, nil
+		}
 		m := statsFilter.FindStringSubmatch(u.Query().Get("filter"))
 		if m == nil {
 			return nil, fmt.Errorf("fake Envoy: stats filter %q", u.Query().Get("filter"))

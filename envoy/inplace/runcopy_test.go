@@ -39,7 +39,7 @@ func TestRunningCopy(t *testing.T) {
 	const sock = "/run/envoy-agent/admin.sock"
 	socket := AgentAdmin{Socket: sock}
 	tcp := AgentAdmin{Host: "127.0.0.1", Port: 15000}
-	node := "node: { id: n, cluster: c }\n"
+	node := "node: { id: n1, cluster: c }\n"
 	for _, tt := range []struct {
 		name     string
 		file     string
@@ -50,25 +50,25 @@ func TestRunningCopy(t *testing.T) {
 		absent   []string
 	}{
 		{name: "no admin: the agent's socket", text: node + "static_resources: {}\n", admin: socket,
-			edits: Edits{AdminAdded: true}, contains: []string{"    pipe:\n      path: \"" + sock + "\"\n      mode: 0600\n"}},
+			edits: Edits{AdminAdded: true}, contains: []string{`"pipe": {"path": "` + sock + `", "mode": 384}`}},
 		{name: "no admin: the agent's TCP port", text: node, admin: tcp,
-			edits: Edits{AdminAdded: true}, contains: []string{"    socket_address:\n      address: \"127.0.0.1\"\n      port_value: 15000\n"}},
+			edits: Edits{AdminAdded: true}, contains: []string{`"socket_address": {"address": "127.0.0.1", "port_value": 15000}`}},
 		{name: "an admin without an address keeps the rest", text: node + "admin: { access_log_path: /dev/null }\n", admin: socket,
-			edits: Edits{AdminAdded: true}, contains: []string{"access_log_path: /dev/null", sock}},
+			edits: Edits{AdminAdded: true}, contains: []string{`"access_log_path": "/dev/null"`, sock}},
 		{name: "TCP admin, socket agent: moved, clusters to the socket", text: node + statsThroughAdmin, admin: socket,
 			edits:    Edits{AdminMoved: "0.0.0.0:9901", AdminClusters: []string{"envoy-stats", "by-dns"}},
-			contains: []string{"address: {socket_address: {address: service, port_value: 8080}}", `type: "STATIC"`},
-			absent:   []string{"9901", "STRICT_DNS, load_assignment: {cluster_name: by-dns"}},
+			contains: []string{`"address": {"socket_address": {"address": "service", "port_value": 8080}}`, `"type": "STATIC"`},
+			absent:   []string{"9901", `"type": "STRICT_DNS", "load_assignment": {"cluster_name": "by-dns"`}},
 		{name: "TCP admin, TCP agent: the operator's", text: node + statsThroughAdmin, admin: tcp},
 		{name: "pipe admin: the operator's", text: node + "admin: { address: { pipe: { path: /elsewhere.sock } } }\n", admin: socket},
 		{name: "no node", text: "admin: { address: { pipe: { path: " + sock + " } } }\n", admin: socket,
-			edits: Edits{NodeSet: []string{"node.id", "node.cluster"}}, contains: []string{"node:\n  id: \"envoy-agent\"\n  cluster: \"envoy-agent\"\n"}},
+			edits: Edits{NodeSet: []string{"node.id", "node.cluster"}}, contains: []string{`"node": {`, `"id": "envoy-agent",`, `"cluster": "envoy-agent"`}},
 		{name: "no node, connection managers with add_user_agent", text: "admin: { address: { pipe: { path: " + sock + " } } }\nstatic_resources: { listeners: [{ filter_chains: [{ filters: [{ typed_config: { add_user_agent: true } }, { typed_config: { add_user_agent: yes } }, { typed_config: { add_user_agent: false } }] }] }] }\n", admin: socket,
 			edits: Edits{UserAgents: 2}, absent: []string{"node"}},
 		{name: "node set, add_user_agent: its own node", text: node + "admin: { address: { pipe: { path: " + sock + " } } }\nstatic_resources: { listeners: [{ filter_chains: [{ filters: [{ typed_config: { add_user_agent: true } }] }] }] }\n", admin: socket},
-		{name: "empty node cluster", text: "node: { id: n, cluster: \"\" }\nadmin: { address: { pipe: { path: " + sock + " } } }\n", admin: socket,
-			edits: Edits{NodeSet: []string{"node.cluster"}}, contains: []string{"id: n"}},
-		{name: "JSON", file: "e.json", text: `{"node":{"id":"n","cluster":"c"}}`, admin: socket,
+		{name: "empty node cluster", text: "node: { id: n1, cluster: \"\" }\nadmin: { address: { pipe: { path: " + sock + " } } }\n", admin: socket,
+			edits: Edits{NodeSet: []string{"node.cluster"}}, contains: []string{`"id": "n1"`}},
+		{name: "JSON", file: "e.json", text: `{"node":{"id":"n1","cluster":"c"}}`, admin: socket,
 			edits: Edits{AdminAdded: true}, contains: []string{`"admin":{"address":{"pipe":{"mode":384,"path":"` + sock + `"}}}`}},
 		{name: "no admin configured: left as it is", text: node + "static_resources: {}\n"},
 		{name: "protobuf: as it is", file: "e.pb", text: "\x0a\x01x", admin: socket},

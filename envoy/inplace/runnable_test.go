@@ -22,20 +22,22 @@ func TestRunnable(t *testing.T) {
     transport_socket: { typed_config: { common_tls_context: { validation_context_sds_secret_config: { name: ca, sds_config: { api_config_source: { api_type: GRPC, grpc_services: [{ envoy_grpc: { cluster_name: envoy-agent-xds-2, authority: ` + ads.EpochToken + ` } }] } } } } } }
 `
 	ownADS := "dynamic_resources:\n  ads_config: { api_type: GRPC, grpc_services: [{ envoy_grpc: { cluster_name: cp } }] }\n"
+	const authority = `"authority": "epoch-3-7"`
 	for _, tt := range []struct {
 		name, in string
 		run      bool     // wired (else run as it is)
 		contains []string // in what runs
 		absent   []string
+		streams  int // sources with the epoch's authority: the agent's ADS and each stream of its own
 	}{
-		{"nothing from the agent", "static_resources: { listeners: [] }\n", false, nil, nil},
-		{"the operator's own ADS alone", ownADS + listenerSecret, false, nil, nil},
+		{"nothing from the agent", "static_resources: { listeners: [] }\n", false, nil, nil, 0},
+		{"the operator's own ADS alone", ownADS + listenerSecret, false, nil, nil, 0},
 		{"a listener's secret over ADS", listenerSecret, true,
-			[]string{`name: "envoy-agent-xds"`, `path: "/run/x/xds.sock"`, `ads_config: {api_type: GRPC`, `authority: "epoch-3-7"`}, nil},
+			[]string{`"name": "envoy-agent-xds"`, `"path": "/run/x/xds.sock"`, `"ads_config": {`, `"api_type": "GRPC"`}, nil, 1},
 		{"a cluster's secret on a stream of its own", clusterSecret, true,
-			[]string{`{name: "envoy-agent-xds-2", type: STATIC`, "authority: epoch-3-7", `authority: "epoch-3-7"`}, []string{ads.EpochToken}},
+			[]string{`{"name": "envoy-agent-xds-2", "type": "STATIC"`, `"ads_config": {`}, []string{ads.EpochToken}, 2},
 		{"beside the operator's own ADS", ownADS + clusterSecret, true,
-			[]string{"authority: epoch-3-7", "cluster_name: cp"}, []string{ads.EpochToken, `authority: "epoch-3-7"`}},
+			[]string{`"cluster_name": "cp"`}, []string{ads.EpochToken}, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			out, err := Runnable([]byte(tt.in), "envoy.yaml", wire)
@@ -51,6 +53,9 @@ func TestRunnable(t *testing.T) {
 				if strings.Contains(string(out), s) {
 					t.Errorf("what runs holds %q:\n%s", s, out)
 				}
+			}
+			if n := strings.Count(string(out), authority); n != tt.streams {
+				t.Errorf("what runs has %d sources with the epoch's authority, want %d:\n%s", n, tt.streams, out)
 			}
 		})
 	}

@@ -58,7 +58,7 @@ func TestSecretsMoveOutOfStatic(t *testing.T) {
 		t.Errorf("secrets moved: %s, want srv.cert,upstream-ca,a:b", got)
 	}
 	for _, name := range []string{"unused", "web", "sourced", "odd"} {
-		if !strings.Contains(b.restText, "name: "+name) && !strings.Contains(b.restText, `name: "`+name+`"`) {
+		if !strings.Contains(b.restText, `"name": "`+name+`"`) {
 			t.Errorf("secret %s is not static in the bootstrap Envoy runs:\n%s", name, b.restText)
 		}
 	}
@@ -87,7 +87,7 @@ func TestSecretsMoveOutOfStatic(t *testing.T) {
 		data []byte
 		ads  int
 	}{{"lds", lds, 3}, {"cds", cds, 1}} {
-		if n := strings.Count(string(c.data), "ads: {}"); n != c.ads {
+		if n := strings.Count(string(c.data), `"ads": {}`); n != c.ads {
 			t.Errorf("%s has %d ADS sources, want %d:\n%s", c.file, n, c.ads, c.data)
 		}
 		if strings.Contains(string(c.data), "path_config_source") {

