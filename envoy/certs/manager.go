@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -58,6 +59,12 @@ type Manager struct {
 	// number of changes made while it had not begun yet (changed).
 	OnChange    func()
 	onChangeDue atomic.Bool // a call of OnChange is due and has not begun
+	// batches counts the reads of a bootstrap's secrets under way
+	// (refreshAll): changed waits for their end, and batchChanged says
+	// one is due then (a start that read 1,000 certificates in the
+	// background while OnChange listed them ran it again and again).
+	batches      atomic.Int32
+	batchChanged atomic.Bool
 
 	// mu guards the maps; it is never held while a file is read or a
 	// folder walked, so that status, a reload and a stop never wait on
@@ -73,6 +80,8 @@ type Manager struct {
 	seen    map[string]string    // by name: which files the last read met (or its error)
 	kick    chan struct{}        // the set of files changed: watch again
 	polled  string               // why some files are read by the poll alone ("" when all are watched)
+
+	background *Loading // armed by LoadNextInBackground for the next Serve
 
 	watching  chan struct{} // closed once Run watches (or polls) the files: the tests wait for it
 	noInotify bool          // the tests' stand-in for inotify that cannot be had
@@ -129,25 +138,43 @@ func (m *Manager) EditBootstrap(doc *yaml.Node, runDir string) (bool, error) {
 // Serve serves the secrets a rewrite found on the server before Envoy can
 // ask for them, and watches their files from then on. A pair that is not
 // whole keeps the one served (logged); with none served yet, it is an
-// error naming the file, as Envoy would refuse it.
+// error naming the file, as Envoy would refuse it. Armed by
+// LoadNextInBackground, it returns before the files are read, and the
+// Loading it returned says how the read ended.
 func (m *Manager) Serve(res Result) error {
 	for _, s := range res.Skipped {
 		m.log.Warnf("certificates: %s: left as it is (read once by Envoy, not watched)", s)
 	}
+	m.mu.Lock()
+	bg := m.background
+	m.background = nil
+	m.mu.Unlock()
 	if len(res.Secrets) == 0 {
+		bg.end(nil)
 		return nil
 	}
-	for _, s := range res.Secrets {
-		if _, err := m.refresh(s, true); err != nil {
-			return err
-		}
+	if bg != nil {
+		bg.started.Store(true)
+		m.use(res.Secrets)
+		// One goroutine: the start it overlaps needs the other processors.
+		go func() { bg.end(m.refreshAll(res.Secrets, 1)) }()
+		return nil
 	}
+	if err := m.refreshAll(res.Secrets, runtime.GOMAXPROCS(0)); err != nil {
+		return err
+	}
+	m.use(res.Secrets)
+	return nil
+}
+
+// use makes secrets the latest bootstrap's, and watches their files.
+func (m *Manager) use(secrets []Secret) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	// Secrets the previous bootstrap had stay watched: an epoch still
 	// draining, or the serving one after a refused reload, may read them.
 	m.inUse = map[string]bool{}
-	for _, s := range res.Secrets {
+	for _, s := range secrets {
 		m.secrets[s.Name] = s
 		m.inUse[s.Name] = true
 	}
@@ -156,17 +183,27 @@ func (m *Manager) Serve(res Result) error {
 	default:
 	}
 	m.changed() // the certificates in use may be others
-	return nil
 }
 
 // refresh reads s's files, holding no lock, and serves them when they
-// changed and are whole. With must, a secret never served yet is an error
-// when its files are not whole. moved reports that the files read are
-// others than the last read met (a re-pointed link, a file renamed into
-// place) or fail otherwise: the folders to watch may have changed. Of two
-// reads of the same secret, the later one begun wins, whichever ends
-// first.
+// changed and are whole (read). With must, a secret never served yet is
+// an error when its files are not whole. moved reports that the files
+// read are others than the last read met (a re-pointed link, a file
+// renamed into place) or fail otherwise: the folders to watch may have
+// changed.
 func (m *Manager) refresh(s Secret, must bool) (moved bool, err error) {
+	moved, changed, err := m.read(s, must)
+	if changed {
+		m.publish(s)
+	}
+	return moved, err
+}
+
+// read reads s's files, holding no lock, and takes them to serve when they
+// changed and are whole (takeLocked): changed says the caller publishes
+// them. Of two reads of the same secret, the later one begun wins,
+// whichever ends first.
+func (m *Manager) read(s Secret, must bool) (moved, changed bool, err error) {
 	m.mu.Lock()
 	m.reads++
 	n := m.reads
@@ -181,15 +218,12 @@ func (m *Manager) refresh(s Secret, must bool) (moved bool, err error) {
 	m.seen[s.Name] = seen
 	if n < m.newest[s.Name] {
 		m.mu.Unlock()
-		return moved, nil // a later read of these files was taken already
+		return moved, false, nil // a later read of these files was taken already
 	}
 	m.newest[s.Name] = n
-	changed, err := m.takeLocked(s, mat, err, must)
+	changed, err = m.takeLocked(s, mat, err, must)
 	m.mu.Unlock()
-	if changed {
-		m.publish(s)
-	}
-	return moved, err
+	return moved, changed, err
 }
 
 // takeLocked takes mat, what load read of s's files (or err), and reports
@@ -237,6 +271,10 @@ func (m *Manager) takeLocked(s Secret, mat *material, err error, must bool) (boo
 // that served 1,000 certificates called it 1,000 times, each listing all
 // of them: 160 ms of the agent's processor while Envoy started.
 func (m *Manager) changed() {
+	if m.batches.Load() > 0 {
+		m.batchChanged.Store(true) // the batch calls it once, at its end
+		return
+	}
 	if m.OnChange == nil || m.onChangeDue.Swap(true) {
 		return
 	}

@@ -259,31 +259,49 @@ func maps(sets map[Type]map[string]Resource, t Type) map[string]Resource {
 // Update does, for each epoch whose Envoy subscribes to it. It returns the
 // outcome of each such epoch, and the rejections.
 func (s *Server) UpdateSecret(ctx context.Context, r Resource) (map[string]Outcome, error) {
-	if r.Type != SecretType {
-		return nil, fmt.Errorf("xds: %s %s is not a secret", r.Type.Noun(), r.Name)
+	return s.UpdateSecrets(ctx, []Resource{r})
+}
+
+// UpdateSecrets is UpdateSecret of each of rs at once: one response to
+// each epoch, and one wait for each epoch whose Envoy subscribes to any of
+// them (one by one, an Envoy subscribed to 1,000 secrets acknowledged
+// each, with all it holds, before the next).
+func (s *Server) UpdateSecrets(ctx context.Context, rs []Resource) (map[string]Outcome, error) {
+	for _, r := range rs {
+		if r.Type != SecretType {
+			return nil, fmt.Errorf("xds: %s %s is not a secret", r.Type.Noun(), r.Name)
+		}
 	}
 	s.mu.Lock()
-	s.shared[r.Name] = r
-	var names []string
+	for _, r := range rs {
+		s.shared[r.Name] = r
+	}
+	waits := map[string][]string{} // by epoch: the secrets its Envoy subscribes to
 	for name, e := range s.epochs {
-		if _, own := e.sets[SecretType][r.Name]; own {
-			e.sets[SecretType][r.Name] = r
-		}
-		for st := range e.streams {
-			if st.subscribesLocked(SecretType, r.Name) {
-				names = append(names, name)
-				break
+		for _, r := range rs {
+			if _, own := e.sets[SecretType][r.Name]; own {
+				e.sets[SecretType][r.Name] = r
+			}
+			for st := range e.streams {
+				if st.subscribesLocked(SecretType, r.Name) {
+					waits[name] = append(waits[name], r.Name)
+					break
+				}
 			}
 		}
 		s.kickLocked(e)
 	}
 	s.notifyLocked()
 	s.mu.Unlock()
-	sort.Strings(names)
 	out := map[string]Outcome{}
 	var errs []error
+	names := make([]string, 0, len(waits))
+	for name := range waits {
+		names = append(names, name)
+	}
+	sort.Strings(names)
 	for _, name := range names {
-		o, err := s.wait(ctx, name, SecretType, []string{r.Name})
+		o, err := s.wait(ctx, name, SecretType, waits[name])
 		out[name] = o
 		if err != nil {
 			errs = append(errs, err)

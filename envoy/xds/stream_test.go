@@ -219,3 +219,47 @@ func TestSharedSecrets(t *testing.T) {
 		t.Fatalf("after the NACK: %+v", ts)
 	}
 }
+
+// TestSharedSecretsAtOnce: UpdateSecrets serves many secrets in one
+// response to an Envoy subscribed to them, and one acknowledgement of it
+// ends the wait; a secret no Envoy asks for is served to later epochs.
+func TestSharedSecretsAtOnce(t *testing.T) {
+	s := listen(t, testLog{t})
+	secret := func(name, v string) Resource {
+		r, err := ConvertYAML(SecretType, []byte(`{name: `+name+`, generic_secret: {secret: {inline_string: "`+v+`"}}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	ctx := withTimeout(t, 10*time.Second)
+	if _, err := s.UpdateSecrets(ctx, []Resource{secret("a", "v1"), secret("b", "v1")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Set("e1", RouteType, nil); err != nil {
+		t.Fatal(err)
+	}
+	f := dialFake(t, s, "e1")
+	f.sendSecrets([]string{"a", "b"}, "", "", "")
+	r := f.recv()
+	if len(r.Resources) != 2 {
+		t.Fatalf("first response: %d secrets, want a and b", len(r.Resources))
+	}
+	f.sendSecrets([]string{"a", "b"}, r.VersionInfo, r.Nonce, "")
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.UpdateSecrets(ctx, []Resource{secret("a", "v2"), secret("b", "v2"), secret("c", "v1")})
+		done <- err
+	}()
+	r = f.recv() // both renewals in one response
+	if len(r.Resources) != 2 {
+		t.Fatalf("the renewals: %d secrets in the response, want a and b at once", len(r.Resources))
+	}
+	f.sendSecrets([]string{"a", "b"}, r.VersionInfo, r.Nonce, "")
+	if err := <-done; err != nil {
+		t.Fatalf("the renewals: %v", err)
+	}
+	if _, err := s.UpdateSecrets(ctx, []Resource{{Type: RouteType, Name: "r"}}); err == nil {
+		t.Fatal("UpdateSecrets took a route configuration")
+	}
+}
