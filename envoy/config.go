@@ -112,6 +112,10 @@ type ProxyConfig struct {
 	Env []string
 	// Logger receives the proxy's and agent's log lines; nil discards them.
 	Logger Logger
+	// Decoded, when set, is the operator's bootstrap as the caller read
+	// and decoded it (to check it): the next copy takes its tree instead
+	// of decoding the file again, if the file still holds those bytes.
+	Decoded *bootyaml.Decoded
 	// RewriteBootstrap, when set, rewrites the bootstrap as each private
 	// copy an epoch runs is made: doc is the operator's file decoded (a
 	// YAML or JSON bootstrap), which it changes in place, and runDir the
@@ -191,29 +195,32 @@ func (c ProxyConfig) rewrite() epochfiles.Rewrite {
 		if !bootyaml.Rewritable(name) {
 			return data, nil, nil
 		}
-		var doc yaml.Node
-		if err := bootyaml.Decode(data, &doc); err != nil {
-			if le := (*bootyaml.LimitError)(nil); errors.As(err, &le) {
-				return nil, nil, fmt.Errorf("%s: %w", name, le)
+		doc := c.Decoded.Take(data)
+		if doc == nil {
+			doc = &yaml.Node{}
+			if err := bootyaml.Decode(data, doc); err != nil {
+				if le := (*bootyaml.LimitError)(nil); errors.As(err, &le) {
+					return nil, nil, fmt.Errorf("%s: %w", name, le)
+				}
+				return data, nil, nil
 			}
-			return data, nil, nil
 		}
 		changed := false
 		if c.RewriteBootstrap != nil {
 			var err error
-			if changed, err = c.RewriteBootstrap(&doc, runDir); err != nil {
+			if changed, err = c.RewriteBootstrap(doc, runDir); err != nil {
 				return nil, nil, err
 			}
 		}
-		edits, err := inplace.EditRunningCopy(&doc, admin, changed)
+		edits, err := inplace.EditRunningCopy(doc, admin, changed)
 		if err != nil {
 			return nil, nil, err
 		}
 		if !changed && edits.Empty() {
-			return data, &doc, nil
+			return data, doc, nil
 		}
-		out, err := bootyaml.Encode(&doc, name)
-		return out, &doc, err
+		out, err := bootyaml.Encode(doc, name)
+		return out, doc, err
 	}
 }
 

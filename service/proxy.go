@@ -177,6 +177,7 @@ func (s *supervisor) proxyConfig(cfg *config.Config, hotRestartVersion string) e
 	pc.Env = childenv.Clean(os.Environ())
 	pc.DisableHotRestart = hotRestartVersion == envoy.HotRestartDisabled
 	pc.RewriteBootstrap = s.certs.EditBootstrap
+	pc.Decoded = cfg.TakeStartBootstrap() // a start's first copy decodes nothing again
 	pc.XDS = s.xds
 	return pc
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -55,6 +56,8 @@ func Run(ctx context.Context, opts Options) error {
 		opts.Signals = &systemd.Signals{} // nil channels: no signal reaches this run but ctx's end
 	}
 	opts.Stderr = systemd.BestEffortWriter{W: opts.Stderr}
+	restoreGC := sync.OnceFunc(startGC())
+	defer restoreGC()
 
 	// An agent that re-executed into this one (a live upgrade) handed over
 	// its Envoys and the settings they run with: the file may have been
@@ -67,7 +70,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	cfg := handed.ServingConfig()
 	if cfg == nil {
-		if cfg, err = config.LoadConfig(opts.ConfigPath); err != nil {
+		if cfg, err = config.LoadStartConfig(opts.ConfigPath); err != nil {
 			return err
 		}
 		// The run folder and the admin socket's must be the agent's user's
@@ -105,7 +108,12 @@ func Run(ctx context.Context, opts Options) error {
 		log.Errorf("upgrade: cannot adopt the running Envoy: %v", err)
 		return err
 	}
-	return s.run(ctx)
+	var certsRead *certs.Loading
+	if handed == nil && cfg.Certificates() > 0 {
+		// Envoy's first start overlaps the certificates' read.
+		certsRead = s.certs.LoadNextInBackground()
+	}
+	return s.run(ctx, certsRead, restoreGC)
 }
 
 // supervisor is one `envoy-agent run`.
@@ -223,9 +231,10 @@ func (s *supervisor) applyLogSettings(cfg *config.Config) {
 
 // run is the run, once assembled: open (the claims and the agent's own
 // sockets), serve (the agent's servers, the watchdog and Envoy's start),
-// the wait for Envoy to be LIVE (READY=1), then loop until Envoy exits or
-// a stop has stopped it.
-func (s *supervisor) run(ctx context.Context) error {
+// the wait for Envoy to be LIVE (READY=1) and for certsRead (nil: the
+// certificates are read before Envoy starts), then loop until Envoy exits
+// or a stop has stopped it.
+func (s *supervisor) run(ctx context.Context, certsRead *certs.Loading, restoreGC func()) error {
 	s.report.agentStarted(s.version)
 	s.noteLastExit()
 	o, err := s.open(ctx)
@@ -242,19 +251,27 @@ func (s *supervisor) run(ctx context.Context) error {
 	envoyCtx, stopEnvoy := context.WithCancel(context.Background())
 	defer stopEnvoy()
 	status, runErr, started := s.serve(serveCtx, envoyCtx, stopEnvoy, o)
-	if live, err := s.waitLive(ctx, started, runErr, stopEnvoy); !live {
+	live, err := s.waitLive(ctx, started, runErr, stopEnvoy, certsRead)
+	restoreGC()
+	if !live {
 		s.recordExit(err)
 		return err
 	}
 	status.Seed(true, "LIVE")
+	for _, w := range s.config().BootstrapFileWarnings() { // a start's, judged once Envoy runs
+		s.log.Warn(w)
+	}
+	// The certificates' files are watched from LIVE on: their folders'
+	// walk (2,000 files at 1,000 certificates) then takes no processor
+	// from Envoy's start, which read them.
+	go s.watchCertificates(serveCtx, s.handover != nil)
 	go s.watchInstalledEnvoy(serveCtx)
 	return s.loop(ctx, runErr, stopEnvoy)
 }
 
 // serve starts what runs until the agent exits, until serveCtx ends: the
 // status port, the control socket and the metrics port on the sockets o
-// holds, Envoy (the runner, until envoyCtx ends), the certificates' watch
-// and the watchdog. It returns the status server, whose answer the caller
+// holds, Envoy (the runner, until envoyCtx ends) and the watchdog. It returns the status server, whose answer the caller
 // seeds at LIVE, where the runner's end comes, and when Envoy was started.
 func (s *supervisor) serve(serveCtx, envoyCtx context.Context, stopEnvoy context.CancelFunc, o *opened) (*httpserver.Status, <-chan error, time.Time) {
 	cfg, log := s.config(), s.log
@@ -277,7 +294,6 @@ func (s *supervisor) serve(serveCtx, envoyCtx context.Context, stopEnvoy context
 	started := time.Now()
 	runErr := make(chan error, 1)
 	go func() { runErr <- s.runner.Run(envoyCtx) }()
-	go s.watchCertificates(serveCtx, s.handover != nil)
 	go s.watch.Run(serveCtx)
 
 	// The watchdog runs from the start: systemd arms it when it forks us,

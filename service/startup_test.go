@@ -5,6 +5,7 @@ package service
 import (
 	"fmt"
 	"os"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -74,5 +75,23 @@ func TestStartHints(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStartGC: a start has the collector run a quarter as often, and puts
+// the setting back after; an operator's GOGC above that, or off, is kept.
+func TestStartGC(t *testing.T) {
+	before := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
+	for _, tt := range []struct{ set, during int }{{100, 400}, {50, 400}, {800, 800}, {-1, -1}} {
+		debug.SetGCPercent(tt.set)
+		restore := startGC()
+		if got := debug.SetGCPercent(tt.during); got != tt.during {
+			t.Errorf("GOGC %d: %d during the start, want %d", tt.set, got, tt.during)
+		}
+		restore()
+		if got := debug.SetGCPercent(tt.set); got != tt.set {
+			t.Errorf("GOGC %d: %d after the start, want it back", tt.set, got)
+		}
 	}
 }

@@ -164,6 +164,21 @@ func TestRefusesFilesOthersCanWrite(t *testing.T) {
 		t.Fatalf("validate with a runtime layer in uid 1001's folder: exit %d, want 0 with %q:\n%s%s", code, want, stdout, stderr)
 	}
 	t.Logf("%s", stdout)
+
+	// run serves it and logs the same warning (a start judges the files
+	// the bootstrap names once Envoy is exec'd).
+	runBootstrap := filepath.Join(t.TempDir(), "envoy.yaml")
+	p := startAgentWith(t, procOptions{bootstrapFile: runBootstrap}, func(ports envoykit.Ports) {
+		text, err := envoykit.RenderBootstrap(envoykit.BootstrapOptions{Ports: ports})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, runBootstrap, string(text)+layer)
+	})
+	logged := runtimeDir + " can be replaced by uid 1001"
+	if !envoykit.Eventually(10*time.Second, func() bool { return strings.Contains(p.stderr.String(), logged) }) {
+		t.Fatalf("run did not warn of %s:\n%s", runtimeDir, p.stderr)
+	}
 }
 
 // TestRunDirOthersCanWriteIsRefused: a run_dir that its group or others can

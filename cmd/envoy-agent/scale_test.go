@@ -171,6 +171,39 @@ func TestThousandCertificates(t *testing.T) {
 	}
 }
 
+// TestBadPairAmongCertificatesFailsTheStart: the start reads the
+// certificates while Envoy starts (envoy/certs: LoadNextInBackground); a
+// key that does not go with its certificate, among a hundred pairs, still
+// fails the start as a bare Envoy's would fail: exit 1 with one error
+// naming the key file, no READY=1, and no Envoy left running.
+func TestBadPairAmongCertificatesFailsTheStart(t *testing.T) {
+	t.Parallel()
+	const n, bad = 100, 60
+	certDir := t.TempDir()
+	for i := range n {
+		c, k, _ := servingPair(t, time.Now().Add(90*24*time.Hour))
+		writeFile(t, filepath.Join(certDir, fmt.Sprintf("%d.pem", i)), c)
+		if i == bad {
+			_, k, _ = servingPair(t, time.Now().Add(90*24*time.Hour)) // another certificate's key
+		}
+		writeFile(t, filepath.Join(certDir, fmt.Sprintf("%d.key", i)), k)
+	}
+	bootstrap := filepath.Join(t.TempDir(), "envoy.yaml")
+	p := startAgentWith(t, procOptions{bootstrapFile: bootstrap, noWaitReady: true, agent: map[string]string{"reload_method": `"auto"`}}, func(ports envoykit.Ports) {
+		writeFile(t, bootstrap, string(sniBootstrap(certDir, n, ports.Listener, ports.Admin)))
+	})
+	code, _ := p.wait(p.started, 60*time.Second)
+	key := filepath.Join(certDir, fmt.Sprintf("%d.key", bad))
+	if code != 1 || !strings.Contains(p.stderr.String(), key+": does not go with") {
+		t.Fatalf("exit %d, want 1 naming %s:\n%s", code, key, p.stderr)
+	}
+	if n := p.ns.Count("READY=1", p.started, time.Now()); n != 0 {
+		t.Errorf("READY=1 was sent %d times", n)
+	}
+	t.Logf("run: exit %d: %s (%s)", code, lastLine(p.stderr.String(), "envoy-agent: "), lastLine(p.stderr.String(), "started envoy epoch 0"))
+	assertNoEnvoyFor(t, p.dir)
+}
+
 // reloads is how many reloads the agent ran, as status says.
 func (p *agentProc) reloads() int {
 	p.t.Helper()

@@ -3,7 +3,9 @@
 package hostfiles
 
 import (
+	"bufio"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -87,5 +89,63 @@ func TestClearLeftovers(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("temporary %v: the folder holds %v, want %v", temporary, got, want)
 		}
+	}
+}
+
+// TestMapsNames: a line of /proc/PID/maps names the path when it ends with
+// it, or has it before " (deleted)"; a longer name that starts with it
+// does not.
+func TestMapsNames(t *testing.T) {
+	const path = "/dev/shm/envoy_shared_memory_7"
+	line := "7f1c2a000000-7f1c2a400000 rw-s 00000000 00:1a 42                         "
+	for _, tt := range []struct {
+		maps string
+		want bool
+	}{
+		{line + path + "\n", true},
+		{line + path, true},
+		{line + path + " (deleted)\n", true},
+		{line + path + "0\n" + line + "/usr/lib/libc.so.6\n", false},
+		{line + path + "0\n" + line + path + "\n", true},
+		{"", false},
+	} {
+		if got := mapsNames([]byte(tt.maps), []byte(" "+path)); got != tt.want {
+			t.Errorf("mapsNames(%q) = %v, want %v", tt.maps, got, tt.want)
+		}
+	}
+}
+
+// TestProcessMapping finds the process that maps a file (a child here:
+// the agent's own pid is skipped), and none while nobody maps it.
+func TestProcessMapping(t *testing.T) {
+	f, err := os.CreateTemp("/dev/shm", "envoy-agent-test-")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	defer os.Remove(f.Name())
+	if err := f.Truncate(4096); err != nil {
+		t.Fatal(err)
+	}
+	if got := processMapping(f.Name()); got != 0 {
+		t.Fatalf("processMapping of a file nobody maps: pid %d", got)
+	}
+	cmd := exec.Command("python3", "-c", "import mmap,sys; f=open(sys.argv[1],'r+b'); m=mmap.mmap(f.fileno(),4096); print('mapped', flush=True); sys.stdin.read()", f.Name())
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Skipf("no python3 to map the file: %v", err)
+	}
+	defer func() { in.Close(); _ = cmd.Wait() }()
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if got := processMapping(f.Name()); got != cmd.Process.Pid {
+		t.Fatalf("processMapping = pid %d, want the child's %d", got, cmd.Process.Pid)
 	}
 }

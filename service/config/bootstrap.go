@@ -88,20 +88,30 @@ func yamlInt(v any) (int, bool) {
 // which words it better (nil); one too large to parse in bounded memory
 // (bootyaml.Decode) is a problem.
 func (c *Config) decodeBootstrap(ps *problems) *yaml.Node {
+	doc, data := c.readBootstrap(ps)
+	if doc != nil && c.keepStart {
+		c.start = bootyaml.NewDecoded(data, bootyaml.Clone(doc)) // the checks change doc
+	}
+	return doc
+}
+
+// readBootstrap is decodeBootstrap's read: the tree, and the bytes it was
+// decoded from.
+func (c *Config) readBootstrap(ps *problems) (*yaml.Node, []byte) {
 	data, err := safefile.ReadRegular(c.Envoy.ConfigPath, bootyaml.MaxSize)
 	if err != nil {
 		// checkReadable has passed: what is left is its size.
 		ps.add("envoy.config_path", "Envoy bootstrap %v", err)
-		return nil
+		return nil, nil
 	}
 	var doc yaml.Node
 	if err := bootyaml.Decode(data, &doc); err != nil {
 		if le := (*bootyaml.LimitError)(nil); errors.As(err, &le) {
 			ps.add("envoy.config_path", "Envoy bootstrap %v", fmt.Errorf("%s: %w", c.Envoy.ConfigPath, le))
 		}
-		return nil
+		return nil, nil
 	}
-	return &doc
+	return &doc, data
 }
 
 // checkBootstrap runs the checks of the decoded bootstrap doc, those that

@@ -43,6 +43,11 @@ type InotifyNeed struct {
 	Secrets int
 }
 
+// Certificates counts the certificates the agent serves Envoy over ADS
+// (read from their files, and watched), as the check counted them in the
+// bootstrap.
+func (c *Config) Certificates() int { return c.inotify.Secrets }
+
 // inotifyNeed counts what Envoy and the agent will watch for the decoded
 // bootstrap doc (the certificates' files are not read); rewritable says
 // whether the agent rewrites it (a YAML or JSON file). It turns the

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"regexp"
 	"strconv"
 	"strings"
@@ -24,13 +25,29 @@ const maxConfigSize = 1 << 20
 // LoadConfig reads and checks the configuration file at path. Relative
 // paths in it are resolved against the file's folder. Every problem is
 // returned in one *ConfigError, each naming the file, line and key.
-func LoadConfig(path string) (*Config, error) {
+func LoadConfig(path string) (*Config, error) { return loadConfig(path, false) }
+
+// LoadStartConfig is LoadConfig for a start: the Config also keeps the
+// bootstrap as its check read and decoded it, for the first epoch's copy
+// (TakeStartBootstrap), which then need not decode it again.
+func LoadStartConfig(path string) (*Config, error) { return loadConfig(path, true) }
+
+// TakeStartBootstrap returns, once, the bootstrap a start's check decoded
+// (LoadStartConfig); nil after, or for another Config.
+func (c *Config) TakeStartBootstrap() *bootyaml.Decoded {
+	d := c.start
+	c.start = nil
+	return d
+}
+
+func loadConfig(path string, start bool) (*Config, error) {
 	data, trust, err := readTrustedConfigFile(path)
 	if err != nil {
 		return nil, &ConfigError{Problems: []Problem{{File: path, Msg: err.Error()}}}
 	}
 	cfg := DefaultConfig()
 	cfg.File = path
+	cfg.keepStart = start
 	cfg.sum = textSum(data)
 	cfg.src = newKeyLines(strings.Split(string(data), "\n"))
 	ps := &problems{file: path, lines: cfg.src}

@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
 	"golang.org/x/sys/unix"
 
+	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"github.com/envoy-agent/envoy-agent/internal/envoykit"
 )
 
@@ -457,5 +459,46 @@ func TestRunningCopyIsSaid(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLoadStartConfigKeepsTheBootstrap: a start's configuration keeps the
+// bootstrap as its check decoded it, before the checks changed their tree
+// (the admin moved, the node set, the certificates counted), for the
+// first copy to take once; another load keeps none.
+func TestLoadStartConfigKeepsTheBootstrap(t *testing.T) {
+	dir, bin := configDir(t)
+	path := writeConfig(t, dir, `[envoy]
+binary_path = "`+bin+`"
+config_path = "envoy.yaml"
+`)
+	data, err := os.ReadFile(filepath.Join(dir, "envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fresh yaml.Node
+	if err := bootyaml.Decode(data, &fresh); err != nil {
+		t.Fatal(err)
+	}
+	want, err := bootyaml.Encode(&fresh, "envoy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadStartConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := cfg.TakeStartBootstrap().Take(data)
+	if doc == nil {
+		t.Fatal("a start's configuration kept no bootstrap")
+	}
+	if got, err := bootyaml.Encode(doc, "envoy.yaml"); err != nil || string(got) != string(want) {
+		t.Fatalf("the bootstrap kept is not the file as decoded (%v):\n%s\nwant\n%s", err, got, want)
+	}
+	if cfg.TakeStartBootstrap() != nil {
+		t.Error("taken twice")
+	}
+	if cfg, err := LoadConfig(path); err != nil || cfg.TakeStartBootstrap() != nil {
+		t.Errorf("LoadConfig kept a bootstrap (%v)", err)
 	}
 }

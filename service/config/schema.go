@@ -6,6 +6,7 @@ package config
 
 import (
 	"fmt"
+	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy/cli"
@@ -40,6 +41,14 @@ type Config struct {
 	// (CheckInotify), counted as it was checked; zero when it was not (a
 	// bootstrap that does not parse).
 	inotify InotifyNeed
+	// keepStart: a start's configuration (LoadStartConfig), which keeps
+	// the bootstrap as its check decoded it in start, until
+	// TakeStartBootstrap.
+	keepStart bool
+	start     *bootyaml.Decoded
+	// startFiles are the files the bootstrap names, which a start's
+	// configuration judges late (BootstrapFileWarnings).
+	startFiles []bootstrapFile
 }
 
 // Warnings are what the checks found that does not make the configuration
