@@ -271,8 +271,10 @@ func (s *supervisor) run(ctx context.Context, certsRead *certs.Loading, restoreG
 
 // serve starts what runs until the agent exits, until serveCtx ends: the
 // status port, the control socket and the metrics port on the sockets o
-// holds, Envoy (the runner, until envoyCtx ends) and the watchdog. It returns the status server, whose answer the caller
-// seeds at LIVE, where the runner's end comes, and when Envoy was started.
+// holds, Envoy (the runner, until envoyCtx ends) and the watchdog (the
+// certificates' watch waits for LIVE: run). It returns the status server,
+// whose answer the caller seeds at LIVE, where the runner's end comes,
+// and when Envoy was started.
 func (s *supervisor) serve(serveCtx, envoyCtx context.Context, stopEnvoy context.CancelFunc, o *opened) (*httpserver.Status, <-chan error, time.Time) {
 	cfg, log := s.config(), s.log
 	ctl := o.ctl
