@@ -36,6 +36,17 @@ func chainsBootstrap(t *testing.T, dir string, n int) []byte {
 	return []byte(b.String())
 }
 
+// mismatchedPair writes a certificate and another one's key, and returns
+// a bootstrap that names them and the key's path.
+func mismatchedPair(t *testing.T) (boot []byte, key string) {
+	t.Helper()
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem")
+	writeFile(t, cert, newPair(t, farFuture).cert)
+	writeFile(t, key, newPair(t, farFuture).key)
+	return envoykit.TLSBootstrap(cert, key, 1, 2), key
+}
+
 // waitDone waits for l to end, failing the test after a minute.
 func waitDone(t *testing.T, l *certs.Loading) {
 	t.Helper()
@@ -86,17 +97,14 @@ func TestBackgroundRead(t *testing.T) {
 // with the error the rewrite returns when it reads first, naming the file
 // and quoting none of it.
 func TestBackgroundReadOfABadPair(t *testing.T) {
-	dir := t.TempDir()
-	a, b := newPair(t, farFuture), newPair(t, farFuture)
-	writeFile(t, filepath.Join(dir, "c.pem"), a.cert)
-	writeFile(t, filepath.Join(dir, "k.pem"), b.key)
+	boot, key := mismatchedPair(t)
 	m, _, run := newManager(t, &logs{t: t})
 	l := m.LoadNextInBackground()
-	if _, err := m.RewriteBootstrap(envoykit.TLSBootstrap(filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem"), 1, 2), "envoy.yaml", run); err != nil {
+	if _, err := m.RewriteBootstrap(boot, "envoy.yaml", run); err != nil {
 		t.Fatalf("the rewrite read the files itself: %v", err)
 	}
 	waitDone(t, l)
-	if err := l.Err(); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "k.pem")) || strings.Contains(err.Error(), "BEGIN") {
+	if err := l.Err(); err == nil || !strings.Contains(err.Error(), key) || strings.Contains(err.Error(), "BEGIN") {
 		t.Fatalf("error %v, want one naming k.pem", err)
 	}
 }
@@ -105,10 +113,7 @@ func TestBackgroundReadOfABadPair(t *testing.T) {
 // next rewrite reads its pairs itself again; a bootstrap with no
 // certificate ends an armed read at once.
 func TestDisarm(t *testing.T) {
-	dir := t.TempDir()
-	a, b := newPair(t, farFuture), newPair(t, farFuture)
-	writeFile(t, filepath.Join(dir, "c.pem"), a.cert)
-	writeFile(t, filepath.Join(dir, "k.pem"), b.key)
+	boot, _ := mismatchedPair(t)
 	m, _, run := newManager(t, &logs{t: t})
 	l := m.LoadNextInBackground()
 	m.Disarm(l)
@@ -116,7 +121,7 @@ func TestDisarm(t *testing.T) {
 	if l.Started() || l.Err() != nil {
 		t.Fatalf("disarmed: started %v, %v", l.Started(), l.Err())
 	}
-	if _, err := m.RewriteBootstrap(envoykit.TLSBootstrap(filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem"), 1, 2), "envoy.yaml", run); err == nil {
+	if _, err := m.RewriteBootstrap(boot, "envoy.yaml", run); err == nil {
 		t.Fatal("after Disarm, the rewrite did not read the pair itself")
 	}
 	l = m.LoadNextInBackground()
