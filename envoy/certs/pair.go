@@ -111,9 +111,11 @@ func load(s Secret) (*material, error) {
 		if err != nil {
 			return nil, &FileError{File: s.KeyFile, Msg: "does not go with " + s.CertFile + ": " + keyProblem(key)}
 		}
-		leaf, err := x509.ParseCertificate(pair.Certificate[0])
-		if err != nil {
-			return nil, &FileError{File: s.CertFile, Msg: "cannot parse its certificate"}
+		leaf := pair.Leaf // parsed by X509KeyPair (Go 1.23 on)
+		if leaf == nil {
+			if leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
+				return nil, &FileError{File: s.CertFile, Msg: "cannot parse its certificate"}
+			}
 		}
 		m.info = describe(leaf, s)
 	}
