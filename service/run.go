@@ -261,20 +261,15 @@ func (s *supervisor) run(ctx context.Context, certsRead *certs.Loading, restoreG
 	for _, w := range s.config().BootstrapFileWarnings() { // a start's, judged once Envoy runs
 		s.log.Warn(w)
 	}
-	// The certificates' files are watched from LIVE on: their folders'
-	// walk (2,000 files at 1,000 certificates) then takes no processor
-	// from Envoy's start, which read them.
-	go s.watchCertificates(serveCtx, s.handover != nil)
 	go s.watchInstalledEnvoy(serveCtx)
 	return s.loop(ctx, runErr, stopEnvoy)
 }
 
 // serve starts what runs until the agent exits, until serveCtx ends: the
 // status port, the control socket and the metrics port on the sockets o
-// holds, Envoy (the runner, until envoyCtx ends) and the watchdog (the
-// certificates' watch waits for LIVE: run). It returns the status server,
-// whose answer the caller seeds at LIVE, where the runner's end comes,
-// and when Envoy was started.
+// holds, Envoy (the runner, until envoyCtx ends), the certificates' watch
+// and the watchdog. It returns the status server, whose answer the caller
+// seeds at LIVE, where the runner's end comes, and when Envoy was started.
 func (s *supervisor) serve(serveCtx, envoyCtx context.Context, stopEnvoy context.CancelFunc, o *opened) (*httpserver.Status, <-chan error, time.Time) {
 	cfg, log := s.config(), s.log
 	ctl := o.ctl
@@ -296,6 +291,9 @@ func (s *supervisor) serve(serveCtx, envoyCtx context.Context, stopEnvoy context
 	started := time.Now()
 	runErr := make(chan error, 1)
 	go func() { runErr <- s.runner.Run(envoyCtx) }()
+	// Watched from the start, so that a renewal right after READY=1 is
+	// seen (a watch begun at LIVE missed one after a live upgrade).
+	go s.watchCertificates(serveCtx, s.handover != nil)
 	go s.watch.Run(serveCtx)
 
 	// The watchdog runs from the start: systemd arms it when it forks us,

@@ -476,10 +476,11 @@ func (m *Manager) watchDirs() map[string]uint32 {
 	}
 	m.mu.Unlock()
 	want := map[string]uint32{}
-	for _, f := range files {
+	resolved, errs := filetrust.ResolveEach(files)
+	for i, f := range files {
 		want[filepath.Dir(f)] |= fileDirMask
-		r, err := filetrust.Resolve(f)
-		if err != nil {
+		r := resolved[i]
+		if errs[i] != nil {
 			continue // not there yet: the named folder's watch sees it come
 		}
 		r.File.Close()

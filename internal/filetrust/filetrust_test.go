@@ -115,6 +115,24 @@ func TestCheck(t *testing.T) {
 				t.Errorf("CheckEach, %s: %s: %v, Check says %v", order, p, errs[i], want)
 			}
 		}
+		// ResolveEach, which opens each folder once, reaches what Resolve
+		// reaches, through the same links.
+		res, rerrs := ResolveEach(paths)
+		for i, p := range paths {
+			want, werr := Resolve(p)
+			got := res[i]
+			switch {
+			case (rerrs[i] == nil) != (werr == nil):
+				t.Errorf("ResolveEach, %s: %s: %v, Resolve says %v", order, p, rerrs[i], werr)
+			case werr == nil && (got.Path != want.Path || !slices.Equal(got.LinkDirs, want.LinkDirs) || got.Stat.Ino != want.Stat.Ino):
+				t.Errorf("ResolveEach, %s: %s reaches %s by %v, Resolve %s by %v", order, p, got.Path, got.LinkDirs, want.Path, want.LinkDirs)
+			}
+			for _, r := range []*Resolved{got, want} {
+				if r != nil {
+					r.File.Close()
+				}
+			}
+		}
 	}
 }
 
