@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/agnivade/levenshtein"
+	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"github.com/envoy-agent/envoy-agent/internal/filetrust"
 	"github.com/envoy-agent/envoy-agent/internal/safefile"
 )

@@ -6,10 +6,10 @@ package config
 
 import (
 	"fmt"
-	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"time"
 
 	"github.com/envoy-agent/envoy-agent/envoy/cli"
+	"github.com/envoy-agent/envoy-agent/internal/bootyaml"
 	"github.com/envoy-agent/envoy-agent/service/guard"
 )
 
