@@ -190,6 +190,13 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 	if certsRead != nil {
 		certsDone = certsRead.Done()
 	}
+	// stop stops the Envoy of a start that fails before it is LIVE: there
+	// is nothing to drain.
+	stop := func() {
+		s.runner.DisableDraining()
+		stopEnvoy()
+		<-runErr
+	}
 	startTimeout := s.config().Agent.StartTimeout.D()
 	deadline := time.NewTimer(startTimeout)
 	defer deadline.Stop()
@@ -215,9 +222,7 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 			s.log.WithFields(logrus.Fields{"event": "start_timeout", "pid": s.proxy.Pid(), "state": state, "start_timeout_ms": startTimeout.Milliseconds()}).
 				Errorf("envoy was not LIVE within start_timeout %s (state %s); stopping it", startTimeout, state)
 			lines := s.proxy.LastLines()
-			s.runner.DisableDraining()
-			stopEnvoy()
-			<-runErr
+			stop()
 			return false, &StartError{Reason: fmt.Sprintf("envoy was not LIVE within start_timeout %s (its state: %s)", startTimeout, state), LastLines: lines}
 		case <-ctx.Done():
 			return false, s.abortStart(systemd.StopReason(ctx), runErr, stopEnvoy)
@@ -228,9 +233,7 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 		case <-certsDone:
 			certsDone = nil
 			if err := certsRead.Err(); err != nil {
-				s.runner.DisableDraining()
-				stopEnvoy()
-				<-runErr
+				stop()
 				return false, fmt.Errorf("envoy bootstrap %s: %w", s.config().Envoy.ConfigPath, err)
 			}
 		case <-timer.C:
@@ -245,9 +248,7 @@ func (s *supervisor) waitLive(ctx context.Context, started time.Time, runErr <-c
 			if r.Live {
 				if err := s.checkResources(started.Add(startTimeout)); err != nil {
 					lines := s.proxy.LastLines()
-					s.runner.DisableDraining()
-					stopEnvoy()
-					<-runErr
+					stop()
 					return false, &StartError{Reason: err.Error(), LastLines: lines}
 				}
 				took := time.Since(started)
