@@ -4,12 +4,16 @@ package hostfiles
 
 import (
 	"bufio"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestSharedMemoryPath(t *testing.T) {
@@ -115,6 +119,28 @@ func TestMapsNames(t *testing.T) {
 	}
 }
 
+// mapperEnv names the file the test binary, run again by
+// TestProcessMapping, maps (TestMain, holdMapped).
+const mapperEnv = "ENVOY_AGENT_TEST_MAP"
+
+// holdMapped is TestProcessMapping's child (TestMain, with mapperEnv
+// set): it maps the file at path, says so on stdout, and holds it until
+// its stdin closes.
+func holdMapped(path string) int {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if _, err := unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ, unix.MAP_SHARED); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("mapped")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
 // TestProcessMapping finds the process that maps a file (a child here:
 // the agent's own pid is skipped), and none while nobody maps it.
 func TestProcessMapping(t *testing.T) {
@@ -129,7 +155,8 @@ func TestProcessMapping(t *testing.T) {
 	if got := processMapping(f.Name()); got != 0 {
 		t.Fatalf("processMapping of a file nobody maps: pid %d", got)
 	}
-	cmd := exec.Command("python3", "-c", "import mmap,sys; f=open(sys.argv[1],'r+b'); m=mmap.mmap(f.fileno(),4096); print('mapped', flush=True); sys.stdin.read()", f.Name())
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), mapperEnv+"="+f.Name())
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +166,7 @@ func TestProcessMapping(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		t.Skipf("no python3 to map the file: %v", err)
+		t.Fatal(err)
 	}
 	defer func() { in.Close(); _ = cmd.Wait() }()
 	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {

@@ -27,9 +27,14 @@ const probeUID = 61234
 // probes.
 const probeLeft = 3
 
+// TestMain runs the tests, or, run again by one of them, its child: the
+// inotify probe's (probeHelperEnv) or the mapping's (mapperEnv).
 func TestMain(m *testing.M) {
 	if os.Getenv(probeHelperEnv) != "" {
 		os.Exit(probeHelper())
+	}
+	if path := os.Getenv(mapperEnv); path != "" {
+		os.Exit(holdMapped(path))
 	}
 	os.Exit(m.Run())
 }
